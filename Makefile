@@ -1,0 +1,63 @@
+# Thin wrapper around CMake/ctest/pytest. `make help` lists the targets.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+PYTHON := /usr/bin/python3
+JOBS ?= $(shell nproc)
+
+# Debian 12 packages l5pg needs to build, test, demo and benchmark.
+DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
+  libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
+  libibverbs-dev librdmacm-dev postgresql-15 postgresql-contrib pgbouncer \
+  python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg
+
+.PHONY: help deps build test unit-test integration-test demo format format-check clean
+
+help:
+	@echo "make deps              install missing Debian packages (as root, else prints the command)"
+	@echo "make build             configure and build into $(BUILD_DIR)/ (l5pgd, libl5pg.so, tests)"
+	@echo "make test              build, then unit tests (ctest) and integration tests (pytest, real Postgres)"
+	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
+	@echo "make format            clang-format all C++ sources"
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	  done); \
+	if [ -z "$$missing" ]; then echo "deps: all Debian packages present"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "deps: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else \
+	  echo "deps: missing packages; run as root:"; \
+	  echo "  apt-get update && apt-get install -y $$missing"; exit 1; \
+	fi
+
+$(BUILD_DIR)/build.ninja: | deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: deps $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+unit-test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit
+
+integration-test: build
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+
+test: build
+	@echo "== unit tests (ctest) =="
+	cd $(BUILD_DIR) && ctest --output-on-failure
+	@echo "== integration tests (pytest, real PostgreSQL 15) =="
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+
+demo: build
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/demo.py
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')
+
+format-check:
+	clang-format --dry-run --Werror $$(git ls-files '*.cpp' '*.hpp' '*.h')
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,297 @@
+#include "clientlib/channel.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "clientlib/debug_log.hpp"
+#include "clientlib/real_calls.hpp"
+#include "clientlib/settings.hpp"
+#include "transport/shm/wait.hpp"
+
+namespace l5pg::shim {
+namespace {
+
+std::array<Channel, kMaxChannels> g_pool;
+
+[[nodiscard]] bool would_block(const Channel& ch, int flags) noexcept {
+    return (flags & MSG_DONTWAIT) != 0 || ch.nonblocking.load(std::memory_order_relaxed);
+}
+
+[[nodiscard]] bool server_closed(const Channel& ch) noexcept {
+    return ch.segment->header().server_closed.load(std::memory_order_acquire) != 0;
+}
+
+[[nodiscard]] bool cannot_send(const Channel& ch) noexcept {
+    return ch.broken || ch.peer_closed || server_closed(ch);
+}
+
+void mark_broken(Channel& ch, const char* what) noexcept {
+    if (!ch.broken) debug_log().str("shared memory protocol violation: ").str(what).end();
+    ch.broken = true;
+}
+
+void drain_socket(Channel& ch, int fd) noexcept {
+    size_t count = 0;
+    const int saved = errno;
+    if (shm::drain_doorbells(fd, count) == shm::DrainResult::PeerClosed) ch.peer_closed = true;
+    if (count > 0) ch.poke_outstanding = false;
+    errno = saved;
+}
+
+// Establishes the readiness invariant (see channel.hpp) before returning to the app.
+void prepare_return(Channel& ch, int fd) noexcept {
+    if (ch.broken || ch.peer_closed) return;
+    if (!ch.rx.has_data()) {
+        ch.rx.arm();
+        if (!ch.rx.has_data()) return;  // Dekker re-check: the flag covers what comes next
+    }
+    if (ch.poke_outstanding) return;
+    ch.rx.arm();
+    if (!shm::ring_doorbell(fd)) ch.peer_closed = true;
+    ch.poke_outstanding = true;
+}
+
+// Blocks (spin, yield, then poll on the socket) until `ready()`; false with errno set
+// when interrupted by a signal or the poll failed.
+template <class Ready>
+bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
+    for (;;) {
+        if (shm::spin_then_yield(ready, settings().budget)) return true;
+        if (for_write)
+            ch.tx.arm();
+        else
+            ch.rx.arm();
+        if (ready()) {
+            channel_disarm(ch, for_write ? POLLOUT : POLLIN);
+            return true;
+        }
+        pollfd p{fd, POLLIN, 0};
+        const int rc = real().poll(&p, 1, -1);
+        if (rc < 0) return false;
+        drain_socket(ch, fd);
+        if (ch.peer_closed) return true;
+    }
+}
+
+size_t iov_total(const iovec* iov, int iovcnt) noexcept {
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
+    return total;
+}
+
+// Copies the iovec bytes from `skip` on into the ring; returns bytes written.
+size_t copy_into_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip,
+                      shm::RingStatus& status) noexcept {
+    size_t written = 0;
+    status = shm::RingStatus::Ok;
+    for (int i = 0; i < iovcnt && status == shm::RingStatus::Ok; ++i) {
+        const auto* base = static_cast<const std::byte*>(iov[i].iov_base);
+        size_t len = iov[i].iov_len;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        base += skip;
+        len -= skip;
+        skip = 0;
+        const size_t n = ch.tx.write({base, len}, status);
+        written += n;
+        if (n < len) break;
+    }
+    return written;
+}
+
+size_t copy_from_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip, bool peek,
+                      shm::RingStatus& status) noexcept {
+    status = shm::RingStatus::Ok;
+    if (peek) {  // MSG_PEEK: the rest of the current record, nothing consumed
+        std::span<const std::byte> data;
+        status = ch.rx.peek(data);
+        if (status != shm::RingStatus::Ok || iovcnt == 0) return 0;
+        const size_t n = std::min(data.size(), iov[0].iov_len);
+        std::memcpy(iov[0].iov_base, data.data(), n);
+        return n;
+    }
+    size_t copied = 0;
+    for (int i = 0; i < iovcnt; ++i) {
+        auto* base = static_cast<std::byte*>(iov[i].iov_base);
+        size_t len = iov[i].iov_len;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        base += skip;
+        len -= skip;
+        skip = 0;
+        const size_t n = ch.rx.read({base, len}, status);
+        copied += n;
+        if (n < len || status != shm::RingStatus::Ok) break;
+    }
+    if (status == shm::RingStatus::Empty) status = shm::RingStatus::Ok;
+    return copied;
+}
+
+ssize_t fail(int err) noexcept {
+    errno = err;
+    return -1;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- pool
+
+Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
+    for (Channel& ch : g_pool) {
+        uint32_t expected = 0;
+        if (!ch.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
+            continue;
+        ch.segment.emplace(std::move(segment));
+        shm::Header& h = ch.segment->header();
+        ch.tx = shm::RingWriter(h.c2s, ch.segment->c2s_data(), ch.segment->c2s_size());
+        ch.rx = shm::RingReader(h.s2c, ch.segment->s2c_data(), ch.segment->s2c_size());
+        ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
+        ch.peer_closed = ch.broken = ch.poke_outstanding = false;
+        ch.refs.store(1, std::memory_order_release);
+        return &ch;
+    }
+    return nullptr;
+}
+
+Channel* channel_at(uint32_t index) noexcept {
+    return index < kMaxChannels ? &g_pool[index] : nullptr;
+}
+
+uint32_t channel_index(const Channel& channel) noexcept {
+    return static_cast<uint32_t>(&channel - g_pool.data());
+}
+
+void channel_add_ref(Channel& channel) noexcept {
+    channel.refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void channel_release(Channel& ch) noexcept {
+    if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    // Everything we published stays readable for l5pgd; the flag says no more comes.
+    ch.segment->header().client_closed.store(1, std::memory_order_release);
+    ch.segment.reset();
+    ch.in_use.store(0, std::memory_order_release);
+}
+
+void channel_forget_all_after_fork() noexcept {
+    for (Channel& ch : g_pool) {
+        if (ch.in_use.load(std::memory_order_relaxed) == 0) continue;
+        ch.segment.reset();  // unmaps the child's copy; the parent's session is untouched
+        ch.refs.store(0, std::memory_order_relaxed);
+        ch.in_use.store(0, std::memory_order_relaxed);
+    }
+}
+
+// ---------------------------------------------------------------- I/O
+
+ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
+                     bool nosignal) noexcept {
+    const size_t total = iov_total(iov, iovcnt);
+    size_t sent = 0;
+    while (sent < total || total == 0) {
+        if (cannot_send(ch)) {
+            if (sent > 0) break;
+            if (!nosignal) ::pthread_kill(::pthread_self(), SIGPIPE);
+            return fail(ch.broken ? ECONNRESET : EPIPE);
+        }
+        if (total == 0) return 0;
+        shm::RingStatus status;
+        const size_t n = copy_into_ring(ch, iov, iovcnt, sent, status);
+        if (status == shm::RingStatus::Corrupt) {
+            mark_broken(ch, "impossible read position in the client->server ring");
+            continue;
+        }
+        sent += n;
+        if (n > 0 && ch.tx.reader_needs_wakeup() && !shm::ring_doorbell(fd))
+            ch.peer_closed = true;
+        if (sent == total) break;
+        if (would_block(ch, flags)) {
+            if (sent > 0) break;
+            ch.tx.arm();  // an epoll user waiting for POLLOUT then gets a doorbell
+            if (ch.tx.free_bytes() > 0) {
+                channel_disarm(ch, POLLOUT);
+                continue;
+            }
+            return fail(EAGAIN);
+        }
+        if (!wait_until(ch, fd, true, [&ch] { return ch.tx.free_bytes() > 0 || cannot_send(ch); }))
+            return sent > 0 ? static_cast<ssize_t>(sent) : -1;
+    }
+    prepare_return(ch, fd);
+    return static_cast<ssize_t>(sent);
+}
+
+ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) noexcept {
+    const size_t total = iov_total(iov, iovcnt);
+    const bool peek = (flags & MSG_PEEK) != 0;
+    const bool wait_all = (flags & MSG_WAITALL) != 0 && !would_block(ch, flags) && !peek;
+    size_t got = 0;
+    for (;;) {
+        if (ch.broken) return got > 0 ? static_cast<ssize_t>(got) : fail(ECONNRESET);
+        shm::RingStatus status;
+        got += copy_from_ring(ch, iov, iovcnt, got, peek, status);
+        if (status == shm::RingStatus::Corrupt) {
+            mark_broken(ch, "impossible record in the server->client ring");
+            continue;
+        }
+        if (got == total || (got > 0 && !wait_all)) break;
+        // The ring is empty. l5pgd publishes everything before it flags or closes, so
+        // after seeing either, one more look at the ring decides between data and EOF.
+        if (ch.peer_closed || server_closed(ch)) {
+            if (ch.rx.has_data()) continue;
+            break;  // EOF (or the partial MSG_WAITALL result)
+        }
+        if (would_block(ch, flags)) {
+            drain_socket(ch, fd);  // a level-triggered poller must not see stale bytes
+            if (ch.peer_closed || ch.rx.has_data()) continue;
+            ch.rx.arm();
+            if (ch.rx.has_data()) continue;
+            if (got > 0) break;
+            return fail(EAGAIN);
+        }
+        if (!wait_until(ch, fd, false, [&ch] { return ch.rx.has_data() || server_closed(ch); }))
+            return got > 0 ? static_cast<ssize_t>(got) : -1;
+    }
+    if (got > 0 && ch.rx.writer_needs_wakeup() && !shm::ring_doorbell(fd)) ch.peer_closed = true;
+    prepare_return(ch, fd);
+    return static_cast<ssize_t>(got);
+}
+
+// ---------------------------------------------------------------- poll support
+
+short channel_revents(Channel& ch, short events) noexcept {
+    short revents = 0;
+    const bool closed = ch.peer_closed || server_closed(ch);
+    if ((events & POLLIN) && (ch.rx.has_data() || closed || ch.broken)) revents |= POLLIN;
+    if ((events & POLLOUT) && (ch.tx.free_bytes() > 0 || ch.broken)) revents |= POLLOUT;
+    if (ch.broken) revents |= POLLERR;
+    if (closed && !ch.rx.has_data()) revents |= POLLHUP;
+    return revents;
+}
+
+void channel_arm(Channel& ch, short events) noexcept {
+    if (events & POLLIN) ch.rx.arm();
+    if (events & POLLOUT) ch.tx.arm();
+}
+
+// A disarm that finds the flag already taken means a doorbell byte is on its way; it is
+// drained the next time we poll or find the ring empty.
+void channel_disarm(Channel& ch, short events) noexcept {
+    if (events & POLLIN) (void)ch.rx.disarm();
+    if (events & POLLOUT) (void)ch.tx.disarm();
+}
+
+void channel_drain(Channel& ch, int fd) noexcept { drain_socket(ch, fd); }
+
+}  // namespace l5pg::shim

@@ -1,0 +1,67 @@
+// One upgraded connection: the shared-memory segment, our ends of both rings, and the
+// byte-stream semantics the application expects from the socket it still holds
+// (partial reads and writes, EAGAIN, blocking, EOF, EPIPE).
+//
+// Channels live in a fixed pool (no heap in the shim's I/O paths); an fd table entry
+// holds one reference, dup() adds one, close() drops one.
+//
+// Readiness invariant for event loops we do not interpose (epoll: asyncio, psycopg 3):
+// whenever a call returns to the application, either the server->client ring is empty
+// and its reader_waiting flag is armed (so l5pgd rings the doorbell when it publishes),
+// or the ring holds data and a doorbell byte is pending or requested ("poke": we send
+// one byte to l5pgd, which answers with one while data is unread). Either way the
+// socket becomes readable exactly when recv() would return data.
+#pragma once
+
+#include <sys/uio.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+
+#include "transport/shm/ring.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace l5pg::shim {
+
+inline constexpr uint32_t kMaxChannels = 4096;
+
+struct Channel {
+    std::atomic<uint32_t> in_use{0};
+    std::atomic<uint32_t> refs{0};
+    std::atomic<bool> nonblocking{false};  // O_NONBLOCK of the socket, tracked via fcntl
+    std::optional<shm::Segment> segment;
+    shm::RingWriter tx;  // client -> server
+    shm::RingReader rx;  // server -> client
+    bool peer_closed = false;       // EOF seen on the socket
+    bool broken = false;            // l5pgd wrote something impossible into a ring
+    bool poke_outstanding = false;  // a doorbell byte was requested and not yet drained
+};
+
+// Pool management (async-signal-safe, lock-free).
+[[nodiscard]] Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept;
+[[nodiscard]] Channel* channel_at(uint32_t index) noexcept;
+[[nodiscard]] uint32_t channel_index(const Channel& channel) noexcept;
+void channel_add_ref(Channel& channel) noexcept;
+// Drops one reference; the last one tells l5pgd we are gone (client_closed), unmaps
+// and frees the slot. Call before closing the socket itself.
+void channel_release(Channel& channel) noexcept;
+// In a forked child: unmap every channel (the child's copy only) and free the pool.
+void channel_forget_all_after_fork() noexcept;
+
+// Byte-stream I/O. `flags` are MSG_* flags; results and errno as send(2)/recv(2).
+// `nosignal` false means a write to a closed peer raises SIGPIPE, as the socket would.
+[[nodiscard]] ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt,
+                                   int flags, bool nosignal) noexcept;
+[[nodiscard]] ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt,
+                                   int flags) noexcept;
+
+// poll() support: readiness from ring state (POLLIN/POLLOUT/POLLHUP/POLLERR).
+[[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;
+void channel_arm(Channel& ch, short events) noexcept;
+void channel_disarm(Channel& ch, short events) noexcept;
+// The socket itself polled readable: consume doorbell bytes, notice EOF.
+void channel_drain(Channel& ch, int fd) noexcept;
+
+}  // namespace l5pg::shim

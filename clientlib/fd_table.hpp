@@ -1,0 +1,40 @@
+// What the shim knows about each file descriptor, in a lock-free table indexed by fd:
+// one atomic word per fd, so the hot path (every send/recv/poll of the application)
+// costs one load, and close/connect stay async-signal-safe (PQcancel runs them in
+// signal handlers). Descriptors >= kMaxTrackedFd are never upgraded.
+#pragma once
+
+#include <cstdint>
+
+namespace l5pg::shim {
+
+struct Channel;
+
+inline constexpr int kMaxTrackedFd = 65536;
+
+enum class FdKind {
+    Untracked,  // not ours: every call goes straight to libc
+    Candidate,  // connected to an l5pgd Unix socket, upgrade decided at the first send
+    Forked,     // upgraded in the parent before fork(): EOF/EPIPE here, rings untouched
+    Upgraded,   // bytes go through a Channel
+};
+
+struct FdEntry {
+    FdKind kind = FdKind::Untracked;
+    Channel* channel = nullptr;  // Upgraded only
+};
+
+[[nodiscard]] FdEntry fd_lookup(int fd) noexcept;
+void fd_set_candidate(int fd) noexcept;
+// Candidate -> Upgraded; false if the entry changed meanwhile (closed by another thread).
+bool fd_attach_channel(int fd, Channel& channel) noexcept;
+// Returns the previous entry and leaves the fd Untracked. The caller owns the
+// reference the entry held (see channel_release).
+FdEntry fd_forget(int fd) noexcept;
+// `to` becomes a duplicate of `from` (dup/dup2/dup3/F_DUPFD). The previous entry of
+// `to` is released, as the kernel implicitly closed it.
+void fd_duplicate(int from, int to) noexcept;
+// In a forked child: every upgraded fd becomes Forked.
+void fd_mark_all_forked() noexcept;
+
+}  // namespace l5pg::shim

@@ -1,0 +1,111 @@
+// Descriptor lifecycle: connect marks l5pgd sockets as upgrade candidates; close, dup*
+// and F_DUPFD keep the fd table and channel references right; F_SETFL and FIONBIO keep
+// a channel's idea of O_NONBLOCK current (checking it per call would cost a syscall).
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+
+#include "clientlib/channel.hpp"
+#include "clientlib/debug_log.hpp"
+#include "clientlib/fd_table.hpp"
+#include "clientlib/real_calls.hpp"
+#include "clientlib/settings.hpp"
+#include "clientlib/upgrade.hpp"
+
+using namespace l5pg::shim;
+
+namespace {
+
+void release_entry(const FdEntry& entry) noexcept {
+    if (entry.kind == FdKind::Upgraded) channel_release(*entry.channel);
+}
+
+void track_nonblocking(int fd, bool on) noexcept {
+    const FdEntry entry = fd_lookup(fd);
+    if (entry.kind == FdKind::Upgraded)
+        entry.channel->nonblocking.store(on, std::memory_order_relaxed);
+}
+
+template <class RealFcntl>
+int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) noexcept {
+    const int rc = real_fcntl(fd, cmd, arg);
+    if (rc < 0) return rc;
+    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) fd_duplicate(fd, rc);
+    if (cmd == F_SETFL) track_nonblocking(fd, (arg & O_NONBLOCK) != 0);
+    return rc;
+}
+
+}  // namespace
+
+extern "C" {
+
+int connect(int fd, const sockaddr* addr, socklen_t len) {
+    release_entry(fd_forget(fd));  // a reused fd number starts from scratch
+    const int rc = real().connect(fd, addr, len);
+    if ((rc == 0 || errno == EINPROGRESS) && settings().mode != TransportMode::Off &&
+        is_l5pgd_socket(addr, len)) {
+        const int saved = errno;
+        fd_set_candidate(fd);
+        debug_log().str("fd ").inum(fd).str(": connected to an l5pgd socket, upgrade candidate").end();
+        errno = saved;
+    }
+    return rc;
+}
+
+int close(int fd) {
+    release_entry(fd_forget(fd));
+    return real().close(fd);
+}
+
+int dup(int fd) noexcept {
+    const int rc = real().dup(fd);
+    if (rc >= 0) fd_duplicate(fd, rc);
+    return rc;
+}
+
+int dup2(int fd, int fd2) noexcept {
+    const int rc = real().dup2(fd, fd2);
+    if (rc >= 0) fd_duplicate(fd, rc);
+    return rc;
+}
+
+int dup3(int fd, int fd2, int flags) noexcept {
+    const int rc = real().dup3(fd, fd2, flags);
+    if (rc >= 0) fd_duplicate(fd, rc);
+    return rc;
+}
+
+// The third argument is an int, a long or a pointer depending on `cmd`; on the
+// x86-64/aarch64 ABIs reading it as unsigned long and passing it on is exact.
+int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    const unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    return fcntl_common(real().fcntl, fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    const unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    return fcntl_common(real().fcntl64, fd, cmd, arg);
+}
+
+int ioctl(int fd, unsigned long request, ...) noexcept {
+    va_list ap;
+    va_start(ap, request);
+    void* arg = va_arg(ap, void*);
+    va_end(ap);
+    const int rc = real().ioctl(fd, request, arg);
+    if (rc == 0 && request == FIONBIO && arg != nullptr)
+        track_nonblocking(fd, *static_cast<const int*>(arg) != 0);
+    return rc;
+}
+
+}  // extern "C"

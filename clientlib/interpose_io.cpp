@@ -1,0 +1,200 @@
+// The interposed data calls: send/recv and friends, read/write, readv/writev and the
+// _FORTIFY_SOURCE __*_chk variants. Untracked fds cost one atomic load and go straight
+// to libc; upgraded fds go through their Channel.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "clientlib/channel.hpp"
+#include "clientlib/fd_table.hpp"
+#include "clientlib/real_calls.hpp"
+#include "clientlib/upgrade.hpp"
+
+extern "C" [[noreturn]] void __chk_fail(void);
+
+namespace l5pg::shim {
+namespace {
+
+enum class RouteKind { Real, Channel, Error, Eof };
+struct Route {
+    RouteKind kind = RouteKind::Real;
+    Channel* channel = nullptr;
+};
+
+size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) noexcept {
+    size_t n = 0;
+    for (int i = 0; i < iovcnt && n < max; ++i) {
+        const size_t take = std::min(iov[i].iov_len, max - n);
+        std::memcpy(out + n, iov[i].iov_base, take);
+        n += take;
+    }
+    return n;
+}
+
+// The first send on a candidate fd decides its fate (see upgrade.hpp).
+Route decide_candidate(int fd, const iovec* iov, int iovcnt) noexcept {
+    std::byte first[16];
+    const size_t n = gather_prefix(iov, iovcnt, first, sizeof first);
+    Channel* channel = nullptr;
+    switch (try_upgrade(fd, first, n, channel)) {
+        case UpgradeResult::Upgraded:
+            if (fd_attach_channel(fd, *channel)) return {RouteKind::Channel, channel};
+            channel_release(*channel);  // fd closed concurrently: nothing left to serve
+            errno = EBADF;
+            return {RouteKind::Error};
+        case UpgradeResult::Plain:
+            (void)fd_forget(fd);
+            return {RouteKind::Real};
+        case UpgradeResult::Failed:
+            (void)fd_forget(fd);
+            return {RouteKind::Error};
+    }
+    return {RouteKind::Real};
+}
+
+Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
+    const FdEntry entry = fd_lookup(fd);
+    switch (entry.kind) {
+        case FdKind::Untracked: return {RouteKind::Real};
+        case FdKind::Upgraded: return {RouteKind::Channel, entry.channel};
+        case FdKind::Forked: errno = EPIPE; return {RouteKind::Error};
+        case FdKind::Candidate: return decide_candidate(fd, iov, iovcnt);
+    }
+    return {RouteKind::Real};
+}
+
+Route route_recv(int fd) noexcept {
+    const FdEntry entry = fd_lookup(fd);
+    switch (entry.kind) {
+        case FdKind::Untracked:
+        case FdKind::Candidate: return {RouteKind::Real};
+        case FdKind::Upgraded: return {RouteKind::Channel, entry.channel};
+        case FdKind::Forked: return {RouteKind::Eof};
+    }
+    return {RouteKind::Real};
+}
+
+template <class RealSend>
+ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
+                 RealSend real_send) noexcept {
+    const Route route = route_send(fd, iov, iovcnt);
+    switch (route.kind) {
+        case RouteKind::Real: return real_send();
+        case RouteKind::Channel:
+            return channel_send(*route.channel, fd, iov, iovcnt, flags, nosignal);
+        case RouteKind::Eof:
+        case RouteKind::Error:
+            if (errno == EPIPE && !nosignal) {
+                const int saved = errno;
+                ::pthread_kill(::pthread_self(), SIGPIPE);
+                errno = saved;
+            }
+            return -1;
+    }
+    return -1;
+}
+
+template <class RealRecv>
+ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv) noexcept {
+    const Route route = route_recv(fd);
+    switch (route.kind) {
+        case RouteKind::Real: return real_recv();
+        case RouteKind::Channel: return channel_recv(*route.channel, fd, iov, iovcnt, flags);
+        case RouteKind::Eof: return 0;
+        case RouteKind::Error: return -1;
+    }
+    return -1;
+}
+
+}  // namespace
+}  // namespace l5pg::shim
+
+using namespace l5pg::shim;
+
+extern "C" {
+
+ssize_t send(int fd, const void* buf, size_t len, int flags) {
+    iovec iov{const_cast<void*>(buf), len};
+    return send_iov(fd, &iov, 1, flags, flags & MSG_NOSIGNAL,
+                    [&] { return real().send(fd, buf, len, flags); });
+}
+
+ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* addr,
+               socklen_t addrlen) {
+    iovec iov{const_cast<void*>(buf), len};
+    return send_iov(fd, &iov, 1, flags, flags & MSG_NOSIGNAL,
+                    [&] { return real().sendto(fd, buf, len, flags, addr, addrlen); });
+}
+
+ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+    if (fd_lookup(fd).kind == FdKind::Upgraded && msg->msg_controllen > 0) {
+        errno = EOPNOTSUPP;  // ancillary data cannot travel through the rings
+        return -1;
+    }
+    return send_iov(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
+                    flags & MSG_NOSIGNAL, [&] { return real().sendmsg(fd, msg, flags); });
+}
+
+ssize_t write(int fd, const void* buf, size_t len) {
+    iovec iov{const_cast<void*>(buf), len};
+    return send_iov(fd, &iov, 1, 0, false, [&] { return real().write(fd, buf, len); });
+}
+
+ssize_t writev(int fd, const iovec* iov, int iovcnt) {
+    return send_iov(fd, iov, iovcnt, 0, false, [&] { return real().writev(fd, iov, iovcnt); });
+}
+
+ssize_t recv(int fd, void* buf, size_t len, int flags) {
+    iovec iov{buf, len};
+    return recv_iov(fd, &iov, 1, flags, [&] { return real().recv(fd, buf, len, flags); });
+}
+
+ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, socklen_t* addrlen) {
+    iovec iov{buf, len};
+    if (fd_lookup(fd).kind == FdKind::Upgraded && addrlen != nullptr) *addrlen = 0;
+    return recv_iov(fd, &iov, 1, flags,
+                    [&] { return real().recvfrom(fd, buf, len, flags, addr, addrlen); });
+}
+
+ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+    if (fd_lookup(fd).kind == FdKind::Upgraded) {
+        msg->msg_namelen = 0;
+        msg->msg_controllen = 0;
+        msg->msg_flags = 0;
+    }
+    return recv_iov(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
+                    [&] { return real().recvmsg(fd, msg, flags); });
+}
+
+ssize_t read(int fd, void* buf, size_t len) {
+    iovec iov{buf, len};
+    return recv_iov(fd, &iov, 1, 0, [&] { return real().read(fd, buf, len); });
+}
+
+ssize_t readv(int fd, const iovec* iov, int iovcnt) {
+    return recv_iov(fd, iov, iovcnt, 0, [&] { return real().readv(fd, iov, iovcnt); });
+}
+
+ssize_t __recv_chk(int fd, void* buf, size_t len, size_t buflen, int flags) {
+    if (len > buflen) __chk_fail();
+    return recv(fd, buf, len, flags);
+}
+
+ssize_t __recvfrom_chk(int fd, void* buf, size_t len, size_t buflen, int flags, sockaddr* addr,
+                       socklen_t* addrlen) {
+    if (len > buflen) __chk_fail();
+    return recvfrom(fd, buf, len, flags, addr, addrlen);
+}
+
+ssize_t __read_chk(int fd, void* buf, size_t len, size_t buflen) {
+    if (len > buflen) __chk_fail();
+    return read(fd, buf, len);
+}
+
+}  // extern "C"

@@ -1,0 +1,279 @@
+// poll/ppoll/select/pselect. When none of the descriptors is upgraded the call goes
+// straight to libc. Otherwise readiness of upgraded fds comes from their rings: check,
+// spin and yield within the budget (and the caller's timeout), then arm the wake-up
+// flags, re-check, and block in the real ppoll() on the sockets, where a doorbell byte
+// or EOF wakes us. select()/pselect() are mapped onto the same code.
+#include <poll.h>
+#include <sys/select.h>
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <vector>
+
+#include "clientlib/channel.hpp"
+#include "clientlib/fd_table.hpp"
+#include "clientlib/real_calls.hpp"
+#include "clientlib/settings.hpp"
+#include "transport/shm/wait.hpp"
+
+extern "C" [[noreturn]] void __chk_fail(void);
+
+namespace l5pg::shim {
+namespace {
+
+constexpr int64_t kForever = -1;
+constexpr short kForkedRevents = POLLIN | POLLHUP;
+
+int64_t now_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
+    for (nfds_t i = 0; i < n; ++i) {
+        const FdKind kind = fd_lookup(fds[i].fd).kind;
+        if (kind == FdKind::Upgraded || kind == FdKind::Forked) return true;
+    }
+    return false;
+}
+
+// One poll() call over a mix of upgraded and ordinary descriptors.
+class MixedPoll {
+public:
+    MixedPoll(pollfd* fds, nfds_t n) : fds_(fds), n_(n), saved_events_(n) {}
+
+    int run(int64_t timeout_ns, const sigset_t* mask) noexcept {
+        const int64_t deadline = timeout_ns < 0 ? kForever : now_ns() + timeout_ns;
+        for (;;) {
+            if (int ready = scan_rings(); ready > 0) return finish(ready);
+            if (timeout_ns == 0) return finish(0);
+            // Spin and yield on the rings alone; ordinary fds wait at most this budget.
+            if (shm::spin_then_yield([this] { return scan_rings() > 0; },
+                                     budget_within(deadline)))
+                return finish(scan_rings());
+            const int rc = block(deadline, mask);
+            if (rc < 0) return -1;
+            const int ready = scan_rings() + rc;
+            if (ready > 0 || (deadline != kForever && now_ns() >= deadline)) return finish(ready);
+        }
+    }
+
+private:
+    shm::WaitBudget budget_within(int64_t deadline) const noexcept {
+        shm::WaitBudget budget = settings().budget;
+        if (deadline == kForever) return budget;
+        const auto left = std::chrono::nanoseconds(std::max<int64_t>(deadline - now_ns(), 0));
+        budget.spin = std::min(budget.spin, left);
+        budget.yield = std::min(budget.yield, left - budget.spin);
+        return budget;
+    }
+
+    // Sets revents of upgraded/forked entries from ring state; returns how many are ready.
+    int scan_rings() noexcept {
+        int ready = 0;
+        for (nfds_t i = 0; i < n_; ++i) {
+            const FdEntry entry = fd_lookup(fds_[i].fd);
+            if (entry.kind == FdKind::Forked) {
+                fds_[i].revents = kForkedRevents;
+            } else if (entry.kind == FdKind::Upgraded) {
+                fds_[i].revents = channel_revents(*entry.channel, fds_[i].events);
+            } else {
+                continue;
+            }
+            if (fds_[i].revents != 0) ++ready;
+        }
+        return ready;
+    }
+
+    // Arms every upgraded fd, re-checks, then blocks in the real ppoll() with upgraded
+    // sockets polled for POLLIN only (a doorbell byte or EOF). Returns the number of
+    // ready ordinary fds, or -1 with errno.
+    int block(int64_t deadline, const sigset_t* mask) noexcept {
+        for_each_upgraded([](Channel& ch, short events) { channel_arm(ch, events); });
+        if (scan_rings() > 0) {
+            for_each_upgraded([](Channel& ch, short events) { channel_disarm(ch, events); });
+            return 0;
+        }
+        for (nfds_t i = 0; i < n_; ++i) {
+            saved_events_[i] = fds_[i].events;
+            if (fd_lookup(fds_[i].fd).kind == FdKind::Upgraded) fds_[i].events = POLLIN;
+        }
+        timespec ts{};
+        const timespec* timeout = nullptr;
+        if (deadline != kForever) {
+            const int64_t left = std::max<int64_t>(deadline - now_ns(), 0);
+            ts = {static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+            timeout = &ts;
+        }
+        const int rc = real().ppoll(fds_, n_, timeout, mask);
+        const int saved_errno = errno;
+        int ordinary_ready = 0;
+        for (nfds_t i = 0; i < n_; ++i) {
+            fds_[i].events = saved_events_[i];
+            const FdEntry entry = fd_lookup(fds_[i].fd);
+            if (entry.kind == FdKind::Upgraded) {
+                channel_disarm(*entry.channel, fds_[i].events);
+                if (rc > 0 && fds_[i].revents != 0) channel_drain(*entry.channel, fds_[i].fd);
+                fds_[i].revents = 0;
+            } else if (entry.kind != FdKind::Forked && rc > 0 && fds_[i].revents != 0) {
+                ++ordinary_ready;
+            }
+        }
+        errno = saved_errno;
+        return rc < 0 ? -1 : ordinary_ready;
+    }
+
+    // Ordinary fds are checked without waiting once some upgraded fd is ready, and the
+    // readiness invariant (channel.hpp) is restored for upgraded fds with empty rings.
+    int finish(int ring_ready) noexcept {
+        int ordinary_ready = 0;
+        for (nfds_t i = 0; i < n_; ++i) {
+            const FdEntry entry = fd_lookup(fds_[i].fd);
+            if (entry.kind == FdKind::Upgraded) {
+                if ((fds_[i].revents & POLLIN) == 0) channel_arm(*entry.channel, POLLIN);
+                continue;
+            }
+            if (entry.kind == FdKind::Forked) continue;
+            pollfd probe{fds_[i].fd, fds_[i].events, 0};
+            fds_[i].revents = 0;
+            if (real().poll(&probe, 1, 0) > 0) {
+                fds_[i].revents = probe.revents;
+                ++ordinary_ready;
+            }
+        }
+        return ring_ready + ordinary_ready;
+    }
+
+    template <class Fn>
+    void for_each_upgraded(Fn fn) noexcept {
+        for (nfds_t i = 0; i < n_; ++i) {
+            const FdEntry entry = fd_lookup(fds_[i].fd);
+            if (entry.kind == FdKind::Upgraded) fn(*entry.channel, fds_[i].events);
+        }
+    }
+
+    pollfd* fds_;
+    nfds_t n_;
+    std::vector<short> saved_events_;
+};
+
+int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noexcept {
+    try {
+        return MixedPoll(fds, n).run(timeout_ns, mask);
+    } catch (...) {  // only std::bad_alloc is possible; never let it cross into C
+        errno = ENOMEM;
+        return -1;
+    }
+}
+
+int64_t timespec_ns(const timespec* ts) noexcept {
+    return ts == nullptr ? kForever : int64_t{ts->tv_sec} * 1'000'000'000 + ts->tv_nsec;
+}
+
+// select()/pselect() on top of poll_ns(): fd_sets in, fd_sets out, counting set bits.
+int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
+              const sigset_t* mask) noexcept {
+    std::array<pollfd, FD_SETSIZE> fds{};
+    nfds_t n = 0;
+    for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
+        short events = 0;
+        if (rd && FD_ISSET(fd, rd)) events |= POLLIN;
+        if (wr && FD_ISSET(fd, wr)) events |= POLLOUT;
+        if (ex && FD_ISSET(fd, ex)) events |= POLLPRI;
+        if (events != 0) fds[n++] = {fd, events, 0};
+    }
+    const int rc = poll_ns(fds.data(), n, timeout_ns, mask);
+    if (rc < 0) return -1;
+    for (nfds_t i = 0; i < n; ++i)
+        if (fds[i].revents & POLLNVAL) {
+            errno = EBADF;
+            return -1;
+        }
+    int count = 0;
+    for (nfds_t i = 0; i < n; ++i) {
+        const int fd = fds[i].fd;
+        const short re = fds[i].revents;
+        auto report = [&](fd_set* set, bool on) {
+            if (set == nullptr || !FD_ISSET(fd, set)) return;
+            if (on)
+                ++count;
+            else
+                FD_CLR(fd, set);
+        };
+        report(rd, re & (POLLIN | POLLHUP | POLLERR));
+        report(wr, re & (POLLOUT | POLLERR));
+        report(ex, re & POLLPRI);
+    }
+    return count;
+}
+
+bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) noexcept {
+    for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
+        const bool asked = (rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) ||
+                           (ex && FD_ISSET(fd, ex));
+        if (!asked) continue;
+        const FdKind kind = fd_lookup(fd).kind;
+        if (kind == FdKind::Upgraded || kind == FdKind::Forked) return true;
+    }
+    return false;
+}
+
+}  // namespace
+}  // namespace l5pg::shim
+
+using namespace l5pg::shim;
+
+// glibc declares poll()'s array __attr_access((__write_only__)), which is wrong for the
+// events the caller filled in; GCC then warns that we read "uninitialised" input.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+extern "C" {
+
+int poll(pollfd* fds, nfds_t n, int timeout_ms) {
+    if (!any_tracked(fds, n)) return real().poll(fds, n, timeout_ms);
+    return poll_ns(fds, n, timeout_ms < 0 ? kForever : int64_t{timeout_ms} * 1'000'000, nullptr);
+}
+
+int ppoll(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask) {
+    if (!any_tracked(fds, n)) return real().ppoll(fds, n, timeout, mask);
+    return poll_ns(fds, n, timespec_ns(timeout), mask);
+}
+
+int __poll_chk(pollfd* fds, nfds_t n, int timeout_ms, size_t fdslen) {
+    if (fdslen / sizeof(pollfd) < n) __chk_fail();
+    return poll(fds, n, timeout_ms);
+}
+
+int __ppoll_chk(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask,
+                size_t fdslen) {
+    if (fdslen / sizeof(pollfd) < n) __chk_fail();
+    return ppoll(fds, n, timeout, mask);
+}
+
+int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, timeval* timeout) {
+    if (!select_has_tracked(nfds, rd, wr, ex)) return real().select(nfds, rd, wr, ex, timeout);
+    const int64_t timeout_ns = timeout == nullptr
+                                   ? kForever
+                                   : int64_t{timeout->tv_sec} * 1'000'000'000 +
+                                         int64_t{timeout->tv_usec} * 1000;
+    const int64_t start = now_ns();
+    const int rc = select_ns(nfds, rd, wr, ex, timeout_ns, nullptr);
+    if (timeout != nullptr) {  // Linux select() reports the time left
+        const int64_t left = std::max<int64_t>(timeout_ns - (now_ns() - start), 0);
+        timeout->tv_sec = left / 1'000'000'000;
+        timeout->tv_usec = (left % 1'000'000'000) / 1000;
+    }
+    return rc;
+}
+
+int pselect(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, const timespec* timeout,
+            const sigset_t* mask) {
+    if (!select_has_tracked(nfds, rd, wr, ex)) return real().pselect(nfds, rd, wr, ex, timeout, mask);
+    return select_ns(nfds, rd, wr, ex, timespec_ns(timeout), mask);
+}
+
+}  // extern "C"

@@ -1,0 +1,44 @@
+// Library load: resolve libc, read the environment, register the fork handler; and the
+// public C API (l5pg.h).
+#include <pthread.h>
+
+#include "clientlib/channel.hpp"
+#include "clientlib/debug_log.hpp"
+#include "clientlib/fd_table.hpp"
+#include "clientlib/l5pg.h"
+#include "clientlib/real_calls.hpp"
+#include "clientlib/settings.hpp"
+
+namespace l5pg::shim {
+namespace {
+
+// A forked child must never touch its parent's rings: l5pgd serves exactly one reader
+// and one writer per ring. Its copies of upgraded fds report EOF/EPIPE instead.
+void after_fork_in_child() noexcept {
+    fd_mark_all_forked();
+    channel_forget_all_after_fork();
+}
+
+__attribute__((constructor)) void load_shim() noexcept {
+    resolve_real_calls();
+    load_settings();
+    ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
+    debug_log()
+        .str("libl5pg loaded, transport ")
+        .str(settings().mode == TransportMode::Off ? "off" : "auto")
+        .end();
+}
+
+}  // namespace
+}  // namespace l5pg::shim
+
+extern "C" {
+
+int l5pg_fd_transport(int fd) {
+    return l5pg::shim::fd_lookup(fd).kind == l5pg::shim::FdKind::Upgraded ? L5PG_TRANSPORT_SHM
+                                                                          : L5PG_TRANSPORT_SOCKET;
+}
+
+const char* l5pg_version(void) { return "l5pg 0.1.0"; }
+
+}  // extern "C"

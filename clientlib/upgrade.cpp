@@ -1,0 +1,174 @@
+#include "clientlib/upgrade.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "clientlib/debug_log.hpp"
+#include "clientlib/real_calls.hpp"
+#include "clientlib/settings.hpp"
+#include "protocol/startup.hpp"
+
+namespace l5pg::shim {
+namespace {
+
+constexpr char kMarkerSuffix[] = ".l5pg";
+
+// Parses "l5pgd 1 <inode> <pid>\n" without allocating; returns the inode or 0.
+uint64_t parse_marker_inode(const char* text, size_t len) noexcept {
+    constexpr char kPrefix[] = "l5pgd 1 ";
+    constexpr size_t kPrefixLen = sizeof kPrefix - 1;
+    if (len <= kPrefixLen || std::memcmp(text, kPrefix, kPrefixLen) != 0) return 0;
+    uint64_t inode = 0;
+    size_t i = kPrefixLen;
+    for (; i < len && text[i] >= '0' && text[i] <= '9'; ++i)
+        inode = inode * 10 + static_cast<uint64_t>(text[i] - '0');
+    return i < len && text[i] == ' ' ? inode : 0;
+}
+
+uint64_t read_marker_inode(const char* marker_path) noexcept {
+    const int fd = ::open(marker_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char text[128];
+    const ssize_t n = real().read(fd, text, sizeof text);
+    real().close(fd);
+    return n > 0 ? parse_marker_inode(text, static_cast<size_t>(n)) : 0;
+}
+
+// Sends the upgrade request with the memfd attached.
+bool send_upgrade_request(int fd, const shm::Segment& segment) noexcept {
+    protocol::L5UpgradeRequest request;
+    request.c2s_ring_size = segment.c2s_size();
+    request.s2c_ring_size = segment.s2c_size();
+    auto packet = protocol::build_l5_upgrade_request(request);
+    iovec iov{packet.data(), packet.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    const int memfd = segment.fd();
+    std::memcpy(CMSG_DATA(cmsg), &memfd, sizeof memfd);
+    ssize_t n;
+    do {
+        n = real().sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n == static_cast<ssize_t>(packet.size());
+}
+
+// Waits for l5pgd's one-byte answer, whether or not the socket is non-blocking.
+// Returns the byte, or 0 with errno set.
+char await_answer(int fd) noexcept {
+    int remaining_ms = settings().upgrade_timeout_ms;
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        const int rc = real().poll(&p, 1, remaining_ms);
+        if (rc == 0) {
+            errno = ETIMEDOUT;
+            return 0;
+        }
+        if (rc < 0 && errno == EINTR) continue;  // the timeout restarts: still bounded
+        if (rc < 0) return 0;
+        char answer = 0;
+        const ssize_t n = real().recv(fd, &answer, 1, MSG_DONTWAIT);
+        if (n == 1) return answer;
+        if (n == 0) {
+            errno = ECONNRESET;
+            return 0;
+        }
+        if (errno != EAGAIN && errno != EINTR) return 0;
+        remaining_ms = std::max(remaining_ms / 2, 1);
+    }
+}
+
+bool is_upgradable_first_packet(const std::byte* first, size_t len) noexcept {
+    if (len < protocol::kMinStartupPacketLength) return false;
+    const uint32_t code = (static_cast<uint32_t>(first[4]) << 24) |
+                          (static_cast<uint32_t>(first[5]) << 16) |
+                          (static_cast<uint32_t>(first[6]) << 8) | static_cast<uint32_t>(first[7]);
+    return protocol::is_startup_message({first, len}) || code == protocol::kSslRequestCode ||
+           code == protocol::kGssEncRequestCode;
+}
+
+}  // namespace
+
+bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
+    if (addr == nullptr || addr->sa_family != AF_UNIX ||
+        len <= static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1))
+        return false;
+    const auto* un = reinterpret_cast<const sockaddr_un*>(addr);
+    const size_t max_path = len - offsetof(sockaddr_un, sun_path);
+    const size_t path_len = ::strnlen(un->sun_path, std::min(max_path, sizeof un->sun_path));
+    if (path_len == 0) return false;  // abstract socket
+    char marker[sizeof un->sun_path + sizeof kMarkerSuffix];
+    std::memcpy(marker, un->sun_path, path_len);
+    std::memcpy(marker + path_len, kMarkerSuffix, sizeof kMarkerSuffix);
+    const uint64_t inode = read_marker_inode(marker);
+    marker[path_len] = '\0';
+    struct stat st{};
+    return inode != 0 && ::stat(marker, &st) == 0 && S_ISSOCK(st.st_mode) &&
+           static_cast<uint64_t>(st.st_ino) == inode;
+}
+
+UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len,
+                          Channel*& channel) noexcept {
+    if (protocol::is_cancel_request({first, len})) {
+        debug_log().str("fd ").inum(fd).str(": cancel request, not upgraded").end();
+        return UpgradeResult::Plain;
+    }
+    if (!is_upgradable_first_packet(first, len)) {
+        debug_log().str("fd ").inum(fd).str(": first bytes are not a startup packet, not upgraded").end();
+        return UpgradeResult::Plain;
+    }
+    const int saved_errno = errno;
+    shm::SysError error;
+    std::optional<shm::Segment> segment =
+        shm::Segment::create(settings().ring_size, settings().ring_size, error);
+    if (!segment) {
+        debug_log().str("fd ").inum(fd).str(": cannot create shared memory (").str(error.what)
+            .str(": ").str(std::strerror(error.err)).str("), staying on the socket").end();
+        errno = saved_errno;
+        return UpgradeResult::Plain;
+    }
+    if (!send_upgrade_request(fd, *segment)) {
+        debug_log().str("fd ").inum(fd).str(": sending the upgrade request failed: ")
+            .str(std::strerror(errno)).end();
+        return UpgradeResult::Failed;
+    }
+    const char answer = await_answer(fd);
+    if (answer == 'N') {
+        debug_log().str("fd ").inum(fd).str(": l5pgd declined the upgrade (see its log), staying on the socket").end();
+        errno = saved_errno;
+        return UpgradeResult::Plain;
+    }
+    if (answer != 'L') {
+        if (answer != 0) errno = ECONNRESET;
+        debug_log().str("fd ").inum(fd).str(": no valid answer to the upgrade request: ")
+            .str(std::strerror(errno)).end();
+        return UpgradeResult::Failed;
+    }
+    const int fl = real().fcntl(fd, F_GETFL);
+    const size_t ring = segment->c2s_size();
+    channel = channel_acquire(std::move(*segment), fl >= 0 && (fl & O_NONBLOCK));
+    if (channel == nullptr) {  // cannot happen before the pool is exhausted
+        debug_log().str("fd ").inum(fd).str(": too many upgraded connections").end();
+        errno = EMFILE;
+        return UpgradeResult::Failed;
+    }
+    debug_log().str("fd ").inum(fd).str(": upgraded to shm (rings of ").num(ring)
+        .str(" bytes each way)").end();
+    errno = saved_errno;
+    return UpgradeResult::Upgraded;
+}
+
+}  // namespace l5pg::shim

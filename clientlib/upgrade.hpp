@@ -1,0 +1,27 @@
+// Deciding which connections to upgrade, and the upgrade handshake with l5pgd.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstddef>
+
+#include "clientlib/channel.hpp"
+
+namespace l5pg::shim {
+
+// True when `addr` is an AF_UNIX path whose marker file "<path>.l5pg", written by l5pgd,
+// names this socket's inode. Async-signal-safe (runs on libpq's cancel path).
+[[nodiscard]] bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept;
+
+enum class UpgradeResult {
+    Upgraded,  // `channel` is set; the first bytes still have to be sent through it
+    Plain,     // not upgraded: carry on over the socket
+    Failed,    // the connection is unusable (errno set): the handshake broke midway
+};
+
+// Called with the first bytes the application sends on a candidate fd. Cancel requests
+// and anything that is not a startup packet stay plain (async-signal-safe on that path).
+[[nodiscard]] UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len,
+                                        Channel*& channel) noexcept;
+
+}  // namespace l5pg::shim

@@ -1,0 +1,430 @@
+#include "config/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string_view>
+
+namespace l5pg::config {
+
+namespace {
+
+constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers",
+                                          "shm",    "limits",  "logging"};
+constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
+                                           "error", "critical", "off"};
+
+[[noreturn]] void fail(const std::string& key, const std::string& reason) {
+    throw ConfigError(key + ": " + reason);
+}
+
+// How a value is quoted in "(got ...)": scalars verbatim, collections by kind.
+std::string describe(const YAML::Node& node) {
+    switch (node.Type()) {
+        case YAML::NodeType::Scalar:
+            return "'" + node.Scalar() + "'";
+        case YAML::NodeType::Sequence:
+            return "a sequence";
+        case YAML::NodeType::Map:
+            return "a mapping";
+        default:
+            return "nothing";
+    }
+}
+
+// Strict decimal integer: the whole scalar must be the number ("12abc" is rejected).
+std::optional<int64_t> to_int(std::string_view text) {
+    if (!text.empty() && text.front() == '+') {
+        text.remove_prefix(1);
+    }
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+int64_t get_int(const YAML::Node& node, const std::string& key, int64_t lo, int64_t hi) {
+    std::optional<int64_t> value;
+    if (node.IsScalar()) {
+        value = to_int(node.Scalar());
+    }
+    if (!value || *value < lo || *value > hi) {
+        fail(key, "must be an integer between " + std::to_string(lo) + " and " +
+                      std::to_string(hi) + " (got " + describe(node) + ")");
+    }
+    return *value;
+}
+
+template <class T>
+T get_uint(const YAML::Node& node, const std::string& key, int64_t lo,
+           int64_t hi = std::numeric_limits<T>::max()) {
+    return static_cast<T>(get_int(node, key, lo, hi));
+}
+
+// A missing value (`key:` or an empty override) means the empty string.
+std::string get_string(const YAML::Node& node, const std::string& key) {
+    if (node.IsNull()) {
+        return {};
+    }
+    if (!node.IsScalar()) {
+        fail(key, "must be a string (got " + describe(node) + ")");
+    }
+    return node.Scalar();
+}
+
+bool get_bool(const YAML::Node& node, const std::string& key) {
+    bool value = false;
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+        fail(key, "must be true or false (got " + describe(node) + ")");
+    }
+    return value;
+}
+
+// "0770" and "0o770" are octal (the usual chmod spelling); plain integers are decimal.
+uint32_t get_mode(const YAML::Node& node, const std::string& key) {
+    const std::string reason = "must be a file mode between 0000 and 07777, e.g. \"0770\" (got ";
+    if (!node.IsScalar()) {
+        fail(key, reason + describe(node) + ")");
+    }
+    std::string_view text = node.Scalar();
+    int base = 10;
+    if (text.starts_with("0o") || text.starts_with("0O")) {
+        text.remove_prefix(2);
+        base = 8;
+    } else if (text.size() > 1 && text.front() == '0') {
+        base = 8;
+    }
+    uint32_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value > 07777) {
+        fail(key, reason + describe(node) + ")");
+    }
+    return value;
+}
+
+std::vector<int> get_cpu_list(const YAML::Node& node, const std::string& key) {
+    if (node.IsNull()) {
+        return {};
+    }
+    if (!node.IsSequence()) {
+        fail(key, "must be a list of CPU numbers, e.g. [0, 1] (got " + describe(node) + ")");
+    }
+    std::vector<int> cpus;
+    for (size_t i = 0; i < node.size(); ++i) {
+        const std::string item_key = key + "[" + std::to_string(i) + "]";
+        cpus.push_back(static_cast<int>(get_int(node[i], item_key, 0, 1023)));  // CPU_SETSIZE
+    }
+    return cpus;
+}
+
+uint64_t get_ring_size(const YAML::Node& node, const std::string& key) {
+    constexpr int64_t lo = 4096;
+    constexpr int64_t hi = 268435456;
+    std::optional<int64_t> value;
+    if (node.IsScalar()) {
+        value = to_int(node.Scalar());
+    }
+    if (!value || *value < lo || *value > hi || (*value & (*value - 1)) != 0) {
+        fail(key, "must be a power of two between 4096 and 268435456 (got " + describe(node) + ")");
+    }
+    return static_cast<uint64_t>(*value);
+}
+
+std::string get_log_level(const YAML::Node& node, const std::string& key) {
+    std::string level = get_string(node, key);
+    for (std::string_view known : kLogLevels) {
+        if (level == known) {
+            return level;
+        }
+    }
+    fail(key, "must be one of trace, debug, info, warn, error, critical, off (got " +
+                  describe(node) + ")");
+}
+
+std::string get_metrics_listen(const YAML::Node& node, const std::string& key) {
+    std::string value = get_string(node, key);
+    if (!value.empty()) {
+        (void)parse_host_port(key, value);
+    }
+    return value;
+}
+
+using Setter = std::function<void(Config&, const YAML::Node&, const std::string&)>;
+
+// One entry per YAML key; the dotted key doubles as the override name.
+const std::vector<std::pair<std::string_view, Setter>>& setters() {
+    using N = const YAML::Node&;
+    using K = const std::string&;
+    static const std::vector<std::pair<std::string_view, Setter>> table = {
+        {"listen.unix_socket_dir",
+         [](Config& c, N n, K k) { c.listen.unix_socket_dir = get_string(n, k); }},
+        {"listen.port", [](Config& c, N n, K k) { c.listen.port = get_uint<uint16_t>(n, k, 1); }},
+        {"listen.tcp_address",
+         [](Config& c, N n, K k) { c.listen.tcp_address = get_string(n, k); }},
+        {"listen.backlog",
+         [](Config& c, N n, K k) { c.listen.backlog = static_cast<int>(get_int(n, k, 1, 65535)); }},
+        {"listen.unix_socket_mode",
+         [](Config& c, N n, K k) { c.listen.unix_socket_mode = get_mode(n, k); }},
+        {"upstream.unix_socket_dir",
+         [](Config& c, N n, K k) { c.upstream.unix_socket_dir = get_string(n, k); }},
+        {"upstream.host", [](Config& c, N n, K k) { c.upstream.host = get_string(n, k); }},
+        {"upstream.port",
+         [](Config& c, N n, K k) { c.upstream.port = get_uint<uint16_t>(n, k, 1); }},
+        {"upstream.connect_timeout_ms",
+         [](Config& c, N n, K k) { c.upstream.connect_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"workers.count",
+         [](Config& c, N n, K k) { c.workers.count = get_uint<unsigned>(n, k, 1, 256); }},
+        {"workers.cpu_affinity",
+         [](Config& c, N n, K k) { c.workers.cpu_affinity = get_cpu_list(n, k); }},
+        {"shm.enabled", [](Config& c, N n, K k) { c.shm.enabled = get_bool(n, k); }},
+        {"shm.max_ring_size",
+         [](Config& c, N n, K k) { c.shm.max_ring_size = get_ring_size(n, k); }},
+        {"shm.spin_us",
+         [](Config& c, N n, K k) { c.shm.spin_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+        {"shm.yield_us",
+         [](Config& c, N n, K k) { c.shm.yield_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+        {"metrics.listen",
+         [](Config& c, N n, K k) { c.metrics.listen = get_metrics_listen(n, k); }},
+        {"limits.max_sessions",
+         [](Config& c, N n, K k) { c.limits.max_sessions = get_uint<unsigned>(n, k, 1); }},
+        {"limits.startup_timeout_ms",
+         [](Config& c, N n, K k) { c.limits.startup_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
+    };
+    return table;
+}
+
+bool known_section(std::string_view section) {
+    for (std::string_view s : kSections) {
+        if (s == section) {
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string known_keys(std::string_view section) {
+    std::string out;
+    for (const auto& [key, setter] : setters()) {
+        if (key.substr(0, key.find('.')) == section) {
+            out += (out.empty() ? "" : ", ") + std::string(key.substr(key.find('.') + 1));
+        }
+    }
+    return out;
+}
+
+std::string known_sections() {
+    std::string out;
+    for (std::string_view s : kSections) {
+        out += (out.empty() ? "" : ", ") + std::string(s);
+    }
+    return out;
+}
+
+// Applies one "section.key" value; `where` ("line 3", "override 'x=y'") is appended to
+// any error so the user can find the offending spot.
+void apply(Config& config, const std::string& key, const YAML::Node& value,
+           const std::string& where) {
+    for (const auto& [name, setter] : setters()) {
+        if (name == key) {
+            try {
+                setter(config, value, key);
+            } catch (const ConfigError& e) {
+                throw ConfigError(std::string(e.what()) + " (" + where + ")");
+            }
+            return;
+        }
+    }
+    const std::string section = key.substr(0, key.find('.'));
+    if (!known_section(section)) {
+        fail(key, "unknown section '" + section + "' (expected one of " + known_sections() + ") (" +
+                      where + ")");
+    }
+    fail(key, "unknown key (" + section + " accepts " + known_keys(section) + ") (" + where + ")");
+}
+
+std::string line_of(const YAML::Node& node) {
+    const YAML::Mark mark = node.Mark();
+    return mark.is_null() ? std::string("in file") : "line " + std::to_string(mark.line + 1);
+}
+
+std::string key_text(const YAML::Node& key, const std::string& parent) {
+    if (!key.IsScalar()) {
+        fail(parent, "keys must be plain strings (" + line_of(key) + ")");
+    }
+    return key.Scalar();
+}
+
+void apply_section(Config& config, const std::string& section, const YAML::Node& body,
+                   const std::string& where) {
+    if (!known_section(section)) {
+        fail(section, "unknown section (expected one of " + known_sections() + ") (" + where + ")");
+    }
+    if (body.IsNull()) {
+        return;  // "listen:" with nothing under it keeps the defaults
+    }
+    if (!body.IsMap()) {
+        fail(section, "must be a mapping of keys (got " + describe(body) + ")");
+    }
+    std::set<std::string> seen;
+    for (const auto& entry : body) {
+        const std::string key = section + "." + key_text(entry.first, section);
+        if (!seen.insert(key).second) {
+            fail(key, "duplicate key (" + line_of(entry.first) + ")");
+        }
+        apply(config, key, entry.second, line_of(entry.first));
+    }
+}
+
+void apply_document(Config& config, const YAML::Node& root) {
+    if (root.IsNull()) {
+        return;  // empty file: defaults
+    }
+    if (!root.IsMap()) {
+        throw ConfigError("configuration: top level must be a mapping of sections (got " +
+                          describe(root) + ")");
+    }
+    std::set<std::string> seen;
+    for (const auto& entry : root) {
+        const std::string section = key_text(entry.first, "configuration");
+        if (!seen.insert(section).second) {
+            fail(section, "duplicate section (" + line_of(entry.first) + ")");
+        }
+        apply_section(config, section, entry.second, line_of(entry.first));
+    }
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& origin) {
+    try {
+        return YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+        throw ConfigError(origin + ": YAML syntax error at line " +
+                          std::to_string(e.mark.line + 1) + ", column " +
+                          std::to_string(e.mark.column + 1) + ": " + e.msg);
+    }
+}
+
+void apply_override(Config& config, const std::string& item) {
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const auto dot = key.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == key.size()) {
+        throw ConfigError("override '" + item + "': expected section.key=value");
+    }
+    const std::string where = "override '" + item + "'";
+    YAML::Node value;
+    try {
+        value = YAML::Load(item.substr(eq + 1));
+    } catch (const YAML::ParserException& e) {
+        fail(key, "invalid YAML value: " + e.msg + " (" + where + ")");
+    }
+    apply(config, key, value, where);
+}
+
+// Rules spanning several keys; single-key ranges are checked while parsing.
+void validate(const Config& config) {
+    if (config.listen.unix_socket_dir.empty() && config.listen.tcp_address.empty()) {
+        fail("listen.tcp_address",
+             "may not be empty when listen.unix_socket_dir is empty too (no listener left)");
+    }
+    if (config.upstream.host.empty() && config.upstream.unix_socket_dir.empty()) {
+        fail("upstream.unix_socket_dir",
+             "may not be empty when upstream.host is empty (no way to reach PostgreSQL)");
+    }
+}
+
+Config build(const YAML::Node& root, const std::vector<std::string>& overrides) {
+    Config config;
+    apply_document(config, root);
+    for (const auto& item : overrides) {
+        apply_override(config, item);
+    }
+    validate(config);
+    return config;
+}
+
+std::string read_file(const std::string& path) {
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    if (file == nullptr) {
+        throw ConfigError(path + ": cannot open: " + std::strerror(errno));
+    }
+    std::string text;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, file)) > 0) {
+        text.append(buf, n);
+    }
+    const int err = std::ferror(file) ? errno : 0;
+    std::fclose(file);
+    if (err != 0) {
+        throw ConfigError(path + ": cannot read: " + std::strerror(err));
+    }
+    return text;
+}
+
+bool all_digits(std::string_view s) {
+    if (s.empty()) {
+        return false;
+    }
+    for (char ch : s) {
+        if (ch < '0' || ch > '9') {
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+Config load(const std::string& path, const std::vector<std::string>& overrides) {
+    if (path.empty()) {
+        return build(YAML::Node(), overrides);
+    }
+    return build(parse_yaml(read_file(path), path), overrides);
+}
+
+Config load_from_string(const std::string& yaml, const std::vector<std::string>& overrides) {
+    return build(parse_yaml(yaml, "<string>"), overrides);
+}
+
+std::pair<std::string, uint16_t> parse_host_port(const std::string& key, const std::string& value) {
+    const std::string usage = " (got '" + value + "')";
+    std::string host;
+    std::string port;
+    if (!value.empty() && value.front() == '[') {
+        const auto close = value.find(']');
+        if (close == std::string::npos || close + 1 >= value.size() || value[close + 1] != ':') {
+            fail(key, "must be [ipv6]:port" + usage);
+        }
+        host = value.substr(1, close - 1);
+        port = value.substr(close + 2);
+    } else {
+        const auto colon = value.rfind(':');
+        if (colon == std::string::npos) {
+            fail(key, "must be host:port" + usage);
+        }
+        host = value.substr(0, colon);
+        port = value.substr(colon + 1);
+        if (host.find(':') != std::string::npos) {
+            fail(key, "IPv6 addresses must be bracketed, e.g. [::1]:9187" + usage);
+        }
+    }
+    if (host.empty()) {
+        fail(key, "host is empty; use host:port" + usage);
+    }
+    // Port 0 is accepted: the OS picks an ephemeral port.
+    if (!all_digits(port) || port.size() > 5 || std::stoul(port) > 65535) {
+        fail(key, "port must be an integer between 0 and 65535" + usage);
+    }
+    return {host, static_cast<uint16_t>(std::stoul(port))};
+}
+
+}  // namespace l5pg::config

@@ -1,0 +1,83 @@
+// l5pgd configuration: one YAML file plus `-o key=value` overrides, validated at start.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace l5pg::config {
+
+// Thrown for any invalid configuration. what() names the key and the reason, e.g.
+// "listen.port: must be between 1 and 65535 (got 70000)".
+class ConfigError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct ListenConfig {
+    std::string unix_socket_dir = "/var/run/l5pg";  // "" disables the Unix listener
+    uint16_t port = 6432;                           // .s.PGSQL.<port> and TCP port
+    std::string tcp_address = "127.0.0.1";          // "" disables the TCP listener
+    int backlog = 128;
+    uint32_t unix_socket_mode = 0777;  // octal in YAML ("0770")
+};
+
+struct UpstreamConfig {
+    std::string unix_socket_dir = "/var/run/postgresql";  // used when host is ""
+    std::string host;                                      // TCP host, optional
+    uint16_t port = 5432;
+    uint32_t connect_timeout_ms = 5000;
+};
+
+struct WorkersConfig {
+    unsigned count = 2;
+    std::vector<int> cpu_affinity;  // empty: no pinning; else worker i -> cpus[i % n]
+};
+
+struct ShmConfig {
+    bool enabled = true;
+    uint64_t max_ring_size = uint64_t{16} << 20;  // largest ring a client may ask for
+    uint32_t spin_us = 50;                        // worker busy-poll budget when idle
+    uint32_t yield_us = 200;                      // then sched_yield budget, then block
+};
+
+struct MetricsConfig {
+    std::string listen = "127.0.0.1:9187";  // host:port; "" disables
+};
+
+struct LimitsConfig {
+    unsigned max_sessions = 1000;
+    uint32_t startup_timeout_ms = 10000;  // client must finish its startup packet by then
+};
+
+struct LoggingConfig {
+    std::string level = "info";  // trace, debug, info, warn, error, critical, off
+};
+
+struct Config {
+    ListenConfig listen;
+    UpstreamConfig upstream;
+    WorkersConfig workers;
+    ShmConfig shm;
+    MetricsConfig metrics;
+    LimitsConfig limits;
+    LoggingConfig logging;
+};
+
+// Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted
+// keys as in the YAML), validates. Unknown keys are errors (typos must not pass).
+[[nodiscard]] Config load(const std::string& path,
+                          const std::vector<std::string>& overrides);
+
+// Same, from YAML text (for tests).
+[[nodiscard]] Config load_from_string(const std::string& yaml,
+                                      const std::vector<std::string>& overrides);
+
+// Splits "host:port" / "[v6]:port". Throws ConfigError naming `key`.
+[[nodiscard]] std::pair<std::string, uint16_t> parse_host_port(const std::string& key,
+                                                               const std::string& value);
+
+}  // namespace l5pg::config

@@ -1,0 +1,142 @@
+#include "daemon/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <iterator>
+
+namespace l5pg::daemon {
+
+namespace {
+
+constexpr std::array<Transport, kTransportCount> kTransports = {Transport::Tcp, Transport::Unix,
+                                                                Transport::Shm};
+
+constexpr size_t idx(Transport t) noexcept {
+    return static_cast<size_t>(t);
+}
+
+void bump(std::atomic<uint64_t>& counter, uint64_t n = 1) noexcept {
+    counter.fetch_add(n, std::memory_order_relaxed);
+}
+
+uint64_t read(const std::atomic<uint64_t>& counter) noexcept {
+    return counter.load(std::memory_order_relaxed);
+}
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <class T>
+void per_transport(std::string& out, std::string_view name, std::string_view type,
+                   std::string_view help, const std::array<std::atomic<T>, kTransportCount>& v) {
+    header(out, name, type, help);
+    for (Transport t : kTransports) {
+        fmt::format_to(std::back_inserter(out), "{}{{transport=\"{}\"}} {}\n", name, to_string(t),
+                       v[idx(t)].load(std::memory_order_relaxed));
+    }
+}
+
+void scalar(std::string& out, std::string_view name, std::string_view help, uint64_t value) {
+    header(out, name, "counter", help);
+    fmt::format_to(std::back_inserter(out), "{} {}\n", name, value);
+}
+
+}  // namespace
+
+std::string_view to_string(Transport t) noexcept {
+    switch (t) {
+        case Transport::Tcp:
+            return "tcp";
+        case Transport::Unix:
+            return "unix";
+        case Transport::Shm:
+            return "shm";
+    }
+    return "unknown";
+}
+
+std::string_view to_string(Direction d) noexcept {
+    switch (d) {
+        case Direction::ClientToServer:
+            return "client_to_server";
+        case Direction::ServerToClient:
+            return "server_to_client";
+    }
+    return "unknown";
+}
+
+void Metrics::session_opened(Transport t) noexcept {
+    bump(sessions_total_[idx(t)]);
+    sessions_active_[idx(t)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::session_closed(Transport t) noexcept {
+    sessions_active_[idx(t)].fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Metrics::add_bytes(Transport t, Direction d, uint64_t n) noexcept {
+    bump(d == Direction::ClientToServer ? bytes_c2s_[idx(t)] : bytes_s2c_[idx(t)], n);
+}
+
+void Metrics::upgrade_accepted() noexcept {
+    bump(upgrades_accepted_);
+}
+void Metrics::upgrade_declined() noexcept {
+    bump(upgrades_declined_);
+}
+void Metrics::session_error(Transport t) noexcept {
+    bump(session_errors_[idx(t)]);
+}
+void Metrics::upstream_connect_failed() noexcept {
+    bump(upstream_connect_failures_);
+}
+void Metrics::startup_rejected() noexcept {
+    bump(startup_rejected_);
+}
+void Metrics::doorbell_sent() noexcept {
+    bump(doorbells_);
+}
+void Metrics::worker_blocked() noexcept {
+    bump(worker_blocks_);
+}
+
+std::string Metrics::render() const {
+    std::string out;
+    out.reserve(4096);
+    per_transport(out, "l5pg_sessions_total", "counter", "Client sessions accepted.",
+                  sessions_total_);
+    per_transport(out, "l5pg_sessions_active", "gauge", "Client sessions currently open.",
+                  sessions_active_);
+
+    header(out, "l5pg_bytes_total", "counter", "Bytes forwarded between clients and upstream.");
+    for (Transport t : kTransports) {
+        for (Direction d : {Direction::ClientToServer, Direction::ServerToClient}) {
+            const auto& v = d == Direction::ClientToServer ? bytes_c2s_ : bytes_s2c_;
+            fmt::format_to(std::back_inserter(out),
+                           "l5pg_bytes_total{{transport=\"{}\",direction=\"{}\"}} {}\n",
+                           to_string(t), to_string(d), read(v[idx(t)]));
+        }
+    }
+
+    per_transport(out, "l5pg_session_errors_total", "counter", "Sessions closed by an error.",
+                  session_errors_);
+
+    header(out, "l5pg_upgrades_total", "counter", "Shared-memory upgrade requests by outcome.");
+    fmt::format_to(std::back_inserter(out),
+                   "l5pg_upgrades_total{{result=\"accepted\"}} {}\n"
+                   "l5pg_upgrades_total{{result=\"declined\"}} {}\n",
+                   read(upgrades_accepted_), read(upgrades_declined_));
+
+    scalar(out, "l5pg_upstream_connect_failures_total", "Failed connections to the upstream.",
+           read(upstream_connect_failures_));
+    scalar(out, "l5pg_startup_rejected_total", "Malformed or oversized startup packets rejected.",
+           read(startup_rejected_));
+    scalar(out, "l5pg_doorbells_total", "Shared-memory doorbell wake-ups sent to clients.",
+           read(doorbells_));
+    scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
+           read(worker_blocks_));
+    return out;
+}
+
+}  // namespace l5pg::daemon

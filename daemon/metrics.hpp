@@ -1,0 +1,59 @@
+// l5pgd's counters and their Prometheus text rendering. Lock-free: workers bump relaxed
+// atomics, the metrics thread reads them.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace l5pg::daemon {
+
+enum class Transport { Tcp, Unix, Shm };
+inline constexpr size_t kTransportCount = 3;
+[[nodiscard]] std::string_view to_string(Transport t) noexcept;  // "tcp", "unix", "shm"
+
+enum class Direction { ClientToServer, ServerToClient };
+[[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...
+
+class Metrics {
+public:
+    void session_opened(Transport t) noexcept;
+    void session_closed(Transport t) noexcept;
+    void add_bytes(Transport t, Direction d, uint64_t n) noexcept;
+    void upgrade_accepted() noexcept;
+    void upgrade_declined() noexcept;
+    void session_error(Transport t) noexcept;  // a session closed because of an error
+    void upstream_connect_failed() noexcept;
+    void startup_rejected() noexcept;  // garbage / oversized startup packet
+    void doorbell_sent() noexcept;     // SHM wake-ups written to clients
+    void worker_blocked() noexcept;    // a worker gave up spinning and blocked
+
+    // Prometheus text exposition format 0.0.4, with HELP and TYPE lines:
+    //   l5pg_sessions_total{transport}            counter
+    //   l5pg_sessions_active{transport}           gauge
+    //   l5pg_bytes_total{transport,direction}     counter
+    //   l5pg_session_errors_total{transport}      counter
+    //   l5pg_upgrades_total{result="accepted|declined"} counter
+    //   l5pg_upstream_connect_failures_total, l5pg_startup_rejected_total,
+    //   l5pg_doorbells_total, l5pg_worker_blocks_total   counters
+    [[nodiscard]] std::string render() const;
+
+private:
+    template <class T>
+    using PerTransport = std::array<std::atomic<T>, kTransportCount>;
+    PerTransport<uint64_t> sessions_total_{};
+    PerTransport<int64_t> sessions_active_{};
+    PerTransport<uint64_t> bytes_c2s_{};
+    PerTransport<uint64_t> bytes_s2c_{};
+    PerTransport<uint64_t> session_errors_{};
+    std::atomic<uint64_t> upgrades_accepted_{0};
+    std::atomic<uint64_t> upgrades_declined_{0};
+    std::atomic<uint64_t> upstream_connect_failures_{0};
+    std::atomic<uint64_t> startup_rejected_{0};
+    std::atomic<uint64_t> doorbells_{0};
+    std::atomic<uint64_t> worker_blocks_{0};
+};
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,144 @@
+#include "daemon/server.hpp"
+
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/upstream.hpp"
+#include "protocol/error_response.hpp"
+
+namespace l5pg::daemon {
+
+struct Server::Acceptor {
+    Server* server;
+    Transport transport;
+    evconnlistener* listener = nullptr;
+    ~Acceptor() {
+        if (listener != nullptr) evconnlistener_free(listener);
+    }
+};
+
+Server::Server(const config::Config& config, Metrics& metrics)
+    : config_(config), metrics_(metrics), base_(event_base_new()) {
+    if (!base_) throw std::runtime_error("cannot create the main libevent base");
+    const auto& listen = config.listen;
+    if (!listen.unix_socket_dir.empty())
+        unix_listener_ = std::make_unique<UnixListener>(listen.unix_socket_dir, listen.port,
+                                                        listen.backlog, listen.unix_socket_mode);
+    if (!listen.tcp_address.empty())
+        tcp_listener_ = std::make_unique<TcpListener>(listen.tcp_address, listen.port,
+                                                      listen.backlog);
+    for (unsigned i = 0; i < config.workers.count; ++i)
+        workers_.push_back(std::make_unique<Worker>(i, config, metrics));
+
+    auto add_acceptor = [this](int fd, Transport transport) {
+        auto acceptor = std::make_unique<Acceptor>(Acceptor{this, transport});
+        // The listener fd stays owned by UnixListener/TcpListener (no LEV_OPT_CLOSE_ON_FREE).
+        acceptor->listener = evconnlistener_new(base_.get(), accept_cb, acceptor.get(),
+                                                LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+        if (acceptor->listener == nullptr) throw std::runtime_error("evconnlistener_new failed");
+        acceptors_.push_back(std::move(acceptor));
+    };
+    if (unix_listener_) add_acceptor(unix_listener_->fd(), Transport::Unix);
+    if (tcp_listener_) add_acceptor(tcp_listener_->fd(), Transport::Tcp);
+
+    for (int sig : {SIGINT, SIGTERM, SIGQUIT, SIGHUP}) {
+        signal_events_.emplace_back(evsignal_new(base_.get(), sig, signal_cb, this));
+        evsignal_add(signal_events_.back().get(), nullptr);
+    }
+}
+
+Server::~Server() {
+    stop_accepting();
+    for (auto& worker : workers_) worker->stop();
+}
+
+int Server::run() {
+    for (auto& worker : workers_) worker->start();
+    spdlog::info("l5pgd ready: unix socket {}, tcp {}, upstream {}, {} workers, shm {}",
+                 unix_listener_ ? unix_listener_->path() : "(disabled)",
+                 tcp_listener_ ? tcp_listener_->description() : "(disabled)",
+                 describe_upstream(config_.upstream), workers_.size(),
+                 config_.shm.enabled ? "enabled" : "disabled");
+    event_base_dispatch(base_.get());
+    stop_accepting();
+    for (auto& worker : workers_) worker->stop();
+    spdlog::info("l5pgd stopped");
+    return 0;
+}
+
+void Server::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* arg) {
+    auto* acceptor = static_cast<Acceptor*>(arg);
+    acceptor->server->accept_client(fd, acceptor->transport);
+}
+
+void Server::accept_client(int fd, Transport transport) {
+    UniqueFd client(fd);
+    if (transport == Transport::Tcp) {
+        const int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    if (draining_ || active_sessions() >= config_.limits.max_sessions) {
+        const auto error = protocol::build_fatal(
+            draining_ ? protocol::kSqlstateCannotConnectNow
+                      : protocol::kSqlstateTooManyConnections,
+            draining_ ? "l5pgd is shutting down" : "l5pgd: too many sessions");
+        (void)!::send(fd, error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        return;
+    }
+    auto least_busy = std::min_element(
+        workers_.begin(), workers_.end(),
+        [](const auto& a, const auto& b) { return a->session_count() < b->session_count(); });
+    (*least_busy)->hand_over(std::move(client), transport);
+}
+
+size_t Server::active_sessions() const {
+    size_t total = 0;
+    for (const auto& worker : workers_) total += worker->session_count();
+    return total;
+}
+
+void Server::signal_cb(int sig, short, void* arg) {
+    auto* self = static_cast<Server*>(arg);
+    if (sig == SIGHUP) {
+        spdlog::warn("SIGHUP ignored: configuration reload is not supported, restart l5pgd");
+        return;
+    }
+    if (sig == SIGINT && !self->draining_) {
+        self->begin_graceful_shutdown();
+        return;
+    }
+    spdlog::info("received signal {}: shutting down now", sig);
+    event_base_loopbreak(self->base_.get());
+}
+
+void Server::begin_graceful_shutdown() {
+    draining_ = true;
+    stop_accepting();
+    spdlog::info("SIGINT: no new connections; waiting for {} sessions to end "
+                 "(send SIGTERM or SIGINT again to stop now)",
+                 active_sessions());
+    drain_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, drain_cb, this));
+    const timeval every{0, 100 * 1000};
+    event_add(drain_timer_.get(), &every);
+}
+
+void Server::drain_cb(int, short, void* arg) {
+    auto* self = static_cast<Server*>(arg);
+    if (self->active_sessions() == 0) event_base_loopbreak(self->base_.get());
+}
+
+void Server::stop_accepting() {
+    acceptors_.clear();
+    unix_listener_.reset();  // removes the socket and the marker file
+    tcp_listener_.reset();
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,53 @@
+// l5pgd's main loop: listeners, the acceptor, the workers and signal handling.
+//   SIGTERM, SIGQUIT: immediate shutdown (sessions closed; Postgres rolls back).
+//   SIGINT: graceful: stop accepting, wait for sessions to end; a second signal forces.
+//   SIGHUP: logged and ignored (no reload yet: restart to apply configuration).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "config/config.hpp"
+#include "daemon/event_ptr.hpp"
+#include "daemon/listener.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/worker.hpp"
+
+struct evconnlistener;
+
+namespace l5pg::daemon {
+
+class Server {
+public:
+    // Binds the listeners and starts the workers; throws std::runtime_error on failure.
+    Server(const config::Config& config, Metrics& metrics);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    // Runs until shutdown. Returns the process exit code.
+    int run();
+
+private:
+    struct Acceptor;
+    static void accept_cb(evconnlistener* listener, int fd, sockaddr* addr, int len, void* arg);
+    static void signal_cb(int sig, short what, void* arg);
+    static void drain_cb(int fd, short what, void* arg);
+    void accept_client(int fd, Transport transport);
+    void begin_graceful_shutdown();
+    void stop_accepting();
+    [[nodiscard]] size_t active_sessions() const;
+
+    const config::Config& config_;
+    Metrics& metrics_;
+    EventBasePtr base_;
+    std::unique_ptr<UnixListener> unix_listener_;
+    std::unique_ptr<TcpListener> tcp_listener_;
+    std::vector<std::unique_ptr<Acceptor>> acceptors_;
+    std::vector<std::unique_ptr<Worker>> workers_;
+    std::vector<EventPtr> signal_events_;
+    EventPtr drain_timer_;
+    bool draining_ = false;
+};
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,135 @@
+#include "daemon/session.hpp"
+
+#include <sys/socket.h>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/worker.hpp"
+#include "transport/shm/wait.hpp"
+
+namespace l5pg::daemon {
+
+std::string_view to_string(SessionState s) noexcept {
+    switch (s) {
+        case SessionState::Startup: return "startup";
+        case SessionState::Connecting: return "connecting";
+        case SessionState::Forwarding: return "forwarding";
+        case SessionState::Closed: return "closed";
+    }
+    return "?";
+}
+
+Session::Session(Worker& worker, uint64_t id, UniqueFd client, Transport listener)
+    : worker_(worker), metrics_(worker.metrics()), id_(id), transport_(listener),
+      client_(std::move(client)) {}
+
+// The worker closes every session (close() retires it) before destroying it.
+Session::~Session() = default;
+
+void Session::start() {
+    event_base* base = worker_.base();
+    client_read_.reset(event_new(base, client_.get(), EV_READ | EV_PERSIST, client_read_cb, this));
+    client_write_.reset(
+        event_new(base, client_.get(), EV_WRITE | EV_PERSIST, client_write_cb, this));
+    timer_.reset(evtimer_new(base, timer_cb, this));
+    set_event(client_read_.get(), true);
+    arm_timer(worker_.config().limits.startup_timeout_ms);
+    spdlog::debug("session {}: accepted on {} listener", id_, to_string(transport_));
+}
+
+void Session::set_event(event* ev, bool on) {
+    if (ev == nullptr) return;
+    const bool pending = event_pending(ev, EV_READ | EV_WRITE, nullptr) != 0;
+    if (on && !pending) event_add(ev, nullptr);
+    if (!on && pending) event_del(ev);
+}
+
+void Session::arm_timer(uint32_t ms) {
+    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+    evtimer_add(timer_.get(), &tv);
+}
+
+void Session::timer_cb(int, short, void* arg) {
+    auto* self = static_cast<Session*>(arg);
+    if (self->state_ == SessionState::Startup)
+        self->close("startup packet timeout", true);
+    else if (self->state_ == SessionState::Connecting)
+        self->fail_startup(protocol::kSqlstateConnectionFailure,
+                           "l5pgd: timeout connecting to the PostgreSQL server",
+                           "upstream connect timeout");
+}
+
+void Session::client_read_cb(int, short, void* arg) {
+    auto* self = static_cast<Session*>(arg);
+    self->worker_.note_activity();
+    if (self->state_ == SessionState::Startup && !self->is_shm())
+        self->on_startup_readable();
+    else if (self->is_shm())
+        self->on_doorbell();
+    else
+        self->on_client_readable();
+}
+
+void Session::client_write_cb(int, short, void* arg) {
+    static_cast<Session*>(arg)->on_client_writable();
+}
+
+void Session::upstream_read_cb(int, short, void* arg) {
+    auto* self = static_cast<Session*>(arg);
+    self->worker_.note_activity();
+    self->on_upstream_readable();
+}
+
+void Session::upstream_write_cb(int, short, void* arg) {
+    auto* self = static_cast<Session*>(arg);
+    self->worker_.note_activity();
+    if (self->state_ == SessionState::Connecting)
+        self->on_upstream_connected();
+    else
+        self->on_upstream_writable();
+}
+
+bool Session::arm_before_block() {
+    if (state_ == SessionState::Closed) return false;
+    from_client_.arm();
+    return from_client_.has_data() || (ring_full_ && to_client_ring_.free_bytes() > 0);
+}
+
+void Session::disarm_after_block() {
+    // A false return means we consumed nothing we need: the doorbell byte that the client
+    // wrote instead is drained by on_doorbell().
+    (void)from_client_.disarm();
+}
+
+void Session::close(std::string_view reason, bool error) {
+    if (state_ == SessionState::Closed) return;
+    const bool was_forwarding = state_ == SessionState::Forwarding;
+    state_ = SessionState::Closed;
+    if (error)
+        spdlog::warn("session {}: closing: {}", id_, reason);
+    else
+        spdlog::debug("session {}: closing: {}", id_, reason);
+    if (segment_) {
+        // Everything we published stays readable: the flag tells the client that no more
+        // will come, the doorbell wakes it if it is blocked.
+        segment_->header().server_closed.store(1, std::memory_order_release);
+        if (client_.valid()) (void)shm::ring_doorbell(client_.get());
+        worker_.set_polled(this, false);
+    }
+    if (counted_) {
+        metrics_.session_closed(transport_);
+        if (error && was_forwarding) metrics_.session_error(transport_);
+    }
+    client_read_.reset();
+    client_write_.reset();
+    upstream_read_.reset();
+    upstream_write_.reset();
+    timer_.reset();
+    upstream_.reset();  // Postgres sees EOF and rolls back an open transaction
+    client_.reset();
+    passed_fd_.reset();
+    segment_.reset();
+    worker_.retire(this);
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,128 @@
+// One client session: startup handshake (plain, SSL/GSS refusal, cancel forwarding, L5
+// upgrade), the upstream connection to Postgres, and byte forwarding in both directions
+// over either the client's socket or its shared-memory rings.
+//
+// States: Startup -> Connecting -> Forwarding -> Closed. Every teardown goes through
+// close(reason), which logs the session id and the reason once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/byte_queue.hpp"
+#include "daemon/event_ptr.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/unique_fd.hpp"
+#include "protocol/error_response.hpp"
+#include "protocol/startup.hpp"
+#include "transport/shm/ring.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace l5pg::daemon {
+
+class Worker;
+
+enum class SessionState { Startup, Connecting, Forwarding, Closed };
+[[nodiscard]] std::string_view to_string(SessionState s) noexcept;
+
+class Session {
+public:
+    Session(Worker& worker, uint64_t id, UniqueFd client, Transport listener);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    void start();
+
+    // Called by the worker's polling loop for SHM sessions: moves ring data to the
+    // upstream socket and resumes reading upstream when ring space was freed.
+    // Returns true if anything moved.
+    bool poll_shm();
+    // Arms the client->server ring's reader_waiting flag before the worker blocks;
+    // returns true if data arrived meanwhile (then the worker must not block).
+    bool arm_before_block();
+    void disarm_after_block();
+
+    [[nodiscard]] bool is_shm() const noexcept { return segment_.has_value(); }
+    [[nodiscard]] SessionState state() const noexcept { return state_; }
+    [[nodiscard]] uint64_t id() const noexcept { return id_; }
+
+    // Immediate teardown (also used at shutdown). `error` counts it in the metrics.
+    void close(std::string_view reason, bool error = false);
+
+private:
+    // startup (session_startup.cpp)
+    void on_startup_readable();
+    bool read_startup_from_socket();
+    bool read_startup_from_ring();
+    void process_startup_buffer();
+    void handle_startup_packet(const protocol::StartupPacket& packet, size_t length);
+    void handle_upgrade(const protocol::StartupPacket& packet);
+    [[nodiscard]] std::optional<std::string> try_attach(const protocol::L5UpgradeRequest& req);
+    void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
+    void on_upstream_connected();
+    void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view log);
+
+    // forwarding (session_forward.cpp)
+    void on_client_readable();
+    void on_client_writable();
+    void on_upstream_readable();
+    void on_upstream_writable();
+    void on_doorbell();
+    void read_upstream_into_ring();
+    void read_upstream_into_queue();
+    bool forward_ring_to_upstream();
+    void answer_poke();
+    void flush_upstream();
+    void flush_client();
+    void send_to_client(std::span<const std::byte> bytes);
+    void wake_client();  // writes one doorbell byte to an SHM client
+    void finish_after_flush(std::string reason);
+    void update_upstream_reading();
+
+    // events (session.cpp)
+    static void client_read_cb(int fd, short what, void* arg);
+    static void client_write_cb(int fd, short what, void* arg);
+    static void upstream_read_cb(int fd, short what, void* arg);
+    static void upstream_write_cb(int fd, short what, void* arg);
+    static void timer_cb(int fd, short what, void* arg);
+    void arm_timer(uint32_t ms);
+    void set_event(event* ev, bool on);
+
+    Worker& worker_;
+    Metrics& metrics_;
+    const uint64_t id_;
+    Transport transport_;
+    SessionState state_ = SessionState::Startup;
+    bool counted_ = false;           // included in sessions_active
+    bool cancel_request_ = false;    // upstream leg only carries a CancelRequest
+    bool close_when_flushed_ = false;  // close once to_client_ (or to_upstream_) drains
+    std::string close_reason_;         // for close_when_flushed_
+    bool upstream_blocked_ = false;  // upstream send returned EAGAIN
+    bool upstream_reading_ = false;  // upstream_read_ is added
+    bool ring_full_ = false;         // server->client ring had no room
+
+    UniqueFd client_;
+    UniqueFd upstream_;
+    UniqueFd passed_fd_;  // memfd received with an upgrade request
+
+    EventPtr client_read_;
+    EventPtr client_write_;
+    EventPtr upstream_read_;
+    EventPtr upstream_write_;
+    EventPtr timer_;
+
+    std::vector<std::byte> startup_;  // private copy of the startup packet being read
+    ByteQueue to_upstream_;
+    ByteQueue to_client_;  // socket clients only
+
+    std::optional<shm::Segment> segment_;
+    shm::RingReader from_client_;
+    shm::RingWriter to_client_ring_;
+};
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,313 @@
+// Forwarding phase: bytes between the client (socket or SHM rings) and the upstream
+// Postgres socket, with backpressure in both directions. Nothing is parsed here.
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/session.hpp"
+#include "daemon/worker.hpp"
+#include "transport/shm/wait.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+constexpr size_t kSocketChunk = 64 * 1024;
+// Stop reading one side while this much is queued for the other (socket clients).
+constexpr size_t kHighWater = 256 * 1024;
+// Largest single recv from Postgres straight into the server->client ring.
+constexpr size_t kRingChunk = 256 * 1024;
+// Upstream reads per readiness callback before giving other sessions a turn.
+constexpr int kRingReadsPerWakeup = 16;
+
+[[nodiscard]] bool transient(int err) noexcept { return err == EAGAIN || err == EINTR; }
+
+}  // namespace
+
+void Session::finish_after_flush(std::string reason) {
+    close_when_flushed_ = true;
+    close_reason_ = std::move(reason);
+}
+
+void Session::wake_client() {
+    metrics_.doorbell_sent();
+    if (!shm::ring_doorbell(client_.get())) close("client socket gone (doorbell failed)");
+}
+
+bool Session::poll_shm() {
+    switch (state_) {
+        case SessionState::Closed:
+        case SessionState::Connecting:
+            return false;
+        case SessionState::Startup: {
+            bool progress = false;
+            // Several startup packets may be queued (SSLRequest, then StartupMessage).
+            while (state_ == SessionState::Startup) {
+                const size_t before = startup_.size();
+                if (!read_startup_from_ring() || startup_.size() == before) break;
+                progress = true;
+                process_startup_buffer();
+            }
+            return progress;
+        }
+        case SessionState::Forwarding:
+            break;
+    }
+    bool moved = forward_ring_to_upstream();
+    answer_poke();
+    if (ring_full_ && state_ == SessionState::Forwarding && to_client_ring_.free_bytes() > 0) {
+        (void)to_client_ring_.disarm();
+        ring_full_ = false;
+        read_upstream_into_ring();
+        update_upstream_reading();
+        moved = true;
+    }
+    return moved;
+}
+
+// A client that returns from recv() with data still in our ring arms reader_waiting and
+// pokes us with a doorbell byte: it may next wait in an epoll we do not interpose
+// (psycopg 3, asyncio), which only wakes if a byte arrives on its socket. Data already
+// published never triggers reader_needs_wakeup() again, so answer here.
+void Session::answer_poke() {
+    if (state_ != SessionState::Forwarding) return;
+    if (segment_->header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0) return;
+    if (!to_client_ring_.empty() && to_client_ring_.reader_needs_wakeup()) wake_client();
+}
+
+bool Session::forward_ring_to_upstream() {
+    bool moved = false;
+    while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
+           to_upstream_.empty()) {
+        std::span<const std::byte> data;
+        const shm::RingStatus status = from_client_.peek(data);
+        if (status == shm::RingStatus::Empty) break;
+        if (status != shm::RingStatus::Ok) {
+            close("shm protocol violation in the client->server ring", true);
+            return moved;
+        }
+        // Sent straight from shared memory: the kernel copies it and we never parse it.
+        const ssize_t n = ::send(upstream_.get(), data.data(), data.size(),
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            from_client_.consume(static_cast<size_t>(n));
+            metrics_.add_bytes(transport_, Direction::ClientToServer, static_cast<uint64_t>(n));
+            moved = true;
+        } else if (n < 0 && errno == EAGAIN) {
+            upstream_blocked_ = true;
+            set_event(upstream_write_.get(), true);
+        } else if (!(n < 0 && errno == EINTR)) {
+            close(fmt::format("upstream write error: {}", std::strerror(errno)), true);
+            return moved;
+        }
+    }
+    if (moved && state_ != SessionState::Closed && from_client_.writer_needs_wakeup())
+        wake_client();
+    return moved;
+}
+
+void Session::on_doorbell() {
+    size_t count = 0;
+    switch (shm::drain_doorbells(client_.get(), count)) {
+        case shm::DrainResult::Drained:
+            poll_shm();
+            return;
+        case shm::DrainResult::PeerClosed: {
+            // Forward what the client published before it went away, then hang up: if it
+            // died mid-transaction, Postgres rolls back when the upstream closes.
+            poll_shm();
+            const bool clean = segment_ && segment_->header().client_closed.load(
+                                               std::memory_order_acquire) != 0;
+            close(clean ? "client closed the connection" : "client disconnected");
+            return;
+        }
+        case shm::DrainResult::Error:
+            close(fmt::format("client socket error: {}", std::strerror(errno)), true);
+            return;
+    }
+}
+
+void Session::on_upstream_readable() {
+    if (is_shm())
+        read_upstream_into_ring();
+    else
+        read_upstream_into_queue();
+}
+
+void Session::read_upstream_into_ring() {
+    bool published = false;
+    for (int i = 0; i < kRingReadsPerWakeup && state_ == SessionState::Forwarding; ++i) {
+        std::span<std::byte> space;
+        const shm::RingStatus status = to_client_ring_.reserve(kRingChunk, space);
+        if (status == shm::RingStatus::Corrupt) {
+            close("shm protocol violation: impossible read position in the server->client ring",
+                  true);
+            return;
+        }
+        if (status == shm::RingStatus::Full) {
+            // Dekker: arm, then re-check, so the client's next consume rings our doorbell.
+            to_client_ring_.arm();
+            if (to_client_ring_.free_bytes() > 0) {
+                (void)to_client_ring_.disarm();
+                continue;
+            }
+            ring_full_ = true;
+            break;
+        }
+        const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
+        if (n > 0) {
+            to_client_ring_.commit(static_cast<size_t>(n));
+            metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
+            published = true;
+            if (static_cast<size_t>(n) < space.size()) break;
+        } else if (n == 0) {
+            close("server closed the connection");
+            return;
+        } else if (errno == EAGAIN) {
+            break;
+        } else if (errno != EINTR) {
+            close(fmt::format("upstream read error: {}", std::strerror(errno)), true);
+            return;
+        }
+    }
+    if (published && to_client_ring_.reader_needs_wakeup()) wake_client();
+    update_upstream_reading();
+}
+
+void Session::read_upstream_into_queue() {
+    std::span<std::byte> space = to_client_.prepare(kSocketChunk);
+    const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
+    const int err = errno;
+    to_client_.commit(n > 0 ? static_cast<size_t>(n) : 0);
+    if (n == 0) {
+        // Postgres hung up (often right after a FATAL ErrorResponse): deliver what it
+        // sent, then close.
+        upstream_read_.reset();
+        upstream_.reset();
+        finish_after_flush("server closed the connection");
+    } else if (n < 0 && !transient(err)) {
+        close(fmt::format("upstream read error: {}", std::strerror(err)), true);
+        return;
+    }
+    flush_client();
+}
+
+void Session::on_client_readable() {
+    if (!upstream_.valid() || to_upstream_.size() >= kHighWater) {
+        if (close_when_flushed_) {
+            std::byte discard[4096];
+            if (::recv(client_.get(), discard, sizeof discard, MSG_DONTWAIT) == 0)
+                close("client disconnected");
+            return;
+        }
+        set_event(client_read_.get(), false);
+        return;
+    }
+    std::span<std::byte> space = to_upstream_.prepare(kSocketChunk);
+    const ssize_t n = ::recv(client_.get(), space.data(), space.size(), MSG_DONTWAIT);
+    const int err = errno;
+    to_upstream_.commit(n > 0 ? static_cast<size_t>(n) : 0);
+    if (n == 0) {
+        flush_upstream();
+        close("client disconnected");
+        return;
+    }
+    if (n < 0 && !transient(err)) {
+        close(fmt::format("client read error: {}", std::strerror(err)), true);
+        return;
+    }
+    flush_upstream();
+}
+
+void Session::flush_upstream() {
+    if (state_ != SessionState::Forwarding || !upstream_.valid()) return;
+    while (!to_upstream_.empty()) {
+        const auto data = to_upstream_.front();
+        const ssize_t n =
+            ::send(upstream_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            to_upstream_.consume(static_cast<size_t>(n));
+            metrics_.add_bytes(transport_, Direction::ClientToServer, static_cast<uint64_t>(n));
+        } else if (n < 0 && errno == EAGAIN) {
+            upstream_blocked_ = true;
+            set_event(upstream_write_.get(), true);
+            if (to_upstream_.size() >= kHighWater) set_event(client_read_.get(), false);
+            return;
+        } else if (!(n < 0 && errno == EINTR)) {
+            close(fmt::format("upstream write error: {}", std::strerror(errno)), true);
+            return;
+        }
+    }
+    upstream_blocked_ = false;
+    set_event(upstream_write_.get(), false);
+    if (cancel_request_ && close_when_flushed_) {
+        close(close_reason_);
+        return;
+    }
+    set_event(client_read_.get(), true);
+}
+
+void Session::on_upstream_writable() {
+    upstream_blocked_ = false;
+    set_event(upstream_write_.get(), false);
+    flush_upstream();
+    if (is_shm()) forward_ring_to_upstream();
+}
+
+void Session::send_to_client(std::span<const std::byte> bytes) {
+    if (!is_shm()) {
+        to_client_.append(bytes);
+        flush_client();
+        return;
+    }
+    while (!bytes.empty() && state_ != SessionState::Closed) {
+        shm::RingStatus status = shm::RingStatus::Ok;
+        const size_t n = to_client_ring_.write(bytes, status);
+        if (status == shm::RingStatus::Corrupt || n == 0) {
+            close("cannot write to the client ring", true);
+            return;
+        }
+        metrics_.add_bytes(transport_, Direction::ServerToClient, n);
+        bytes = bytes.subspan(n);
+    }
+    if (to_client_ring_.reader_needs_wakeup()) wake_client();
+    if (close_when_flushed_) close(close_reason_);
+}
+
+void Session::flush_client() {
+    while (!to_client_.empty()) {
+        const auto data = to_client_.front();
+        const ssize_t n =
+            ::send(client_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            to_client_.consume(static_cast<size_t>(n));
+            metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
+        } else if (n < 0 && errno == EAGAIN) {
+            set_event(client_write_.get(), true);
+            update_upstream_reading();
+            return;
+        } else if (!(n < 0 && errno == EINTR)) {
+            close(fmt::format("client write error: {}", std::strerror(errno)));
+            return;
+        }
+    }
+    set_event(client_write_.get(), false);
+    if (close_when_flushed_) {
+        close(close_reason_);
+        return;
+    }
+    update_upstream_reading();
+}
+
+void Session::on_client_writable() { flush_client(); }
+
+void Session::update_upstream_reading() {
+    const bool want = state_ == SessionState::Forwarding && upstream_.valid() &&
+                      !cancel_request_ && (is_shm() ? !ring_full_ : to_client_.size() < kHighWater);
+    set_event(upstream_read_.get(), want);
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,246 @@
+// Startup phase: read one startup packet at a time (exactly its length, so nothing that
+// follows it is consumed by accident), answer SSL/GSS requests with 'N', forward cancel
+// requests, attach the shared memory of an L5 upgrade, and open the upstream connection
+// for a StartupMessage.
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/session.hpp"
+#include "daemon/upstream.hpp"
+#include "daemon/worker.hpp"
+#include "protocol/wire.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+// How many more bytes the packet in `buf` needs: its declared length once known.
+size_t startup_bytes_wanted(const std::vector<std::byte>& buf) {
+    if (buf.size() < 4) return 4 - buf.size();
+    const uint32_t declared = protocol::read_be32(buf.data());
+    if (declared < protocol::kMinStartupPacketLength ||
+        declared > protocol::kMaxStartupPacketLength)
+        return 0;  // invalid: let the parser say so
+    return declared > buf.size() ? declared - buf.size() : 0;
+}
+
+// Keeps the first SCM_RIGHTS descriptor of a message, closes any others.
+void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (!keep.valid())
+                keep.reset(fd);
+            else
+                ::close(fd);
+        }
+    }
+}
+
+}  // namespace
+
+void Session::on_startup_readable() {
+    if (read_startup_from_socket()) process_startup_buffer();
+}
+
+// Returns false when the session was closed.
+bool Session::read_startup_from_socket() {
+    const size_t want = startup_bytes_wanted(startup_);
+    if (want == 0) return true;
+    const size_t have = startup_.size();
+    startup_.resize(have + want);
+    iovec iov{startup_.data() + have, want};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(client_.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    startup_.resize(have + (n > 0 ? static_cast<size_t>(n) : 0));
+    if (n > 0) collect_passed_fds(msg, passed_fd_);
+    if (n == 0) {
+        close(have == 0 ? "client disconnected before startup" : "client disconnected mid startup packet");
+        return false;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        close(fmt::format("client read error during startup: {}", std::strerror(errno)), true);
+        return false;
+    }
+    return true;
+}
+
+bool Session::read_startup_from_ring() {
+    for (;;) {
+        const size_t want = startup_bytes_wanted(startup_);
+        if (want == 0) return true;
+        std::byte chunk[512];
+        shm::RingStatus status = shm::RingStatus::Ok;
+        const size_t n = from_client_.read({chunk, std::min(want, sizeof chunk)}, status);
+        if (status == shm::RingStatus::Corrupt) {
+            close("shm protocol violation in the client->server ring", true);
+            return false;
+        }
+        if (n == 0) return true;
+        if (from_client_.writer_needs_wakeup()) wake_client();
+        startup_.insert(startup_.end(), chunk, chunk + n);
+    }
+}
+
+void Session::process_startup_buffer() {
+    const protocol::StartupParse parse = protocol::parse_startup_packet(startup_);
+    if (parse.status == protocol::ParseStatus::NeedMore) return;
+    if (parse.status == protocol::ParseStatus::Invalid) {
+        metrics_.startup_rejected();
+        fail_startup(protocol::kSqlstateProtocolViolation, parse.error,
+                     "invalid startup packet: " + parse.error);
+        return;
+    }
+    const size_t length = parse.packet.length;
+    handle_startup_packet(parse.packet, length);
+}
+
+void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_t length) {
+    using protocol::StartupKind;
+    switch (packet.kind) {
+        case StartupKind::SslRequest:
+        case StartupKind::GssEncRequest: {
+            // No TLS/GSS encryption in l5pgd yet: like a Postgres without it, say 'N' and
+            // let the client continue in plaintext (or give up if it requires it).
+            startup_.clear();
+            const std::byte no{'N'};
+            send_to_client({&no, 1});
+            return;
+        }
+        case StartupKind::L5Upgrade:
+            handle_upgrade(packet);
+            return;
+        case StartupKind::CancelRequest:
+            begin_upstream({startup_.data(), length}, /*cancel=*/true);
+            return;
+        case StartupKind::Startup:
+            begin_upstream({startup_.data(), length}, /*cancel=*/false);
+            return;
+    }
+}
+
+void Session::handle_upgrade(const protocol::StartupPacket& packet) {
+    startup_.clear();
+    std::optional<std::string> refusal = try_attach(packet.upgrade);
+    passed_fd_.reset();
+    const std::byte answer = refusal ? protocol::kL5Declined : protocol::kL5Accepted;
+    if (::send(client_.get(), &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+        close("cannot answer the upgrade request", true);
+        return;
+    }
+    if (refusal) {
+        metrics_.upgrade_declined();
+        spdlog::info("session {}: upgrade declined: {}", id_, *refusal);
+        segment_.reset();
+        return;
+    }
+    metrics_.upgrade_accepted();
+    transport_ = Transport::Shm;
+    from_client_ = shm::RingReader(segment_->header().c2s, segment_->c2s_data(),
+                                   segment_->c2s_size());
+    to_client_ring_ = shm::RingWriter(segment_->header().s2c, segment_->s2c_data(),
+                                      segment_->s2c_size());
+    worker_.set_polled(this, true);
+    spdlog::debug("session {}: upgraded to shared memory (rings {} / {} bytes)", id_,
+                  segment_->c2s_size(), segment_->s2c_size());
+}
+
+std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest& req) {
+    const config::ShmConfig& cfg = worker_.config().shm;
+    if (transport_ != Transport::Unix) return "shared memory needs the Unix socket listener";
+    if (!cfg.enabled) return "shm.enabled is false";
+    if (req.transport != protocol::L5Transport::Shm) return "transport not supported";
+    if (!passed_fd_.valid()) return "no memfd was passed with the request";
+    if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
+        return fmt::format("ring size above shm.max_ring_size ({})", cfg.max_ring_size);
+    shm::SysError error;
+    segment_ = shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size,
+                                    req.s2c_ring_size, error);
+    if (!segment_)
+        return fmt::format("cannot attach the shared memory: {}{}{}", error.what,
+                           error.err ? ": " : "", error.err ? std::strerror(error.err) : "");
+    return std::nullopt;
+}
+
+void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel) {
+    const config::UpstreamConfig& cfg = worker_.config().upstream;
+    cancel_request_ = cancel;
+    to_upstream_.append(first_bytes);
+    startup_.clear();
+    UpstreamConnect attempt = start_upstream_connect(cfg);
+    if (!attempt.fd.valid()) {
+        metrics_.upstream_connect_failed();
+        fail_startup(protocol::kSqlstateConnectionFailure,
+                     fmt::format("l5pgd: could not connect to the PostgreSQL server at \"{}\": {}",
+                                 describe_upstream(cfg), std::strerror(attempt.error)),
+                     "upstream connect failed");
+        return;
+    }
+    upstream_ = std::move(attempt.fd);
+    event_base* base = worker_.base();
+    upstream_read_.reset(
+        event_new(base, upstream_.get(), EV_READ | EV_PERSIST, upstream_read_cb, this));
+    upstream_write_.reset(
+        event_new(base, upstream_.get(), EV_WRITE | EV_PERSIST, upstream_write_cb, this));
+    state_ = SessionState::Connecting;
+    if (attempt.in_progress) {
+        arm_timer(cfg.connect_timeout_ms);
+        set_event(upstream_write_.get(), true);
+        return;
+    }
+    on_upstream_connected();
+}
+
+void Session::on_upstream_connected() {
+    if (const int err = finish_upstream_connect(upstream_.get()); err != 0) {
+        metrics_.upstream_connect_failed();
+        fail_startup(protocol::kSqlstateConnectionFailure,
+                     fmt::format("l5pgd: could not connect to the PostgreSQL server at \"{}\": {}",
+                                 describe_upstream(worker_.config().upstream),
+                                 std::strerror(err)),
+                     "upstream connect failed");
+        return;
+    }
+    evtimer_del(timer_.get());
+    set_event(upstream_write_.get(), false);
+    state_ = SessionState::Forwarding;
+    if (!cancel_request_) {
+        counted_ = true;
+        metrics_.session_opened(transport_);
+        update_upstream_reading();
+    } else {
+        // Postgres reads the cancel key and closes; we close after handing it over.
+        finish_after_flush("cancel request forwarded");
+    }
+    flush_upstream();
+}
+
+void Session::fail_startup(std::string_view sqlstate, std::string_view message,
+                           std::string_view log) {
+    spdlog::info("session {}: {}: {}", id_, log, message);
+    if (cancel_request_) {  // libpq ignores the cancel connection's outcome
+        close(log);
+        return;
+    }
+    const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
+    state_ = SessionState::Forwarding;  // nothing more is read from the client
+    upstream_.reset();
+    upstream_read_.reset();
+    upstream_write_.reset();
+    finish_after_flush(std::string(log));
+    send_to_client(error);
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,193 @@
+#include "daemon/worker.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/session.hpp"
+#include "transport/shm/wait.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+EventBasePtr make_worker_base() {
+    // One thread uses this base; new work arrives through the eventfd, so no locking.
+    event_config* cfg = event_config_new();
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+    EventBasePtr base(event_base_new_with_config(cfg));
+    event_config_free(cfg);
+    if (!base) throw std::runtime_error("cannot create a libevent base for a worker");
+    return base;
+}
+
+void pin_current_thread(int cpu, unsigned index) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (const int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0)
+        spdlog::warn("worker {}: cannot pin to CPU {}: {}", index, cpu, std::strerror(rc));
+}
+
+void block_process_signals() {
+    // Signals are handled by the main thread's event loop only.
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+}  // namespace
+
+Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics)
+    : index_(index), config_(config), metrics_(metrics), base_(make_worker_base()),
+      next_id_(uint64_t{index} << 48) {
+    wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!wake_fd_.valid())
+        throw std::runtime_error(fmt::format("eventfd: {}", std::strerror(errno)));
+    wake_event_.reset(event_new(base_.get(), wake_fd_.get(), EV_READ | EV_PERSIST, wake_cb, this));
+    event_add(wake_event_.get(), nullptr);
+}
+
+Worker::~Worker() { stop(); }
+
+void Worker::start() { thread_ = std::thread([this] { run(); }); }
+
+void Worker::stop() {
+    if (!thread_.joinable()) return;
+    stopping_.store(true);
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof one);
+    thread_.join();
+}
+
+void Worker::hand_over(UniqueFd client, Transport listener) {
+    {
+        std::lock_guard lock(handover_mutex_);
+        handed_over_.emplace_back(std::move(client), listener);
+    }
+    session_count_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof one);
+}
+
+void Worker::wake_cb(int fd, short, void* arg) {
+    uint64_t value;
+    (void)!::read(fd, &value, sizeof value);
+    static_cast<Worker*>(arg)->adopt_handed_over();
+}
+
+void Worker::adopt_handed_over() {
+    std::vector<std::pair<UniqueFd, Transport>> batch;
+    {
+        std::lock_guard lock(handover_mutex_);
+        batch.swap(handed_over_);
+    }
+    for (auto& [fd, transport] : batch) {
+        auto session = std::make_unique<Session>(*this, ++next_id_, std::move(fd), transport);
+        Session* raw = session.get();
+        sessions_.emplace(raw, std::move(session));
+        raw->start();
+    }
+    activity_ = true;
+}
+
+void Worker::set_polled(Session* session, bool polled) {
+    auto it = std::find(polled_.begin(), polled_.end(), session);
+    if (polled && it == polled_.end()) polled_.push_back(session);
+    if (!polled && it != polled_.end()) polled_.erase(it);
+}
+
+void Worker::retire(Session* session) { retired_.push_back(session); }
+
+void Worker::reap() {
+    for (Session* session : retired_) {
+        if (sessions_.erase(session) != 0)
+            session_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    retired_.clear();
+}
+
+bool Worker::poll_sessions() {
+    bool progress = false;
+    // Index loop: a session may close (and leave polled_) while being polled.
+    for (size_t i = 0; i < polled_.size(); ++i) {
+        Session* session = polled_[i];
+        if (session->poll_shm()) progress = true;
+    }
+    return progress;
+}
+
+// Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)
+// and only then sleeps in epoll; a client that publishes after our re-check sees the
+// flag and writes a doorbell byte, which wakes the epoll.
+void Worker::block_until_event() {
+    bool ready = false;
+    for (Session* session : polled_) ready = session->arm_before_block() || ready;
+    if (!ready) {
+        metrics_.worker_blocked();
+        event_base_loop(base_.get(), EVLOOP_ONCE);
+    }
+    for (size_t i = 0; i < polled_.size(); ++i) polled_[i]->disarm_after_block();
+}
+
+void Worker::run() {
+    block_process_signals();
+    const auto& cpus = config_.workers.cpu_affinity;
+    if (!cpus.empty()) pin_current_thread(cpus[index_ % cpus.size()], index_);
+    spdlog::debug("worker {} started", index_);
+
+    using clock = std::chrono::steady_clock;
+    const auto spin = std::chrono::microseconds(config_.shm.spin_us);
+    const auto spin_and_yield = spin + std::chrono::microseconds(config_.shm.yield_us);
+    auto last_progress = clock::now();
+    while (!stopping_.load(std::memory_order_relaxed)) {
+        activity_ = false;
+        if (polled_.empty()) {
+            event_base_loop(base_.get(), EVLOOP_ONCE);
+            reap();
+            last_progress = clock::now();
+            continue;
+        }
+        const bool progress = poll_sessions();
+        event_base_loop(base_.get(), EVLOOP_NONBLOCK);
+        reap();
+        const auto now = clock::now();
+        if (progress || activity_) {
+            last_progress = now;
+        } else if (now - last_progress < spin) {
+            shm::cpu_relax();
+        } else if (now - last_progress < spin_and_yield) {
+            shm::sched_yield_noexcept();
+        } else {
+            block_until_event();
+            reap();
+            last_progress = clock::now();
+        }
+    }
+    close_all("l5pgd is shutting down");
+    spdlog::debug("worker {} stopped", index_);
+}
+
+void Worker::close_all(std::string_view reason) {
+    std::vector<Session*> all;
+    all.reserve(sessions_.size());
+    for (auto& [raw, owned] : sessions_) all.push_back(raw);
+    for (Session* session : all) session->close(reason);
+    reap();
+    adopt_handed_over();  // sockets queued after the loop ended: close them too
+    all.clear();
+    for (auto& [raw, owned] : sessions_) all.push_back(raw);
+    for (Session* session : all) session->close(reason);
+    reap();
+}
+
+}  // namespace l5pg::daemon

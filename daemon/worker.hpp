@@ -1,0 +1,78 @@
+// A worker thread: owns its sessions and one libevent base. While SHM sessions are busy
+// it polls their rings in a loop (spin, then sched_yield); when idle past the budget it
+// arms every ring's wake-up flag and blocks in epoll until a doorbell, an upstream
+// socket or a new session wakes it (DESIGN.md "Waiting").
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.hpp"
+#include "daemon/event_ptr.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/unique_fd.hpp"
+
+namespace l5pg::daemon {
+
+class Session;
+
+class Worker {
+public:
+    Worker(unsigned index, const config::Config& config, Metrics& metrics);
+    ~Worker();
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+
+    void start();
+    // Closes every session and joins the thread.
+    void stop();
+    // Thread-safe: queue an accepted client socket for this worker.
+    void hand_over(UniqueFd client, Transport listener);
+    [[nodiscard]] size_t session_count() const noexcept {
+        return session_count_.load(std::memory_order_relaxed);
+    }
+
+    // For sessions, on the worker thread only.
+    [[nodiscard]] event_base* base() const noexcept { return base_.get(); }
+    [[nodiscard]] const config::Config& config() const noexcept { return config_; }
+    [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
+    void note_activity() noexcept { activity_ = true; }
+    void set_polled(Session* session, bool polled);
+    void retire(Session* session);
+
+private:
+    static void wake_cb(int fd, short what, void* arg);
+    void run();
+    void adopt_handed_over();
+    bool poll_sessions();
+    void block_until_event();
+    void reap();
+    void close_all(std::string_view reason);
+
+    const unsigned index_;
+    const config::Config& config_;
+    Metrics& metrics_;
+    EventBasePtr base_;
+    UniqueFd wake_fd_;  // eventfd: new sessions and stop requests
+    EventPtr wake_event_;
+    std::thread thread_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<size_t> session_count_{0};
+    bool activity_ = false;
+
+    std::mutex handover_mutex_;
+    std::vector<std::pair<UniqueFd, Transport>> handed_over_;  // guarded by the mutex
+
+    uint64_t next_id_;
+    std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
+    std::vector<Session*> polled_;   // SHM sessions in the polling loop
+    std::vector<Session*> retired_;  // closed, destroyed after the current callback
+};
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,36 @@
+// ErrorResponse ('E') builder, for errors l5pgd reports itself.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace l5pg::protocol {
+
+// SQLSTATEs l5pgd uses.
+inline constexpr std::string_view kSqlstateProtocolViolation = "08P01";
+inline constexpr std::string_view kSqlstateConnectionFailure = "08006";
+inline constexpr std::string_view kSqlstateCannotConnectNow = "57P03";
+inline constexpr std::string_view kSqlstateTooManyConnections = "53300";
+
+struct ErrorFields {
+    std::string_view severity = "FATAL";  // written as both S and V fields
+    std::string_view sqlstate = kSqlstateProtocolViolation;
+    std::string_view message;
+    std::string_view detail;  // optional
+    std::string_view hint;    // optional
+};
+
+// A complete 'E' message. NUL bytes inside fields are dropped (they would end the field).
+[[nodiscard]] std::vector<std::byte> build_error_response(const ErrorFields& fields);
+
+// The common case: a FATAL error with a SQLSTATE and a message.
+[[nodiscard]] inline std::vector<std::byte> build_fatal(std::string_view sqlstate,
+                                                        std::string_view message) {
+    ErrorFields fields;
+    fields.sqlstate = sqlstate;
+    fields.message = message;
+    return build_error_response(fields);
+}
+
+}  // namespace l5pg::protocol

@@ -1,0 +1,86 @@
+// PG v3 startup-phase packets: [int32 length incl. itself][int32 code][body].
+// StartupMessage, SSLRequest, GSSENCRequest, CancelRequest and the L5 upgrade request.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "protocol/framing.hpp"
+
+namespace l5pg::protocol {
+
+// Postgres refuses startup packets longer than this (MAX_STARTUP_PACKET_LENGTH).
+inline constexpr uint32_t kMaxStartupPacketLength = 10000;
+inline constexpr uint32_t kMinStartupPacketLength = 8;
+
+inline constexpr uint32_t kProtocolVersion3 = 3u << 16;
+inline constexpr uint32_t kCancelRequestCode = (1234u << 16) | 5678u;
+inline constexpr uint32_t kSslRequestCode = (1234u << 16) | 5679u;
+inline constexpr uint32_t kGssEncRequestCode = (1234u << 16) | 5680u;
+// Unused by Postgres (which reserves 1234.xxxx for such requests): l5pgd's upgrade.
+inline constexpr uint32_t kL5UpgradeRequestCode = (1234u << 16) | 5750u;
+
+inline constexpr uint32_t kCancelRequestLength = 16;
+
+// ---- L5 upgrade request (see docs/wire-format.md) ----
+enum class L5Transport : uint32_t { Shm = 1, Rdma = 2 };
+inline constexpr uint32_t kL5UpgradeVersion = 1;
+// length(4) code(4) version(4) transport(4) c2s_ring_size(8) s2c_ring_size(8)
+inline constexpr uint32_t kL5UpgradeRequestLength = 32;
+// l5pgd's one-byte answer.
+inline constexpr std::byte kL5Accepted{'L'};
+inline constexpr std::byte kL5Declined{'N'};
+
+struct L5UpgradeRequest {
+    uint32_t version = kL5UpgradeVersion;
+    L5Transport transport = L5Transport::Shm;
+    uint64_t c2s_ring_size = 0;
+    uint64_t s2c_ring_size = 0;
+};
+
+enum class StartupKind { Startup, SslRequest, GssEncRequest, CancelRequest, L5Upgrade };
+
+struct CancelKey {
+    uint32_t backend_pid = 0;
+    uint32_t secret = 0;
+};
+
+struct StartupPacket {
+    StartupKind kind = StartupKind::Startup;
+    uint32_t length = 0;  // whole packet, as on the wire
+    uint32_t code = 0;    // protocol version or request code
+    std::vector<std::pair<std::string, std::string>> parameters;  // Startup only
+    CancelKey cancel;                                             // CancelRequest only
+    L5UpgradeRequest upgrade;                                     // L5Upgrade only
+};
+
+struct StartupParse {
+    ParseStatus status = ParseStatus::NeedMore;
+    size_t bytes_needed = 0;  // NeedMore: total bytes the packet needs (0 = unknown yet)
+    StartupPacket packet;     // Ok
+    std::string error;        // Invalid: a message fit for an ErrorResponse
+};
+
+// Parses one startup packet at the start of `buf` (a private copy: never shared memory).
+// Invalid for lengths below 8 or above kMaxStartupPacketLength, unknown codes, protocol
+// versions other than 3.x, malformed parameter lists and bodies of the wrong size.
+[[nodiscard]] StartupParse parse_startup_packet(std::span<const std::byte> buf);
+
+// Async-signal-safe check used by the shim on the cancel path: no allocation, no locks.
+[[nodiscard]] bool is_cancel_request(std::span<const std::byte> buf) noexcept;
+// Same for a complete StartupMessage header (length sane and version 3.x).
+[[nodiscard]] bool is_startup_message(std::span<const std::byte> buf) noexcept;
+
+[[nodiscard]] std::array<std::byte, kL5UpgradeRequestLength> build_l5_upgrade_request(
+    const L5UpgradeRequest& req) noexcept;
+[[nodiscard]] std::array<std::byte, kCancelRequestLength> build_cancel_request(CancelKey key) noexcept;
+[[nodiscard]] std::vector<std::byte> build_startup_message(
+    const std::vector<std::pair<std::string, std::string>>& parameters);
+
+}  // namespace l5pg::protocol

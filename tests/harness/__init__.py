@@ -1,0 +1,1 @@
+"""Python test harness for l5pg: throwaway PostgreSQL clusters, l5pgd processes, clients."""

@@ -1,0 +1,71 @@
+"""The shim's upgrade decisions (L5PG_DEBUG) and l5pgd's Prometheus metrics."""
+import pytest
+
+from tests.harness.client import (direct_unix_target, psql, psql_cmd, run, shim_debug_lines, shim_preload,
+                                  shm_target, unix_target, upgraded)
+
+
+def preload_env(**kw):
+    value, extra = shim_preload()
+    return dict(extra, LD_PRELOAD=value, **kw)
+
+
+def counters(d, transport):
+    return (d.metric("l5pg_sessions_total", transport=transport),
+            d.metric("l5pg_upgrades_total", result="accepted"))
+
+
+@pytest.mark.timeout(60)
+def test_shm_upgrade_debug(l5pgd, shim):
+    t = shm_target(l5pgd)
+    s0, u0 = counters(l5pgd, "shm")
+    r = run(psql_cmd("-c", "select 'over shm'"), t, env={"L5PG_DEBUG": "1"})
+    assert r.stdout.strip() == "over shm"
+    assert upgraded(r.stderr), f"no 'upgraded to shm' in shim debug output:\n{r.stderr}"
+    s1, u1 = counters(l5pgd, "shm")
+    assert s1 > s0 and u1 > u0
+
+
+@pytest.mark.timeout(60)
+def test_shm_silent_without_debug(l5pgd, shim):
+    r = run(psql_cmd("-c", "select 1"), shm_target(l5pgd))
+    assert r.stdout.strip() == "1"
+    assert shim_debug_lines(r.stderr) == [], r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_shim_off_uses_unix_socket(l5pgd, shim):
+    """Shim preloaded but L5PG_TRANSPORT=off: a plain Unix-socket session."""
+    t = unix_target(l5pgd)
+    s0 = l5pgd.metric("l5pg_sessions_total", transport="unix")
+    shm0 = l5pgd.metric("l5pg_sessions_total", transport="shm")
+    r = run(psql_cmd("-c", "select 'plain'"), t,
+            env=preload_env(L5PG_TRANSPORT="off", L5PG_DEBUG="1"))
+    assert r.stdout.strip() == "plain"
+    assert not upgraded(r.stderr)
+    assert l5pgd.metric("l5pg_sessions_total", transport="unix") > s0
+    assert l5pgd.metric("l5pg_sessions_total", transport="shm") == shm0
+
+
+@pytest.mark.timeout(60)
+def test_shim_leaves_real_postgres_alone(cluster, shim):
+    """Shim preloaded, connecting straight to Postgres's socket: untouched, works."""
+    t = direct_unix_target(cluster)
+    r = run(psql_cmd("-c", "select 'direct'"), t,
+            env=preload_env(L5PG_TRANSPORT="auto", L5PG_DEBUG="1"))
+    assert r.stdout.strip() == "direct"
+    assert not upgraded(r.stderr), r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_metrics_endpoint(l5pgd, target):
+    psql(target, "select 1")
+    text = l5pgd.metrics_text()
+    for name in ["l5pg_sessions_total", "l5pg_sessions_active", "l5pg_bytes_total",
+                 "l5pg_session_errors_total", "l5pg_upgrades_total",
+                 "l5pg_upstream_connect_failures_total", "l5pg_startup_rejected_total"]:
+        assert name in text, f"{name} missing from /metrics:\n{text[:3000]}"
+    m = l5pgd.metrics()
+    assert m.get(("l5pg_sessions_total", frozenset({("transport", target.name)})), 0) > 0
+    assert l5pgd.metric("l5pg_bytes_total", transport=target.name, direction="client_to_server") > 0
+    assert l5pgd.metric("l5pg_bytes_total", transport=target.name, direction="server_to_client") > 0

@@ -1,0 +1,130 @@
+"""l5pgd's handling of invalid startup traffic, unreachable upstream, and bad configuration."""
+import struct
+import subprocess
+import time
+
+import pytest
+
+from tests.harness import paths, pgwire
+from tests.harness.client import make_target, psql, psql_cmd, run
+from tests.harness.l5pgd import L5pgd
+from tests.harness.ports import free_port
+
+
+def expect_fatal(s, sqlstate=None):
+    typ, body = pgwire.read_message(s)
+    assert typ == "E", f"expected ErrorResponse, got {typ!r} {body[:200]!r}"
+    f = pgwire.parse_fields(body)
+    assert f.get("V", f.get("S")) in ("FATAL", "ERROR"), f
+    if sqlstate:
+        assert f.get("C") == sqlstate, f
+    assert f.get("M"), f
+    assert pgwire.at_eof(s), "connection not closed after ErrorResponse"
+    return f
+
+
+@pytest.mark.timeout(30)
+def test_garbage_http(l5pgd):
+    before = l5pgd.metric("l5pg_startup_rejected_total")
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        expect_fatal(s, "08P01")
+    assert l5pgd.metric("l5pg_startup_rejected_total") > before
+
+
+@pytest.mark.timeout(30)
+def test_garbage_protocol_code(l5pgd):
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        s.sendall(struct.pack("!II", 16, 0x12345678) + b"\xde\xad\xbe\xef\x00\x01\x02\x03")
+        expect_fatal(s, "08P01")
+
+
+@pytest.mark.timeout(30)
+def test_oversized_startup(l5pgd):
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        s.sendall(struct.pack("!II", 20000, pgwire.PROTO_3_0) + b"user\0postgres\0")
+        f = expect_fatal(s)
+        assert f.get("C") == "08P01", f
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("code", [pgwire.SSL_REQUEST, pgwire.GSSENC_REQUEST], ids=["ssl", "gssenc"])
+def test_encryption_request_declined_then_plain_session(l5pgd, code):
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        s.sendall(pgwire.request_packet(code))
+        assert pgwire.recv_exact(s, 1) == b"N"
+        s.sendall(pgwire.startup_packet(application_name="l5pg-raw"))
+        msgs = pgwire.read_until_ready(s)
+        types = [t for t, _ in msgs]
+        assert types[0] == "R" and struct.unpack("!I", msgs[0][1][:4])[0] == 0, msgs[:3]  # AuthOk
+        assert "K" in types and types[-1] == "Z", types
+        msgs = pgwire.query(s, "select 40+2")
+        data = [b for t, b in msgs if t == "D"]
+        assert len(data) == 1 and data[0].endswith(b"42"), msgs
+        pgwire.terminate(s)
+
+
+@pytest.mark.timeout(30)
+def test_sslmode_prefer_falls_back(target):
+    out = psql(target, "select 'nossl'", env={"PGSSLMODE": "prefer"})
+    assert out == "nossl"
+
+
+@pytest.fixture(scope="module")
+def l5pgd_no_upstream(workdir, cluster, l5pgd_binary):
+    d = L5pgd(workdir / "l5pgd-noup", cluster, workers=1, upstream_port=free_port())
+    d.start()
+    yield d
+    d.stop()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_upstream_down(request, l5pgd_no_upstream, transport):
+    if transport == "shm":
+        request.getfixturevalue("shim")
+    d = l5pgd_no_upstream
+    before = d.metric("l5pg_upstream_connect_failures_total")
+    t0 = time.monotonic()
+    r = run(psql_cmd("-c", "select 1"), make_target(transport, d), check=False, timeout=20)
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0
+    assert "could not connect to the PostgreSQL server" in r.stderr, r.stderr
+    assert elapsed < 5, f"took {elapsed:.1f}s"
+    assert d.metric("l5pg_upstream_connect_failures_total") > before
+    assert d.alive()
+
+
+@pytest.mark.timeout(30)
+def test_wrong_database(l5pgd, target):
+    r = psql(target, "select 1", dbname="no_such_db_l5pg", check=False)
+    assert r.returncode != 0
+    assert 'database "no_such_db_l5pg" does not exist' in r.stderr, r.stderr
+    assert "FATAL" in r.stderr
+    # l5pgd is unaffected
+    assert psql(target, "select 3") == "3"
+
+
+def run_l5pgd(*overrides, timeout=10):
+    cmd = [str(paths.L5PGD)]
+    for o in overrides:
+        cmd += ["-o", o]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"l5pgd {' '.join(overrides)} did not exit within {timeout}s (it should refuse)")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("override,key", [
+    ("listen.port=abc", "listen.port"),
+    ("listen.port=70000", "listen.port"),
+    ("listen.no_such_key=1", "listen.no_such_key"),
+    ("workers.count=-3", "workers.count"),
+])
+def test_config_errors(l5pgd_binary, tmp_path, override, key):
+    r = run_l5pgd(f"listen.unix_socket_dir={tmp_path}", f"metrics.listen=127.0.0.1:{free_port()}",
+                  override)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert key in r.stderr, r.stderr

@@ -1,0 +1,247 @@
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "config/config.hpp"
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using l5pg::config::Config;
+using l5pg::config::ConfigError;
+using l5pg::config::load;
+using l5pg::config::load_from_string;
+using l5pg::config::parse_host_port;
+
+namespace {
+
+// The ConfigError message for `yaml` + `overrides`, or "" when it loads fine.
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    try {
+        (void)load_from_string(yaml, overrides);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::string override_error(const std::string& item) {
+    return error_of("", {item});
+}
+
+}  // namespace
+
+TEST_CASE("defaults match the header") {
+    const Config c = load("", {});
+    CHECK(c.listen.unix_socket_dir == "/var/run/l5pg");
+    CHECK(c.listen.port == 6432);
+    CHECK(c.listen.tcp_address == "127.0.0.1");
+    CHECK(c.listen.backlog == 128);
+    CHECK(c.listen.unix_socket_mode == 0777);
+    CHECK(c.upstream.unix_socket_dir == "/var/run/postgresql");
+    CHECK(c.upstream.host.empty());
+    CHECK(c.upstream.port == 5432);
+    CHECK(c.upstream.connect_timeout_ms == 5000);
+    CHECK(c.workers.count == 2);
+    CHECK(c.workers.cpu_affinity.empty());
+    CHECK(c.shm.enabled);
+    CHECK(c.shm.max_ring_size == (uint64_t{16} << 20));
+    CHECK(c.shm.spin_us == 50);
+    CHECK(c.shm.yield_us == 200);
+    CHECK(c.metrics.listen == "127.0.0.1:9187");
+    CHECK(c.limits.max_sessions == 1000);
+    CHECK(c.limits.startup_timeout_ms == 10000);
+    CHECK(c.logging.level == "info");
+}
+
+TEST_CASE("empty document and empty sections keep defaults") {
+    CHECK(load_from_string("", {}).listen.port == 6432);
+    CHECK(load_from_string("# only a comment\n", {}).listen.port == 6432);
+    CHECK(load_from_string("listen:\n", {}).listen.port == 6432);
+}
+
+TEST_CASE("every section parses") {
+    const Config c = load_from_string(R"(
+listen:
+  unix_socket_dir: /tmp/l5
+  port: 7000
+  tcp_address: "::1"
+  backlog: 64
+  unix_socket_mode: 0770
+upstream:
+  unix_socket_dir: /tmp/pg
+  host: db.example
+  port: 5433
+  connect_timeout_ms: 1500
+workers:
+  count: 8
+  cpu_affinity: [2, 3]
+shm:
+  enabled: false
+  max_ring_size: 4096
+  spin_us: 0
+  yield_us: 10
+metrics:
+  listen: "[::1]:0"
+limits:
+  max_sessions: 5
+  startup_timeout_ms: 250
+logging:
+  level: debug
+)",
+                                      {});
+    CHECK(c.listen.unix_socket_dir == "/tmp/l5");
+    CHECK(c.listen.port == 7000);
+    CHECK(c.listen.tcp_address == "::1");
+    CHECK(c.listen.backlog == 64);
+    CHECK(c.listen.unix_socket_mode == 0770);
+    CHECK(c.upstream.unix_socket_dir == "/tmp/pg");
+    CHECK(c.upstream.host == "db.example");
+    CHECK(c.upstream.port == 5433);
+    CHECK(c.upstream.connect_timeout_ms == 1500);
+    CHECK(c.workers.count == 8);
+    CHECK(c.workers.cpu_affinity == std::vector<int>{2, 3});
+    CHECK_FALSE(c.shm.enabled);
+    CHECK(c.shm.max_ring_size == 4096);
+    CHECK(c.shm.spin_us == 0);
+    CHECK(c.shm.yield_us == 10);
+    CHECK(c.metrics.listen == "[::1]:0");
+    CHECK(c.limits.max_sessions == 5);
+    CHECK(c.limits.startup_timeout_ms == 250);
+    CHECK(c.logging.level == "debug");
+}
+
+TEST_CASE("unknown keys and sections are named") {
+    CHECK_THAT(error_of("listen:\n  prot: 1\n"), StartsWith("listen.prot: unknown key"));
+    CHECK_THAT(error_of("listen:\n  prot: 1\n"), Contains("line 2"));
+    CHECK_THAT(error_of("lsten:\n  port: 1\n"), StartsWith("lsten: unknown section"));
+    CHECK_THAT(error_of("listen:\n  port: 1\n  port: 2\n"),
+               StartsWith("listen.port: duplicate key"));
+    CHECK_THAT(error_of("listen: 5\n"), StartsWith("listen: must be a mapping"));
+    CHECK_THAT(error_of("- a\n- b\n"), Contains("top level must be a mapping"));
+}
+
+TEST_CASE("wrong types are named") {
+    CHECK_THAT(error_of("listen:\n  port: abc\n"),
+               StartsWith("listen.port: must be an integer between 1 and 65535 (got 'abc')"));
+    CHECK_THAT(error_of("listen:\n  port: 12x\n"), StartsWith("listen.port: must be an integer"));
+    CHECK_THAT(error_of("listen:\n  port: [1]\n"), Contains("(got a sequence)"));
+    CHECK_THAT(error_of("listen:\n  tcp_address: {a: 1}\n"),
+               StartsWith("listen.tcp_address: must be a string (got a mapping)"));
+    CHECK_THAT(error_of("shm:\n  enabled: maybe\n"), StartsWith("shm.enabled: must be true"));
+    CHECK_THAT(error_of("workers:\n  cpu_affinity: 3\n"),
+               StartsWith("workers.cpu_affinity: must be a list"));
+    CHECK_THAT(error_of("workers:\n  cpu_affinity: [0, x]\n"),
+               StartsWith("workers.cpu_affinity[1]: must be an integer"));
+    CHECK_THAT(error_of("listen:\n  unix_socket_mode: \"0789\"\n"),
+               StartsWith("listen.unix_socket_mode: must be a file mode"));
+}
+
+TEST_CASE("range errors") {
+    CHECK_THAT(error_of("listen:\n  port: 70000\n"), StartsWith("listen.port: must be"));
+    CHECK_THAT(error_of("listen:\n  port: 0\n"), StartsWith("listen.port: must be"));
+    CHECK_THAT(error_of("upstream:\n  port: -1\n"), StartsWith("upstream.port: must be"));
+    CHECK_THAT(error_of("workers:\n  count: 0\n"), StartsWith("workers.count: must be"));
+    CHECK_THAT(error_of("workers:\n  count: 257\n"), StartsWith("workers.count: must be"));
+    CHECK(error_of("workers:\n  count: 256\n").empty());
+    CHECK_THAT(error_of("shm:\n  max_ring_size: 5000\n"),
+               StartsWith("shm.max_ring_size: must be a power of two"));
+    CHECK_THAT(error_of("shm:\n  max_ring_size: 2048\n"), StartsWith("shm.max_ring_size:"));
+    CHECK_THAT(error_of("shm:\n  max_ring_size: 536870912\n"), StartsWith("shm.max_ring_size:"));
+    CHECK(error_of("shm:\n  max_ring_size: 268435456\n").empty());
+    CHECK_THAT(error_of("limits:\n  max_sessions: 0\n"), StartsWith("limits.max_sessions:"));
+    CHECK_THAT(error_of("limits:\n  startup_timeout_ms: 0\n"),
+               StartsWith("limits.startup_timeout_ms:"));
+    CHECK_THAT(error_of("upstream:\n  connect_timeout_ms: 0\n"),
+               StartsWith("upstream.connect_timeout_ms:"));
+    CHECK_THAT(error_of("logging:\n  level: verbose\n"),
+               StartsWith("logging.level: must be one of"));
+    CHECK_THAT(error_of("metrics:\n  listen: nohostport\n"), StartsWith("metrics.listen:"));
+    CHECK(error_of("metrics:\n  listen: \"\"\n").empty());
+    CHECK(error_of("metrics:\n  listen: 127.0.0.1:0\n").empty());
+}
+
+TEST_CASE("cross-field validation") {
+    CHECK_THAT(error_of("listen:\n  unix_socket_dir: \"\"\n  tcp_address: \"\"\n"),
+               StartsWith("listen.tcp_address:"));
+    CHECK(error_of("listen:\n  unix_socket_dir: \"\"\n").empty());
+    CHECK(error_of("listen:\n  tcp_address: \"\"\n").empty());
+    CHECK_THAT(error_of("upstream:\n  unix_socket_dir: \"\"\n"),
+               StartsWith("upstream.unix_socket_dir:"));
+}
+
+TEST_CASE("overrides apply after the file") {
+    const Config c = load_from_string(
+        "listen:\n  port: 7000\n",
+        {"listen.port=6433", "workers.cpu_affinity=[0,1]", "listen.unix_socket_mode=0770",
+         "shm.enabled=false", "listen.tcp_address=", "upstream.host=db:x=y"});
+    CHECK(c.listen.port == 6433);
+    CHECK(c.workers.cpu_affinity == std::vector<int>{0, 1});
+    CHECK(c.listen.unix_socket_mode == 0770);
+    CHECK_FALSE(c.shm.enabled);
+    CHECK(c.listen.tcp_address.empty());
+    CHECK(c.upstream.host == "db:x=y");  // split at the first '=' only
+    CHECK(load_from_string("", {"listen.unix_socket_mode=504"}).listen.unix_socket_mode == 0770);
+    CHECK(load_from_string("", {"workers.cpu_affinity=[]"}).workers.cpu_affinity.empty());
+    CHECK(load_from_string("", {"listen.port=1", "listen.port=2"}).listen.port == 2);
+}
+
+TEST_CASE("bad overrides are named") {
+    CHECK_THAT(override_error("foo"), Contains("'foo'"));
+    CHECK_THAT(override_error("=1"), Contains("'=1'"));
+    CHECK_THAT(override_error("port=1"), Contains("'port=1'"));
+    CHECK_THAT(override_error("listen.=1"), Contains("'listen.=1'"));
+    CHECK_THAT(override_error("listen.prot=1"), StartsWith("listen.prot: unknown key"));
+    CHECK_THAT(override_error("nope.port=1"), StartsWith("nope.port: unknown section"));
+    CHECK_THAT(override_error("listen.port=abc"),
+               StartsWith("listen.port: must be an integer between 1 and 65535 (got 'abc')"));
+    CHECK_THAT(override_error("listen.port=abc"), Contains("override 'listen.port=abc'"));
+    CHECK_THAT(override_error("workers.cpu_affinity=[0,1"),
+               StartsWith("workers.cpu_affinity: invalid YAML value"));
+}
+
+TEST_CASE("parse_host_port") {
+    using P = std::pair<std::string, uint16_t>;
+    CHECK(parse_host_port("k", "127.0.0.1:9187") == P{"127.0.0.1", 9187});
+    CHECK(parse_host_port("k", "localhost:0") == P{"localhost", 0});
+    CHECK(parse_host_port("k", "[::1]:9187") == P{"::1", 9187});
+    CHECK(parse_host_port("k", "[fe80::1%eth0]:80") == P{"fe80::1%eth0", 80});
+    for (const char* bad : {"", "host", "host:", ":80", "host:abc", "host:65536", "host:-1",
+                            "::1:80", "[::1]", "[::1]80", "[]:80", "host:99999999999"}) {
+        INFO(bad);
+        CHECK_THROWS_WITH(parse_host_port("metrics.listen", bad), StartsWith("metrics.listen: "));
+    }
+}
+
+TEST_CASE("files: missing, syntax error, example") {
+    CHECK_THROWS_WITH(
+        load("/nonexistent/l5pgd.yaml", {}),
+        StartsWith("/nonexistent/l5pgd.yaml: cannot open: ") && Contains("No such file"));
+    CHECK_THROWS_WITH(load("/", {}), StartsWith("/: cannot read: "));
+    CHECK_THROWS_WITH(load_from_string("listen:\n  port: [1, 2\n", {}),
+                      Contains("YAML syntax error at line"));
+
+    const std::string path = "/tmp/l5pg_config_test_" + std::to_string(::getpid()) + ".yaml";
+    {
+        std::ofstream out(path);
+        out << "listen:\n  port: 6500\n  bad: [\n";
+    }
+    CHECK_THROWS_WITH(load(path, {}), StartsWith(path + ": YAML syntax error at line"));
+    {
+        std::ofstream out(path);
+        out << "listen:\n  port: 6500\n";
+    }
+    CHECK(load(path, {"workers.count=3"}).listen.port == 6500);
+    std::remove(path.c_str());
+
+    const Config example = load(L5PG_SOURCE_DIR "/config/l5pgd.example.yaml", {});
+    const Config defaults = load("", {});
+    CHECK(example.listen.port == defaults.listen.port);
+    CHECK(example.listen.unix_socket_mode == defaults.listen.unix_socket_mode);
+    CHECK(example.shm.max_ring_size == defaults.shm.max_ring_size);
+    CHECK(example.metrics.listen == defaults.metrics.listen);
+    CHECK(example.upstream.host == defaults.upstream.host);
+    CHECK(example.logging.level == defaults.logging.level);
+}

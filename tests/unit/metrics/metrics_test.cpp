@@ -1,0 +1,171 @@
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "daemon/metrics.hpp"
+#include "daemon/metrics_server.hpp"
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using l5pg::daemon::Direction;
+using l5pg::daemon::Metrics;
+using l5pg::daemon::MetricsServer;
+using l5pg::daemon::Transport;
+
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos ||
+           text.compare(0, line.size() + 1, line + "\n") == 0;
+}
+
+// Minimal HTTP/1.0 client: sends one request, returns everything until the server closes.
+std::string http_get(uint16_t port, const std::string& path) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    timeval tv{5, 0};  // never hang the test run
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    REQUIRE(::send(fd, request.data(), request.size(), 0) == ssize_t(request.size()));
+    std::string response;
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+        response.append(buf, size_t(n));
+    }
+    ::close(fd);
+    return response;
+}
+
+std::string body_of(const std::string& response) {
+    const auto end = response.find("\r\n\r\n");
+    return end == std::string::npos ? std::string() : response.substr(end + 4);
+}
+
+}  // namespace
+
+TEST_CASE("zero-valued metrics render every label combination") {
+    const Metrics m;
+    const std::string text = m.render();
+    for (const char* t : {"tcp", "unix", "shm"}) {
+        const std::string label = std::string("{transport=\"") + t + "\"}";
+        CHECK(has_line(text, "l5pg_sessions_total" + label + " 0"));
+        CHECK(has_line(text, "l5pg_sessions_active" + label + " 0"));
+        CHECK(has_line(text, "l5pg_session_errors_total" + label + " 0"));
+        for (const char* d : {"client_to_server", "server_to_client"}) {
+            CHECK(has_line(text, std::string("l5pg_bytes_total{transport=\"") + t +
+                                     "\",direction=\"" + d + "\"} 0"));
+        }
+    }
+    CHECK(has_line(text, "l5pg_upgrades_total{result=\"accepted\"} 0"));
+    CHECK(has_line(text, "l5pg_upgrades_total{result=\"declined\"} 0"));
+    for (const char* name :
+         {"l5pg_sessions_total", "l5pg_bytes_total", "l5pg_upgrades_total",
+          "l5pg_upstream_connect_failures_total", "l5pg_startup_rejected_total",
+          "l5pg_doorbells_total", "l5pg_worker_blocks_total", "l5pg_session_errors_total"}) {
+        INFO(name);
+        CHECK_THAT(text, Contains(std::string("# HELP ") + name + " "));
+        CHECK(has_line(text, std::string("# TYPE ") + name + " counter"));
+    }
+    CHECK(has_line(text, "# TYPE l5pg_sessions_active gauge"));
+    CHECK(text.back() == '\n');
+}
+
+TEST_CASE("counters render their values") {
+    Metrics m;
+    m.session_opened(Transport::Tcp);
+    m.session_opened(Transport::Shm);
+    m.add_bytes(Transport::Unix, Direction::ClientToServer, 100);
+    m.add_bytes(Transport::Unix, Direction::ServerToClient, 7);
+    m.add_bytes(Transport::Unix, Direction::ServerToClient, 3);
+    m.upgrade_accepted();
+    m.upgrade_declined();
+    m.upgrade_declined();
+    m.session_error(Transport::Shm);
+    m.upstream_connect_failed();
+    m.startup_rejected();
+    m.doorbell_sent();
+    m.doorbell_sent();
+    m.doorbell_sent();
+    m.worker_blocked();
+    const std::string text = m.render();
+    CHECK(has_line(text, "l5pg_sessions_total{transport=\"tcp\"} 1"));
+    CHECK(has_line(text, "l5pg_sessions_total{transport=\"unix\"} 0"));
+    CHECK(has_line(text, "l5pg_sessions_total{transport=\"shm\"} 1"));
+    CHECK(
+        has_line(text, "l5pg_bytes_total{transport=\"unix\",direction=\"client_to_server\"} 100"));
+    CHECK(has_line(text, "l5pg_bytes_total{transport=\"unix\",direction=\"server_to_client\"} 10"));
+    CHECK(has_line(text, "l5pg_upgrades_total{result=\"accepted\"} 1"));
+    CHECK(has_line(text, "l5pg_upgrades_total{result=\"declined\"} 2"));
+    CHECK(has_line(text, "l5pg_session_errors_total{transport=\"shm\"} 1"));
+    CHECK(has_line(text, "l5pg_upstream_connect_failures_total 1"));
+    CHECK(has_line(text, "l5pg_startup_rejected_total 1"));
+    CHECK(has_line(text, "l5pg_doorbells_total 3"));
+    CHECK(has_line(text, "l5pg_worker_blocks_total 1"));
+}
+
+TEST_CASE("active gauge goes up and down") {
+    Metrics m;
+    m.session_opened(Transport::Unix);
+    m.session_opened(Transport::Unix);
+    CHECK(has_line(m.render(), "l5pg_sessions_active{transport=\"unix\"} 2"));
+    m.session_closed(Transport::Unix);
+    CHECK(has_line(m.render(), "l5pg_sessions_active{transport=\"unix\"} 1"));
+    m.session_closed(Transport::Unix);
+    CHECK(has_line(m.render(), "l5pg_sessions_active{transport=\"unix\"} 0"));
+    CHECK(has_line(m.render(), "l5pg_sessions_total{transport=\"unix\"} 2"));
+}
+
+TEST_CASE("to_string names") {
+    CHECK(to_string(Transport::Tcp) == "tcp");
+    CHECK(to_string(Transport::Unix) == "unix");
+    CHECK(to_string(Transport::Shm) == "shm");
+    CHECK(to_string(Direction::ClientToServer) == "client_to_server");
+    CHECK(to_string(Direction::ServerToClient) == "server_to_client");
+}
+
+TEST_CASE("MetricsServer serves /metrics and 404s elsewhere") {
+    Metrics m;
+    m.doorbell_sent();
+    MetricsServer server("127.0.0.1", 0, m);
+    REQUIRE(server.port() != 0);
+
+    const std::string ok = http_get(server.port(), "/metrics");
+    CHECK_THAT(ok, StartsWith("HTTP/1.0 200") || StartsWith("HTTP/1.1 200"));
+    CHECK_THAT(ok, Contains("text/plain; version=0.0.4"));
+    CHECK(body_of(ok) == m.render());
+
+    m.doorbell_sent();  // later scrapes see new values
+    CHECK(has_line(body_of(http_get(server.port(), "/metrics")), "l5pg_doorbells_total 2"));
+
+    const std::string missing = http_get(server.port(), "/other");
+    CHECK_THAT(missing, StartsWith("HTTP/1.0 404") || StartsWith("HTTP/1.1 404"));
+}
+
+TEST_CASE("MetricsServer reports bind conflicts") {
+    const Metrics m;
+    MetricsServer first("127.0.0.1", 0, m);
+    const std::string where = "127.0.0.1:" + std::to_string(first.port());
+    CHECK_THROWS_WITH(
+        MetricsServer("127.0.0.1", first.port(), m),
+        StartsWith("cannot listen for metrics on " + where + ": ") && Contains("in use"));
+}
+
+TEST_CASE("MetricsServer starts and stops quickly, repeatedly") {
+    const Metrics m;
+    for (int i = 0; i < 20; ++i) {
+        MetricsServer server("127.0.0.1", 0, m);  // destroyed right away: must not hang
+    }
+}

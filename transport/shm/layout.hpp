@@ -1,0 +1,78 @@
+// The shared-memory segment of one L5 SHM session (see docs/wire-format.md).
+//
+//   offset 0                    Header (kHeaderSize bytes)
+//   offset kHeaderSize          client->server ring, c2s_size bytes
+//   offset kHeaderSize+c2s_size server->client ring, s2c_size bytes
+//
+// Each ring is mapped twice back to back, so a record never wraps (L5 Fig. 5).
+// Both processes write here: everything one side reads from the other's fields is
+// untrusted and validated before use.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace l5pg::shm {
+
+inline constexpr uint64_t kMagic = 0x314d485347503545ull;  // "E5PGSHM1" little-endian
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr size_t kCacheLine = 64;
+inline constexpr size_t kHeaderSize = 4096;
+inline constexpr size_t kMinRingSize = 4096;
+inline constexpr size_t kMaxRingSize = size_t{256} << 20;
+inline constexpr size_t kDefaultRingSize = size_t{1} << 20;
+
+// Records are [u32 payload length][payload][padding to kRecordAlign].
+inline constexpr size_t kRecordHeaderSize = 4;
+inline constexpr size_t kRecordAlign = 8;
+
+static_assert((kMinRingSize & (kMinRingSize - 1)) == 0);
+static_assert(kMinRingSize % kRecordAlign == 0);
+
+// Control block of one direction. Positions are monotonically increasing byte counts;
+// index into the ring = pos & (size - 1).
+struct RingControl {
+    alignas(kCacheLine) std::atomic<uint64_t> write_pos{0};  // producer-owned
+    alignas(kCacheLine) std::atomic<uint64_t> read_pos{0};   // consumer-owned
+    // Consumer is (about to be) blocked waiting for data: producer rings the doorbell.
+    alignas(kCacheLine) std::atomic<uint32_t> reader_waiting{0};
+    // Producer is (about to be) blocked waiting for space: consumer rings the doorbell.
+    alignas(kCacheLine) std::atomic<uint32_t> writer_waiting{0};
+};
+
+struct Header {
+    // Written by the client before handing the memfd over; the server copies them once
+    // and checks them against the upgrade request and the file size.
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t c2s_size;
+    uint64_t s2c_size;
+    // Set (release) by a side after it has published its last record and before it
+    // closes its socket; the peer re-checks its ring after seeing it (acquire).
+    alignas(kCacheLine) std::atomic<uint32_t> client_closed{0};
+    alignas(kCacheLine) std::atomic<uint32_t> server_closed{0};
+    RingControl c2s;
+    RingControl s2c;
+};
+
+static_assert(sizeof(Header) <= kHeaderSize);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+[[nodiscard]] constexpr bool valid_ring_size(uint64_t size) noexcept {
+    return size >= kMinRingSize && size <= kMaxRingSize && (size & (size - 1)) == 0;
+}
+
+// Largest payload one record can carry in a ring of `ring_size` bytes. Bigger writes
+// are split into several records (the channel is a byte stream).
+[[nodiscard]] constexpr size_t max_record_payload(size_t ring_size) noexcept {
+    return ring_size / 2 - kRecordHeaderSize;
+}
+
+[[nodiscard]] constexpr size_t record_footprint(size_t payload) noexcept {
+    return (kRecordHeaderSize + payload + kRecordAlign - 1) & ~(kRecordAlign - 1);
+}
+
+}  // namespace l5pg::shm

@@ -1,0 +1,56 @@
+#include "transport/shm/wait.hpp"
+
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace l5pg::shm {
+
+// Raw system calls: this code is also linked into the LD_PRELOAD shim, whose own
+// send()/recv() wrappers must not see doorbell traffic.
+namespace {
+
+ssize_t raw_send(int sock, const void* buf, size_t len, int flags) noexcept {
+    return ::syscall(SYS_sendto, sock, buf, len, flags, nullptr, 0);
+}
+
+ssize_t raw_recv(int sock, void* buf, size_t len, int flags) noexcept {
+    return ::syscall(SYS_recvfrom, sock, buf, len, flags, nullptr, nullptr);
+}
+
+}  // namespace
+
+void sched_yield_noexcept() noexcept { ::sched_yield(); }
+
+bool ring_doorbell(int sock) noexcept {
+    const int saved = errno;  // async-signal-safe callers must not see errno change
+    const char byte = 1;
+    ssize_t n;
+    do {
+        n = raw_send(sock, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    const bool ok = n == 1 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+    errno = saved;
+    return ok;
+}
+
+DrainResult drain_doorbells(int sock, size_t& count) noexcept {
+    count = 0;
+    char buf[256];
+    for (;;) {
+        const ssize_t n = raw_recv(sock, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            count += static_cast<size_t>(n);
+            continue;
+        }
+        if (n == 0) return DrainResult::PeerClosed;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return DrainResult::Drained;
+        return DrainResult::Error;
+    }
+}
+
+}  // namespace l5pg::shm
