@@ -92,6 +92,9 @@ void Session::upstream_write_cb(int, short, void* arg) {
 bool Session::arm_before_block() {
     if (state_ == SessionState::Closed) return false;
     from_client_.arm();
+    // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
+    // partial read that freed nothing, so the flag armed when the ring filled is gone.
+    if (ring_full_) to_client_ring_.arm();
     return from_client_.has_data() || (ring_full_ && to_client_ring_.free_bytes() > 0);
 }
 

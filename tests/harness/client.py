@@ -208,7 +208,7 @@ def popen(cmd, target, env=None, **kw):
 
 def shim_debug_lines(stderr):
     """Lines the shim prints with L5PG_DEBUG=1."""
-    return [ln for ln in stderr.splitlines() if ln.startswith("l5pg:")]
+    return [ln for ln in stderr.splitlines() if re.match(r"l5pg(\[\d+\])?: ", ln)]
 
 
 def upgraded(stderr):

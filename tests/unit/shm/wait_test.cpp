@@ -1,0 +1,144 @@
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <vector>
+
+#include "test_util.hpp"
+#include "transport/shm/wait.hpp"
+
+using namespace l5pg::shm;
+
+namespace {
+
+struct SocketPair {
+    int fd[2] = {-1, -1};
+    SocketPair() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd) == 0); }
+    ~SocketPair() {
+        close(0);
+        close(1);
+    }
+    void close(int i) {
+        if (fd[i] >= 0)
+            ::close(fd[i]);
+        fd[i] = -1;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("Doorbell: ring and drain", "[shm][wait]") {
+    SocketPair sp;
+    size_t count = 99;
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count == 0);
+
+    CHECK(ring_doorbell(sp.fd[0]));
+    pollfd pfd{sp.fd[1], POLLIN, 0};
+    CHECK(::poll(&pfd, 1, 1000) == 1);
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count == 1);
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count == 0);
+
+    // Each 1-byte send costs a whole skb of socket buffer: stay well below the limit.
+    for (int i = 0; i < 50; ++i)
+        REQUIRE(ring_doorbell(sp.fd[0]));
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count == 50);
+    // Beyond it, further doorbells are coalesced (EAGAIN counts as rung).
+    for (int i = 0; i < 5000; ++i)
+        REQUIRE(ring_doorbell(sp.fd[0]));
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count >= 1);
+    CHECK(count <= 5000);
+
+    // Both directions are independent.
+    CHECK(ring_doorbell(sp.fd[1]));
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count == 0);
+    CHECK(drain_doorbells(sp.fd[0], count) == DrainResult::Drained);
+    CHECK(count == 1);
+}
+
+TEST_CASE("Doorbell: peer closed", "[shm][wait]") {
+    SocketPair sp;
+    CHECK(ring_doorbell(sp.fd[0]));
+    CHECK(ring_doorbell(sp.fd[0]));
+    sp.close(0);
+    size_t count = 0;
+    // Queued bytes are counted before the end of the stream is reported.
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::PeerClosed);
+    CHECK(count == 2);
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::PeerClosed);
+    CHECK(count == 0);
+
+    // Ringing a closed peer fails (no SIGPIPE: we are still alive) and keeps errno.
+    errno = 1234;
+    CHECK_FALSE(ring_doorbell(sp.fd[1]));
+    CHECK(errno == 1234);
+}
+
+TEST_CASE("Doorbell: full socket buffer still counts as rung", "[shm][wait]") {
+    SocketPair sp;
+    const int small = 4096;
+    ::setsockopt(sp.fd[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    std::vector<char> junk(65536, 1);
+    size_t queued = 0;
+    for (;;) {
+        const ssize_t n = ::send(sp.fd[0], junk.data(), junk.size(), MSG_DONTWAIT);
+        if (n < 0) {
+            REQUIRE((errno == EAGAIN || errno == EWOULDBLOCK));
+            break;
+        }
+        queued += static_cast<size_t>(n);
+        REQUIRE(queued < (size_t{256} << 20));
+    }
+    // Fill up the last scraps with single bytes.
+    while (::send(sp.fd[0], junk.data(), 1, MSG_DONTWAIT) == 1)
+        ++queued;
+    errno = 0;
+    CHECK(ring_doorbell(sp.fd[0]));
+    CHECK(errno == 0);
+    CHECK(ring_doorbell(sp.fd[0]));
+    size_t count = 0;
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count >= queued);
+}
+
+TEST_CASE("Doorbell: errors", "[shm][wait]") {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    size_t count = 0;
+    // Not a socket.
+    CHECK(drain_doorbells(p[0], count) == DrainResult::Error);
+    CHECK_FALSE(ring_doorbell(p[1]));
+    ::close(p[0]);
+    ::close(p[1]);
+    CHECK(drain_doorbells(p[0], count) == DrainResult::Error);
+}
+
+TEST_CASE("spin_then_yield", "[shm][wait]") {
+    using namespace std::chrono;
+    int calls = 0;
+    CHECK(spin_then_yield([&] { return ++calls > 0; }, WaitBudget{}));
+    CHECK(calls == 1);
+
+    calls = 0;
+    CHECK(spin_then_yield([&] { return ++calls >= 1000; }, WaitBudget{seconds(10), seconds(10)}));
+    CHECK(calls == 1000);
+
+    // Never ready: returns false once the budget is spent.
+    for (const WaitBudget budget :
+         {WaitBudget{nanoseconds(0), nanoseconds(0)}, WaitBudget{microseconds(1), microseconds(5)},
+          WaitBudget{milliseconds(2), milliseconds(3)}}) {
+        const auto start = steady_clock::now();
+        CHECK_FALSE(spin_then_yield([] { return false; }, budget));
+        const auto took = steady_clock::now() - start;
+        CHECK(took >= budget.spin + budget.yield);
+        CHECK(took < seconds(2));
+    }
+}
