@@ -1,0 +1,246 @@
+"""l5pgd against a hand-driven (pure-Python) L5 SHM client: the well-behaved path, hostile
+ring writers and readers, and upgrade requests it must decline."""
+import os
+import struct
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+from tests.harness import l5wire, pgwire
+from tests.harness.client import tcp_target
+from tests.harness.l5wire import (OFF_C2S, OFF_S2C, RC_READ_POS, RC_WRITE_POS, ShmClient,
+                                  footprint)
+
+RING = 4096  # small rings keep every test far from wrapping issues and make limits cheap
+
+
+def app_name(tag):
+    return f"l5wire-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def backends(cluster, appname):
+    return int(cluster.sql(
+        f"select count(*) from pg_stat_activity where application_name = '{appname}'"))
+
+
+def wait_no_backend(cluster, appname, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        n = backends(cluster, appname)
+        if n == 0:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def started_client(l5pgd, appname, c2s=RING, s2c=RING):
+    c = ShmClient(l5pgd.socket_path, c2s=c2s, s2c=s2c)
+    assert c.upgrade() == b"L", "l5pgd declined a valid upgrade"
+    msgs = c.startup(application_name=appname)
+    types = [t for t, _ in msgs]
+    assert types[0] == "R" and struct.unpack("!I", msgs[0][1][:4])[0] == 0, msgs[:3]
+    assert types[-1] == "Z", types
+    return c
+
+
+@pytest.fixture
+def bystander(l5pgd):
+    """A plain (no shim) psycopg2 session through l5pgd over TCP, opened before the attack."""
+    conn = psycopg2.connect(tcp_target(l5pgd).dsn(application_name="l5wire-bystander"),
+                            connect_timeout=5)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("select 1")
+        assert cur.fetchone() == (1,)
+    yield conn
+    conn.close()
+
+
+# ---------------------------------------------------------------- 1. well-behaved client
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("rings", [(RING, RING), (64 * 1024, 64 * 1024)], ids=["4k", "64k"])
+def test_python_shm_client_select_42(l5pgd, cluster, rings):
+    s0 = l5pgd.metric("l5pg_sessions_total", transport="shm")
+    a0 = l5pgd.metric("l5pg_upgrades_total", result="accepted")
+    appname = app_name("good")
+    c = started_client(l5pgd, appname, *rings)
+    try:
+        msgs = c.query("SELECT 42")
+        data = [b for t, b in msgs if t == "D"]
+        assert len(data) == 1 and data[0].endswith(b"42"), msgs
+        assert backends(cluster, appname) == 1
+        # Several round trips, enough bytes to wrap a 4 KiB ring more than once.
+        for i in range(20):
+            msgs = c.query(f"SELECT repeat('x', 1000) || '{i}'")
+            data = [b for t, b in msgs if t == "D"]
+            assert len(data) == 1 and data[0].endswith(b"x" * 1000 + str(i).encode()), msgs
+    finally:
+        c.close()
+    assert l5pgd.metric("l5pg_sessions_total", transport="shm") > s0
+    assert l5pgd.metric("l5pg_upgrades_total", result="accepted") > a0
+    assert wait_no_backend(cluster, appname), "backend left after a clean Terminate"
+    assert l5pgd.alive()
+
+
+# ---------------------------------------------------------------- 2. hostile writers
+
+def attack_backwards(c):
+    c.poke64(OFF_C2S + RC_WRITE_POS, c.c2s_write - 8)
+
+
+def attack_too_far_ahead(c):
+    read_pos = c.peek64(OFF_C2S + RC_READ_POS)
+    c.poke64(OFF_C2S + RC_WRITE_POS, read_pos + c.c2s_size + 8)
+
+
+def attack_misaligned(c):
+    # A valid-looking record, published with a misaligned position.
+    c.write_record_raw(4, b"\0\0\0\0", advance=5, ring=False)
+
+
+def attack_zero_length(c):
+    c.write_record_raw(0, b"", advance=8, ring=False)
+
+
+def attack_too_long(c):
+    c.write_record_raw(c.c2s_size // 2 + 8, b"", advance=footprint(c.c2s_size // 2 + 8),
+                       ring=False)
+
+
+def attack_footprint_past_write_pos(c):
+    c.write_record_raw(100, b"Q", advance=8, ring=False)
+
+
+HOSTILE_WRITERS = {
+    "write_pos_backwards": attack_backwards,
+    "write_pos_beyond_ring": attack_too_far_ahead,
+    "write_pos_misaligned": attack_misaligned,
+    "record_length_zero": attack_zero_length,
+    "record_length_above_half": attack_too_long,
+    "record_footprint_past_write_pos": attack_footprint_past_write_pos,
+}
+
+
+def assert_session_killed(l5pgd, cluster, c, appname, bystander, errors_before):
+    assert c.doorbell(), "socket already gone before the doorbell"
+    assert c.wait_eof(5.0), "l5pgd did not close the hostile session within 5 s"
+    assert l5pgd.alive(), f"l5pgd died\n{l5pgd.log_tail()}"
+    deadline = time.monotonic() + 5
+    while l5pgd.metric("l5pg_session_errors_total", transport="shm") <= errors_before:
+        assert time.monotonic() < deadline, "l5pg_session_errors_total{transport=shm} did not grow"
+        time.sleep(0.05)
+    with bystander.cursor() as cur:
+        cur.execute("select 'still here', pg_backend_pid() > 0")
+        assert cur.fetchone() == ("still here", True)
+    assert wait_no_backend(cluster, appname, 10.0), \
+        f"backend of the killed session {appname} is still in pg_stat_activity"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("attack", list(HOSTILE_WRITERS), ids=list(HOSTILE_WRITERS))
+def test_hostile_writer(l5pgd, cluster, bystander, attack):
+    appname = app_name(attack)
+    c = started_client(l5pgd, appname)
+    try:
+        # The session really works before the attack.
+        msgs = c.query("select 7")
+        assert [b for t, b in msgs if t == "D"][0].endswith(b"7")
+        assert backends(cluster, appname) == 1
+        e0 = l5pgd.metric("l5pg_session_errors_total", transport="shm")
+        HOSTILE_WRITERS[attack](c)
+        assert_session_killed(l5pgd, cluster, c, appname, bystander, e0)
+        assert "shm protocol violation in the client->server ring" in l5pgd.log_text()
+    finally:
+        c.close(clean=False)
+
+
+# ---------------------------------------------------------------- 4. hostile reader
+
+@pytest.mark.timeout(60)
+def test_hostile_reader_read_pos_beyond_write_pos(l5pgd, cluster, bystander):
+    appname = app_name("reader")
+    c = started_client(l5pgd, appname)
+    try:
+        msgs = c.query("select 7")
+        assert [b for t, b in msgs if t == "D"][0].endswith(b"7")
+        e0 = l5pgd.metric("l5pg_session_errors_total", transport="shm")
+        server_wpos = c.peek64(OFF_S2C + RC_WRITE_POS)
+        # Far beyond anything the server will ever have written (and record-aligned).
+        c.poke64(OFF_S2C + RC_READ_POS, server_wpos + (1 << 40))
+        # A response larger than half the ring forces the server to re-read read_pos.
+        body = b"select repeat('y', 20000)\0"
+        c.write_bytes(b"Q" + struct.pack("!I", len(body) + 4) + body)
+        assert_session_killed(l5pgd, cluster, c, appname, bystander, e0)
+        assert "impossible read position in the server->client ring" in l5pgd.log_text()
+    finally:
+        c.close(clean=False)
+
+
+# ---------------------------------------------------------------- 3. refused upgrades
+
+def _unsealed(tmp_path):
+    return RING, RING, l5wire.make_memfd(RING, RING, seal=False)
+
+
+def _wrong_size(tmp_path):
+    return RING, RING, l5wire.make_memfd(RING, RING, size=4096 + RING + RING + 4096)
+
+
+def _bad_magic(tmp_path):
+    return RING, RING, l5wire.make_memfd(RING, RING, magic=0x1122334455667788)
+
+
+def _not_power_of_two(tmp_path):
+    return 5000, RING, l5wire.make_memfd(5000, RING)
+
+
+def _above_max(tmp_path):
+    return 64 << 20, RING, l5wire.make_memfd(64 << 20, RING)
+
+
+def _no_fd(tmp_path):
+    return RING, RING, None
+
+
+def _regular_file(tmp_path):
+    return RING, RING, l5wire.make_regular_file(RING, RING, dir=str(tmp_path))
+
+
+REFUSALS = {
+    "unsealed_memfd": _unsealed,
+    "wrong_size": _wrong_size,
+    "bad_magic": _bad_magic,
+    "ring_not_power_of_two": _not_power_of_two,
+    "ring_above_max": _above_max,
+    "no_fd": _no_fd,
+    "regular_file": _regular_file,
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case", list(REFUSALS), ids=list(REFUSALS))
+def test_upgrade_declined_then_plain_session(l5pgd, tmp_path, case):
+    d0 = l5pgd.metric("l5pg_upgrades_total", result="declined")
+    c2s, s2c, fd = REFUSALS[case](tmp_path)
+    try:
+        with l5wire.connect_unix(l5pgd.socket_path) as s:
+            answer = l5wire.send_upgrade(s, c2s, s2c, fd)
+            assert answer == b"N", f"{case}: expected 'N', got {answer!r}"
+            s.sendall(pgwire.startup_packet(application_name=f"l5wire-declined-{case}"))
+            msgs = pgwire.read_until_ready(s)
+            types = [t for t, _ in msgs]
+            assert types[0] == "R" and struct.unpack("!I", msgs[0][1][:4])[0] == 0, msgs[:3]
+            assert types[-1] == "Z", types
+            msgs = pgwire.query(s, "select 40+2")
+            data = [b for t, b in msgs if t == "D"]
+            assert len(data) == 1 and data[0].endswith(b"42"), msgs
+            pgwire.terminate(s)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert l5pgd.metric("l5pg_upgrades_total", result="declined") > d0
+    assert l5pgd.alive()
