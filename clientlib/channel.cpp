@@ -33,28 +33,35 @@ std::array<Channel, kMaxChannels> g_pool;
 }
 
 void mark_broken(Channel& ch, const char* what) noexcept {
-    if (!ch.broken) debug_log().str("shared memory protocol violation: ").str(what).end();
+    if (!ch.broken)
+        debug_log().str("shared memory protocol violation: ").str(what).end();
     ch.broken = true;
 }
 
 void drain_socket(Channel& ch, int fd) noexcept {
     size_t count = 0;
     const int saved = errno;
-    if (shm::drain_doorbells(fd, count) == shm::DrainResult::PeerClosed) ch.peer_closed = true;
-    if (count > 0) ch.poke_outstanding = false;
+    if (shm::drain_doorbells(fd, count) == shm::DrainResult::PeerClosed)
+        ch.peer_closed = true;
+    if (count > 0)
+        ch.poke_outstanding = false;
     errno = saved;
 }
 
 // Establishes the readiness invariant (see channel.hpp) before returning to the app.
 void prepare_return(Channel& ch, int fd) noexcept {
-    if (ch.broken || ch.peer_closed) return;
+    if (ch.broken || ch.peer_closed)
+        return;
     if (!ch.rx.has_data()) {
         ch.rx.arm();
-        if (!ch.rx.has_data()) return;  // Dekker re-check: the flag covers what comes next
+        if (!ch.rx.has_data())
+            return;  // Dekker re-check: the flag covers what comes next
     }
-    if (ch.poke_outstanding) return;
+    if (ch.poke_outstanding)
+        return;
     ch.rx.arm();
-    if (!shm::ring_doorbell(fd)) ch.peer_closed = true;
+    if (!shm::ring_doorbell(fd))
+        ch.peer_closed = true;
     ch.poke_outstanding = true;
 }
 
@@ -63,7 +70,8 @@ void prepare_return(Channel& ch, int fd) noexcept {
 template <class Ready>
 bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
     for (;;) {
-        if (shm::spin_then_yield(ready, settings().budget)) return true;
+        if (shm::spin_then_yield(ready, settings().budget))
+            return true;
         if (for_write)
             ch.tx.arm();
         else
@@ -74,38 +82,48 @@ bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
         }
         pollfd p{fd, POLLIN, 0};
         const int rc = real().poll(&p, 1, -1);
-        if (rc < 0) return false;
+        if (rc < 0)
+            return false;
         drain_socket(ch, fd);
-        if (ch.peer_closed) return true;
+        if (ch.peer_closed)
+            return true;
     }
 }
 
 size_t iov_total(const iovec* iov, int iovcnt) noexcept {
     size_t total = 0;
-    for (int i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
+    for (int i = 0; i < iovcnt; ++i)
+        total += iov[i].iov_len;
     return total;
 }
 
-// Copies the iovec bytes from `skip` on into the ring; returns bytes written.
-size_t copy_into_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip,
-                      shm::RingStatus& status) noexcept {
-    size_t written = 0;
-    status = shm::RingStatus::Ok;
-    for (int i = 0; i < iovcnt && status == shm::RingStatus::Ok; ++i) {
-        const auto* base = static_cast<const std::byte*>(iov[i].iov_base);
-        size_t len = iov[i].iov_len;
-        if (skip >= len) {
-            skip -= len;
+// Calls `fn(base, len)` for the bytes of `iov` from offset `skip` on, one iovec piece
+// at a time, until `fn` handles less than it was given. Returns the bytes handled.
+template <class Fn>
+size_t for_each_iov_from(const iovec* iov, int iovcnt, size_t skip, Fn fn) noexcept {
+    size_t done = 0;
+    for (int i = 0; i < iovcnt; ++i) {
+        if (skip >= iov[i].iov_len) {
+            skip -= iov[i].iov_len;
             continue;
         }
-        base += skip;
-        len -= skip;
+        auto* base = static_cast<std::byte*>(iov[i].iov_base) + skip;
+        const size_t len = iov[i].iov_len - skip;
         skip = 0;
-        const size_t n = ch.tx.write({base, len}, status);
-        written += n;
-        if (n < len) break;
+        const size_t n = fn(base, len);
+        done += n;
+        if (n < len)
+            break;
     }
-    return written;
+    return done;
+}
+
+size_t copy_into_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip,
+                      shm::RingStatus& status) noexcept {
+    status = shm::RingStatus::Ok;
+    return for_each_iov_from(iov, iovcnt, skip, [&](std::byte* base, size_t len) {
+        return status == shm::RingStatus::Ok ? ch.tx.write({base, len}, status) : 0;
+    });
 }
 
 size_t copy_from_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip, bool peek,
@@ -114,27 +132,17 @@ size_t copy_from_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip, bo
     if (peek) {  // MSG_PEEK: the rest of the current record, nothing consumed
         std::span<const std::byte> data;
         status = ch.rx.peek(data);
-        if (status != shm::RingStatus::Ok || iovcnt == 0) return 0;
+        if (status != shm::RingStatus::Ok || iovcnt == 0)
+            return 0;
         const size_t n = std::min(data.size(), iov[0].iov_len);
         std::memcpy(iov[0].iov_base, data.data(), n);
         return n;
     }
-    size_t copied = 0;
-    for (int i = 0; i < iovcnt; ++i) {
-        auto* base = static_cast<std::byte*>(iov[i].iov_base);
-        size_t len = iov[i].iov_len;
-        if (skip >= len) {
-            skip -= len;
-            continue;
-        }
-        base += skip;
-        len -= skip;
-        skip = 0;
-        const size_t n = ch.rx.read({base, len}, status);
-        copied += n;
-        if (n < len || status != shm::RingStatus::Ok) break;
-    }
-    if (status == shm::RingStatus::Empty) status = shm::RingStatus::Ok;
+    const size_t copied = for_each_iov_from(iov, iovcnt, skip, [&](std::byte* base, size_t len) {
+        return status == shm::RingStatus::Ok ? ch.rx.read({base, len}, status) : 0;
+    });
+    if (status == shm::RingStatus::Empty)
+        status = shm::RingStatus::Ok;
     return copied;
 }
 
@@ -177,7 +185,8 @@ void channel_add_ref(Channel& channel) noexcept {
 }
 
 void channel_release(Channel& ch) noexcept {
-    if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+        return;
     // Everything we published stays readable for l5pgd; the flag says no more comes.
     ch.segment->header().client_closed.store(1, std::memory_order_release);
     ch.segment.reset();
@@ -186,7 +195,8 @@ void channel_release(Channel& ch) noexcept {
 
 void channel_forget_all_after_fork() noexcept {
     for (Channel& ch : g_pool) {
-        if (ch.in_use.load(std::memory_order_relaxed) == 0) continue;
+        if (ch.in_use.load(std::memory_order_relaxed) == 0)
+            continue;
         ch.segment.reset();  // unmaps the child's copy; the parent's session is untouched
         ch.refs.store(0, std::memory_order_relaxed);
         ch.in_use.store(0, std::memory_order_relaxed);
@@ -201,11 +211,14 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
     size_t sent = 0;
     while (sent < total || total == 0) {
         if (cannot_send(ch)) {
-            if (sent > 0) break;
-            if (!nosignal) ::pthread_kill(::pthread_self(), SIGPIPE);
+            if (sent > 0)
+                break;
+            if (!nosignal)
+                ::pthread_kill(::pthread_self(), SIGPIPE);
             return fail(ch.broken ? ECONNRESET : EPIPE);
         }
-        if (total == 0) return 0;
+        if (total == 0)
+            return 0;
         shm::RingStatus status;
         const size_t n = copy_into_ring(ch, iov, iovcnt, sent, status);
         if (status == shm::RingStatus::Corrupt) {
@@ -215,9 +228,11 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
         sent += n;
         if (n > 0 && ch.tx.reader_needs_wakeup() && !shm::ring_doorbell(fd))
             ch.peer_closed = true;
-        if (sent == total) break;
+        if (sent == total)
+            break;
         if (would_block(ch, flags)) {
-            if (sent > 0) break;
+            if (sent > 0)
+                break;
             ch.tx.arm();  // an epoll user waiting for POLLOUT then gets a doorbell
             if (ch.tx.free_bytes() > 0) {
                 channel_disarm(ch, POLLOUT);
@@ -238,32 +253,39 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
     const bool wait_all = (flags & MSG_WAITALL) != 0 && !would_block(ch, flags) && !peek;
     size_t got = 0;
     for (;;) {
-        if (ch.broken) return got > 0 ? static_cast<ssize_t>(got) : fail(ECONNRESET);
+        if (ch.broken)
+            return got > 0 ? static_cast<ssize_t>(got) : fail(ECONNRESET);
         shm::RingStatus status;
         got += copy_from_ring(ch, iov, iovcnt, got, peek, status);
         if (status == shm::RingStatus::Corrupt) {
             mark_broken(ch, "impossible record in the server->client ring");
             continue;
         }
-        if (got == total || (got > 0 && !wait_all)) break;
+        if (got == total || (got > 0 && !wait_all))
+            break;
         // The ring is empty. l5pgd publishes everything before it flags or closes, so
         // after seeing either, one more look at the ring decides between data and EOF.
         if (ch.peer_closed || server_closed(ch)) {
-            if (ch.rx.has_data()) continue;
+            if (ch.rx.has_data())
+                continue;
             break;  // EOF (or the partial MSG_WAITALL result)
         }
         if (would_block(ch, flags)) {
             drain_socket(ch, fd);  // a level-triggered poller must not see stale bytes
-            if (ch.peer_closed || ch.rx.has_data()) continue;
+            if (ch.peer_closed || ch.rx.has_data())
+                continue;
             ch.rx.arm();
-            if (ch.rx.has_data()) continue;
-            if (got > 0) break;
+            if (ch.rx.has_data())
+                continue;
+            if (got > 0)
+                break;
             return fail(EAGAIN);
         }
         if (!wait_until(ch, fd, false, [&ch] { return ch.rx.has_data() || server_closed(ch); }))
             return got > 0 ? static_cast<ssize_t>(got) : -1;
     }
-    if (got > 0 && ch.rx.writer_needs_wakeup() && !shm::ring_doorbell(fd)) ch.peer_closed = true;
+    if (got > 0 && ch.rx.writer_needs_wakeup() && !shm::ring_doorbell(fd))
+        ch.peer_closed = true;
     prepare_return(ch, fd);
     return static_cast<ssize_t>(got);
 }
@@ -273,25 +295,35 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 short channel_revents(Channel& ch, short events) noexcept {
     short revents = 0;
     const bool closed = ch.peer_closed || server_closed(ch);
-    if ((events & POLLIN) && (ch.rx.has_data() || closed || ch.broken)) revents |= POLLIN;
-    if ((events & POLLOUT) && (ch.tx.free_bytes() > 0 || ch.broken)) revents |= POLLOUT;
-    if (ch.broken) revents |= POLLERR;
-    if (closed && !ch.rx.has_data()) revents |= POLLHUP;
+    if ((events & POLLIN) && (ch.rx.has_data() || closed || ch.broken))
+        revents |= POLLIN;
+    if ((events & POLLOUT) && (ch.tx.free_bytes() > 0 || ch.broken))
+        revents |= POLLOUT;
+    if (ch.broken)
+        revents |= POLLERR;
+    if (closed && !ch.rx.has_data())
+        revents |= POLLHUP;
     return revents;
 }
 
 void channel_arm(Channel& ch, short events) noexcept {
-    if (events & POLLIN) ch.rx.arm();
-    if (events & POLLOUT) ch.tx.arm();
+    if (events & POLLIN)
+        ch.rx.arm();
+    if (events & POLLOUT)
+        ch.tx.arm();
 }
 
 // A disarm that finds the flag already taken means a doorbell byte is on its way; it is
 // drained the next time we poll or find the ring empty.
 void channel_disarm(Channel& ch, short events) noexcept {
-    if (events & POLLIN) (void)ch.rx.disarm();
-    if (events & POLLOUT) (void)ch.tx.disarm();
+    if (events & POLLIN)
+        (void)ch.rx.disarm();
+    if (events & POLLOUT)
+        (void)ch.tx.disarm();
 }
 
-void channel_drain(Channel& ch, int fd) noexcept { drain_socket(ch, fd); }
+void channel_drain(Channel& ch, int fd) noexcept {
+    drain_socket(ch, fd);
+}
 
 }  // namespace l5pg::shim

@@ -13,8 +13,8 @@
 // socket becomes readable exactly when recv() would return data.
 #pragma once
 
-#include <sys/uio.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
@@ -32,8 +32,8 @@ struct Channel {
     std::atomic<uint32_t> refs{0};
     std::atomic<bool> nonblocking{false};  // O_NONBLOCK of the socket, tracked via fcntl
     std::optional<shm::Segment> segment;
-    shm::RingWriter tx;  // client -> server
-    shm::RingReader rx;  // server -> client
+    shm::RingWriter tx;             // client -> server
+    shm::RingReader rx;             // server -> client
     bool peer_closed = false;       // EOF seen on the socket
     bool broken = false;            // l5pgd wrote something impossible into a ring
     bool poke_outstanding = false;  // a doorbell byte was requested and not yet drained
@@ -52,8 +52,8 @@ void channel_forget_all_after_fork() noexcept;
 
 // Byte-stream I/O. `flags` are MSG_* flags; results and errno as send(2)/recv(2).
 // `nosignal` false means a write to a closed peer raises SIGPIPE, as the socket would.
-[[nodiscard]] ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt,
-                                   int flags, bool nosignal) noexcept;
+[[nodiscard]] ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
+                                   bool nosignal) noexcept;
 [[nodiscard]] ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt,
                                    int flags) noexcept;
 

@@ -11,33 +11,42 @@ namespace {
 std::atomic<bool> g_debug{false};
 }
 
-void set_debug_enabled(bool on) noexcept { g_debug.store(on, std::memory_order_relaxed); }
-bool debug_enabled() noexcept { return g_debug.load(std::memory_order_relaxed); }
+void set_debug_enabled(bool on) noexcept {
+    g_debug.store(on, std::memory_order_relaxed);
+}
+bool debug_enabled() noexcept {
+    return g_debug.load(std::memory_order_relaxed);
+}
 
 DebugLine::DebugLine(bool enabled) noexcept : enabled_(enabled) {
-    if (!enabled_) return;
+    if (!enabled_)
+        return;
     str("l5pg[").num(static_cast<uint64_t>(::syscall(SYS_getpid))).str("]: ");
 }
 
 void DebugLine::put(char c) noexcept {
-    if (len_ < sizeof buf_ - 1) buf_[len_++] = c;
+    if (len_ < sizeof buf_ - 1)
+        buf_[len_++] = c;
 }
 
 DebugLine& DebugLine::str(const char* s) noexcept {
     if (enabled_)
-        while (s && *s) put(*s++);
+        while (s && *s)
+            put(*s++);
     return *this;
 }
 
 DebugLine& DebugLine::num(uint64_t v) noexcept {
-    if (!enabled_) return *this;
+    if (!enabled_)
+        return *this;
     char digits[20];
     int n = 0;
     do {
         digits[n++] = static_cast<char>('0' + v % 10);
         v /= 10;
     } while (v != 0);
-    while (n > 0) put(digits[--n]);
+    while (n > 0)
+        put(digits[--n]);
     return *this;
 }
 
@@ -50,7 +59,8 @@ DebugLine& DebugLine::inum(int64_t v) noexcept {
 }
 
 void DebugLine::end() noexcept {
-    if (!enabled_) return;
+    if (!enabled_)
+        return;
     buf_[len_++] = '\n';
     const int saved = errno;
     (void)!::syscall(SYS_write, 2, buf_, len_);

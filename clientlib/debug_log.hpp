@@ -12,20 +12,22 @@ void set_debug_enabled(bool on) noexcept;
 [[nodiscard]] bool debug_enabled() noexcept;
 
 class DebugLine {
-public:
+  public:
     explicit DebugLine(bool enabled) noexcept;
     DebugLine& str(const char* s) noexcept;
     DebugLine& num(uint64_t v) noexcept;
     DebugLine& inum(int64_t v) noexcept;
     void end() noexcept;  // appends '\n' and writes the line
 
-private:
+  private:
     void put(char c) noexcept;
     bool enabled_;
     size_t len_ = 0;
     char buf_[512];
 };
 
-[[nodiscard]] inline DebugLine debug_log() noexcept { return DebugLine(debug_enabled()); }
+[[nodiscard]] inline DebugLine debug_log() noexcept {
+    return DebugLine(debug_enabled());
+}
 
 }  // namespace l5pg::shim

@@ -17,14 +17,20 @@ constexpr uint32_t kChannelBase = 16;
 // Zero-initialised static storage: valid before any constructor runs.
 std::array<std::atomic<uint32_t>, kMaxTrackedFd> g_table;
 
-bool in_range(int fd) noexcept { return fd >= 0 && fd < kMaxTrackedFd; }
+bool in_range(int fd) noexcept {
+    return fd >= 0 && fd < kMaxTrackedFd;
+}
 
 FdEntry decode(uint32_t raw) noexcept {
     switch (raw) {
-        case kUntracked: return {};
-        case kCandidate: return {FdKind::Candidate, nullptr};
-        case kForked: return {FdKind::Forked, nullptr};
-        default: break;
+        case kUntracked:
+            return {};
+        case kCandidate:
+            return {FdKind::Candidate, nullptr};
+        case kForked:
+            return {FdKind::Forked, nullptr};
+        default:
+            break;
     }
     Channel* channel = channel_at(raw - kChannelBase);
     return channel ? FdEntry{FdKind::Upgraded, channel} : FdEntry{};
@@ -33,35 +39,43 @@ FdEntry decode(uint32_t raw) noexcept {
 }  // namespace
 
 FdEntry fd_lookup(int fd) noexcept {
-    if (!in_range(fd)) return {};
+    if (!in_range(fd))
+        return {};
     return decode(g_table[fd].load(std::memory_order_acquire));
 }
 
 void fd_set_candidate(int fd) noexcept {
-    if (in_range(fd)) g_table[fd].store(kCandidate, std::memory_order_release);
+    if (in_range(fd))
+        g_table[fd].store(kCandidate, std::memory_order_release);
 }
 
 bool fd_attach_channel(int fd, Channel& channel) noexcept {
-    if (!in_range(fd)) return false;
+    if (!in_range(fd))
+        return false;
     uint32_t expected = kCandidate;
     return g_table[fd].compare_exchange_strong(expected, kChannelBase + channel_index(channel),
                                                std::memory_order_acq_rel);
 }
 
 FdEntry fd_forget(int fd) noexcept {
-    if (!in_range(fd)) return {};
+    if (!in_range(fd))
+        return {};
     return decode(g_table[fd].exchange(kUntracked, std::memory_order_acq_rel));
 }
 
 void fd_duplicate(int from, int to) noexcept {
-    if (from == to) return;
+    if (from == to)
+        return;
     const FdEntry previous = fd_forget(to);
-    if (previous.kind == FdKind::Upgraded) channel_release(*previous.channel);
-    if (!in_range(from) || !in_range(to)) return;
+    if (previous.kind == FdKind::Upgraded)
+        channel_release(*previous.channel);
+    if (!in_range(from) || !in_range(to))
+        return;
     const uint32_t raw = g_table[from].load(std::memory_order_acquire);
     if (raw >= kChannelBase) {
         Channel* channel = channel_at(raw - kChannelBase);
-        if (channel == nullptr) return;
+        if (channel == nullptr)
+            return;
         channel_add_ref(*channel);
     }
     g_table[to].store(raw, std::memory_order_release);

@@ -21,7 +21,8 @@ using namespace l5pg::shim;
 namespace {
 
 void release_entry(const FdEntry& entry) noexcept {
-    if (entry.kind == FdKind::Upgraded) channel_release(*entry.channel);
+    if (entry.kind == FdKind::Upgraded)
+        channel_release(*entry.channel);
 }
 
 void track_nonblocking(int fd, bool on) noexcept {
@@ -33,9 +34,12 @@ void track_nonblocking(int fd, bool on) noexcept {
 template <class RealFcntl>
 int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) noexcept {
     const int rc = real_fcntl(fd, cmd, arg);
-    if (rc < 0) return rc;
-    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) fd_duplicate(fd, rc);
-    if (cmd == F_SETFL) track_nonblocking(fd, (arg & O_NONBLOCK) != 0);
+    if (rc < 0)
+        return rc;
+    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+        fd_duplicate(fd, rc);
+    if (cmd == F_SETFL)
+        track_nonblocking(fd, (arg & O_NONBLOCK) != 0);
     return rc;
 }
 
@@ -50,7 +54,11 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
         is_l5pgd_socket(addr, len)) {
         const int saved = errno;
         fd_set_candidate(fd);
-        debug_log().str("fd ").inum(fd).str(": connected to an l5pgd socket, upgrade candidate").end();
+        debug_log()
+            .str("fd ")
+            .inum(fd)
+            .str(": connected to an l5pgd socket, upgrade candidate")
+            .end();
         errno = saved;
     }
     return rc;
@@ -63,19 +71,22 @@ int close(int fd) {
 
 int dup(int fd) noexcept {
     const int rc = real().dup(fd);
-    if (rc >= 0) fd_duplicate(fd, rc);
+    if (rc >= 0)
+        fd_duplicate(fd, rc);
     return rc;
 }
 
 int dup2(int fd, int fd2) noexcept {
     const int rc = real().dup2(fd, fd2);
-    if (rc >= 0) fd_duplicate(fd, rc);
+    if (rc >= 0)
+        fd_duplicate(fd, rc);
     return rc;
 }
 
 int dup3(int fd, int fd2, int flags) noexcept {
     const int rc = real().dup3(fd, fd2, flags);
-    if (rc >= 0) fd_duplicate(fd, rc);
+    if (rc >= 0)
+        fd_duplicate(fd, rc);
     return rc;
 }
 

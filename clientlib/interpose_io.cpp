@@ -44,7 +44,8 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt) noexcept {
     Channel* channel = nullptr;
     switch (try_upgrade(fd, first, n, channel)) {
         case UpgradeResult::Upgraded:
-            if (fd_attach_channel(fd, *channel)) return {RouteKind::Channel, channel};
+            if (fd_attach_channel(fd, *channel))
+                return {RouteKind::Channel, channel};
             channel_release(*channel);  // fd closed concurrently: nothing left to serve
             errno = EBADF;
             return {RouteKind::Error};
@@ -61,10 +62,15 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt) noexcept {
 Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
     const FdEntry entry = fd_lookup(fd);
     switch (entry.kind) {
-        case FdKind::Untracked: return {RouteKind::Real};
-        case FdKind::Upgraded: return {RouteKind::Channel, entry.channel};
-        case FdKind::Forked: errno = EPIPE; return {RouteKind::Error};
-        case FdKind::Candidate: return decide_candidate(fd, iov, iovcnt);
+        case FdKind::Untracked:
+            return {RouteKind::Real};
+        case FdKind::Upgraded:
+            return {RouteKind::Channel, entry.channel};
+        case FdKind::Forked:
+            errno = EPIPE;
+            return {RouteKind::Error};
+        case FdKind::Candidate:
+            return decide_candidate(fd, iov, iovcnt);
     }
     return {RouteKind::Real};
 }
@@ -73,9 +79,12 @@ Route route_recv(int fd) noexcept {
     const FdEntry entry = fd_lookup(fd);
     switch (entry.kind) {
         case FdKind::Untracked:
-        case FdKind::Candidate: return {RouteKind::Real};
-        case FdKind::Upgraded: return {RouteKind::Channel, entry.channel};
-        case FdKind::Forked: return {RouteKind::Eof};
+        case FdKind::Candidate:
+            return {RouteKind::Real};
+        case FdKind::Upgraded:
+            return {RouteKind::Channel, entry.channel};
+        case FdKind::Forked:
+            return {RouteKind::Eof};
     }
     return {RouteKind::Real};
 }
@@ -85,7 +94,8 @@ ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
                  RealSend real_send) noexcept {
     const Route route = route_send(fd, iov, iovcnt);
     switch (route.kind) {
-        case RouteKind::Real: return real_send();
+        case RouteKind::Real:
+            return real_send();
         case RouteKind::Channel:
             return channel_send(*route.channel, fd, iov, iovcnt, flags, nosignal);
         case RouteKind::Eof:
@@ -104,10 +114,14 @@ template <class RealRecv>
 ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv) noexcept {
     const Route route = route_recv(fd);
     switch (route.kind) {
-        case RouteKind::Real: return real_recv();
-        case RouteKind::Channel: return channel_recv(*route.channel, fd, iov, iovcnt, flags);
-        case RouteKind::Eof: return 0;
-        case RouteKind::Error: return -1;
+        case RouteKind::Real:
+            return real_recv();
+        case RouteKind::Channel:
+            return channel_recv(*route.channel, fd, iov, iovcnt, flags);
+        case RouteKind::Eof:
+            return 0;
+        case RouteKind::Error:
+            return -1;
     }
     return -1;
 }
@@ -157,7 +171,8 @@ ssize_t recv(int fd, void* buf, size_t len, int flags) {
 
 ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, socklen_t* addrlen) {
     iovec iov{buf, len};
-    if (fd_lookup(fd).kind == FdKind::Upgraded && addrlen != nullptr) *addrlen = 0;
+    if (fd_lookup(fd).kind == FdKind::Upgraded && addrlen != nullptr)
+        *addrlen = 0;
     return recv_iov(fd, &iov, 1, flags,
                     [&] { return real().recvfrom(fd, buf, len, flags, addr, addrlen); });
 }
@@ -182,18 +197,21 @@ ssize_t readv(int fd, const iovec* iov, int iovcnt) {
 }
 
 ssize_t __recv_chk(int fd, void* buf, size_t len, size_t buflen, int flags) {
-    if (len > buflen) __chk_fail();
+    if (len > buflen)
+        __chk_fail();
     return recv(fd, buf, len, flags);
 }
 
 ssize_t __recvfrom_chk(int fd, void* buf, size_t len, size_t buflen, int flags, sockaddr* addr,
                        socklen_t* addrlen) {
-    if (len > buflen) __chk_fail();
+    if (len > buflen)
+        __chk_fail();
     return recvfrom(fd, buf, len, flags, addr, addrlen);
 }
 
 ssize_t __read_chk(int fd, void* buf, size_t len, size_t buflen) {
-    if (len > buflen) __chk_fail();
+    if (len > buflen)
+        __chk_fail();
     return read(fd, buf, len);
 }
 

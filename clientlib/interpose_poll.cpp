@@ -36,36 +36,41 @@ int64_t now_ns() noexcept {
 bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
     for (nfds_t i = 0; i < n; ++i) {
         const FdKind kind = fd_lookup(fds[i].fd).kind;
-        if (kind == FdKind::Upgraded || kind == FdKind::Forked) return true;
+        if (kind == FdKind::Upgraded || kind == FdKind::Forked)
+            return true;
     }
     return false;
 }
 
 // One poll() call over a mix of upgraded and ordinary descriptors.
 class MixedPoll {
-public:
+  public:
     MixedPoll(pollfd* fds, nfds_t n) : fds_(fds), n_(n), saved_events_(n) {}
 
     int run(int64_t timeout_ns, const sigset_t* mask) noexcept {
         const int64_t deadline = timeout_ns < 0 ? kForever : now_ns() + timeout_ns;
         for (;;) {
-            if (int ready = scan_rings(); ready > 0) return finish(ready);
-            if (timeout_ns == 0) return finish(0);
+            if (int ready = scan_rings(); ready > 0)
+                return finish(ready);
+            if (timeout_ns == 0)
+                return finish(0);
             // Spin and yield on the rings alone; ordinary fds wait at most this budget.
-            if (shm::spin_then_yield([this] { return scan_rings() > 0; },
-                                     budget_within(deadline)))
+            if (shm::spin_then_yield([this] { return scan_rings() > 0; }, budget_within(deadline)))
                 return finish(scan_rings());
             const int rc = block(deadline, mask);
-            if (rc < 0) return -1;
+            if (rc < 0)
+                return -1;
             const int ready = scan_rings() + rc;
-            if (ready > 0 || (deadline != kForever && now_ns() >= deadline)) return finish(ready);
+            if (ready > 0 || (deadline != kForever && now_ns() >= deadline))
+                return finish(ready);
         }
     }
 
-private:
+  private:
     shm::WaitBudget budget_within(int64_t deadline) const noexcept {
         shm::WaitBudget budget = settings().budget;
-        if (deadline == kForever) return budget;
+        if (deadline == kForever)
+            return budget;
         const auto left = std::chrono::nanoseconds(std::max<int64_t>(deadline - now_ns(), 0));
         budget.spin = std::min(budget.spin, left);
         budget.yield = std::min(budget.yield, left - budget.spin);
@@ -84,7 +89,8 @@ private:
             } else {
                 continue;
             }
-            if (fds_[i].revents != 0) ++ready;
+            if (fds_[i].revents != 0)
+                ++ready;
         }
         return ready;
     }
@@ -100,13 +106,15 @@ private:
         }
         for (nfds_t i = 0; i < n_; ++i) {
             saved_events_[i] = fds_[i].events;
-            if (fd_lookup(fds_[i].fd).kind == FdKind::Upgraded) fds_[i].events = POLLIN;
+            if (fd_lookup(fds_[i].fd).kind == FdKind::Upgraded)
+                fds_[i].events = POLLIN;
         }
         timespec ts{};
         const timespec* timeout = nullptr;
         if (deadline != kForever) {
             const int64_t left = std::max<int64_t>(deadline - now_ns(), 0);
-            ts = {static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+            ts = {static_cast<time_t>(left / 1'000'000'000),
+                  static_cast<long>(left % 1'000'000'000)};
             timeout = &ts;
         }
         const int rc = real().ppoll(fds_, n_, timeout, mask);
@@ -117,7 +125,8 @@ private:
             const FdEntry entry = fd_lookup(fds_[i].fd);
             if (entry.kind == FdKind::Upgraded) {
                 channel_disarm(*entry.channel, fds_[i].events);
-                if (rc > 0 && fds_[i].revents != 0) channel_drain(*entry.channel, fds_[i].fd);
+                if (rc > 0 && fds_[i].revents != 0)
+                    channel_drain(*entry.channel, fds_[i].fd);
                 fds_[i].revents = 0;
             } else if (entry.kind != FdKind::Forked && rc > 0 && fds_[i].revents != 0) {
                 ++ordinary_ready;
@@ -134,10 +143,12 @@ private:
         for (nfds_t i = 0; i < n_; ++i) {
             const FdEntry entry = fd_lookup(fds_[i].fd);
             if (entry.kind == FdKind::Upgraded) {
-                if ((fds_[i].revents & POLLIN) == 0) channel_arm(*entry.channel, POLLIN);
+                if ((fds_[i].revents & POLLIN) == 0)
+                    channel_arm(*entry.channel, POLLIN);
                 continue;
             }
-            if (entry.kind == FdKind::Forked) continue;
+            if (entry.kind == FdKind::Forked)
+                continue;
             pollfd probe{fds_[i].fd, fds_[i].events, 0};
             fds_[i].revents = 0;
             if (real().poll(&probe, 1, 0) > 0) {
@@ -152,7 +163,8 @@ private:
     void for_each_upgraded(Fn fn) noexcept {
         for (nfds_t i = 0; i < n_; ++i) {
             const FdEntry entry = fd_lookup(fds_[i].fd);
-            if (entry.kind == FdKind::Upgraded) fn(*entry.channel, fds_[i].events);
+            if (entry.kind == FdKind::Upgraded)
+                fn(*entry.channel, fds_[i].events);
         }
     }
 
@@ -181,13 +193,18 @@ int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
     nfds_t n = 0;
     for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
         short events = 0;
-        if (rd && FD_ISSET(fd, rd)) events |= POLLIN;
-        if (wr && FD_ISSET(fd, wr)) events |= POLLOUT;
-        if (ex && FD_ISSET(fd, ex)) events |= POLLPRI;
-        if (events != 0) fds[n++] = {fd, events, 0};
+        if (rd && FD_ISSET(fd, rd))
+            events |= POLLIN;
+        if (wr && FD_ISSET(fd, wr))
+            events |= POLLOUT;
+        if (ex && FD_ISSET(fd, ex))
+            events |= POLLPRI;
+        if (events != 0)
+            fds[n++] = {fd, events, 0};
     }
     const int rc = poll_ns(fds.data(), n, timeout_ns, mask);
-    if (rc < 0) return -1;
+    if (rc < 0)
+        return -1;
     for (nfds_t i = 0; i < n; ++i)
         if (fds[i].revents & POLLNVAL) {
             errno = EBADF;
@@ -198,7 +215,8 @@ int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
         const int fd = fds[i].fd;
         const short re = fds[i].revents;
         auto report = [&](fd_set* set, bool on) {
-            if (set == nullptr || !FD_ISSET(fd, set)) return;
+            if (set == nullptr || !FD_ISSET(fd, set))
+                return;
             if (on)
                 ++count;
             else
@@ -213,11 +231,13 @@ int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
 
 bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) noexcept {
     for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
-        const bool asked = (rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) ||
-                           (ex && FD_ISSET(fd, ex));
-        if (!asked) continue;
+        const bool asked =
+            (rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex));
+        if (!asked)
+            continue;
         const FdKind kind = fd_lookup(fd).kind;
-        if (kind == FdKind::Upgraded || kind == FdKind::Forked) return true;
+        if (kind == FdKind::Upgraded || kind == FdKind::Forked)
+            return true;
     }
     return false;
 }
@@ -234,32 +254,36 @@ using namespace l5pg::shim;
 extern "C" {
 
 int poll(pollfd* fds, nfds_t n, int timeout_ms) {
-    if (!any_tracked(fds, n)) return real().poll(fds, n, timeout_ms);
+    if (!any_tracked(fds, n))
+        return real().poll(fds, n, timeout_ms);
     return poll_ns(fds, n, timeout_ms < 0 ? kForever : int64_t{timeout_ms} * 1'000'000, nullptr);
 }
 
 int ppoll(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask) {
-    if (!any_tracked(fds, n)) return real().ppoll(fds, n, timeout, mask);
+    if (!any_tracked(fds, n))
+        return real().ppoll(fds, n, timeout, mask);
     return poll_ns(fds, n, timespec_ns(timeout), mask);
 }
 
 int __poll_chk(pollfd* fds, nfds_t n, int timeout_ms, size_t fdslen) {
-    if (fdslen / sizeof(pollfd) < n) __chk_fail();
+    if (fdslen / sizeof(pollfd) < n)
+        __chk_fail();
     return poll(fds, n, timeout_ms);
 }
 
 int __ppoll_chk(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask,
                 size_t fdslen) {
-    if (fdslen / sizeof(pollfd) < n) __chk_fail();
+    if (fdslen / sizeof(pollfd) < n)
+        __chk_fail();
     return ppoll(fds, n, timeout, mask);
 }
 
 int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, timeval* timeout) {
-    if (!select_has_tracked(nfds, rd, wr, ex)) return real().select(nfds, rd, wr, ex, timeout);
-    const int64_t timeout_ns = timeout == nullptr
-                                   ? kForever
-                                   : int64_t{timeout->tv_sec} * 1'000'000'000 +
-                                         int64_t{timeout->tv_usec} * 1000;
+    if (!select_has_tracked(nfds, rd, wr, ex))
+        return real().select(nfds, rd, wr, ex, timeout);
+    const int64_t timeout_ns = timeout == nullptr ? kForever
+                                                  : int64_t{timeout->tv_sec} * 1'000'000'000 +
+                                                        int64_t{timeout->tv_usec} * 1000;
     const int64_t start = now_ns();
     const int rc = select_ns(nfds, rd, wr, ex, timeout_ns, nullptr);
     if (timeout != nullptr) {  // Linux select() reports the time left
@@ -272,7 +296,8 @@ int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, timeval* timeout) {
 
 int pselect(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, const timespec* timeout,
             const sigset_t* mask) {
-    if (!select_has_tracked(nfds, rd, wr, ex)) return real().pselect(nfds, rd, wr, ex, timeout, mask);
+    if (!select_has_tracked(nfds, rd, wr, ex))
+        return real().pselect(nfds, rd, wr, ex, timeout, mask);
     return select_ns(nfds, rd, wr, ex, timespec_ns(timeout), mask);
 }
 

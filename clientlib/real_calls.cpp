@@ -36,7 +36,8 @@ void resolve_optional(Fn& slot, const char* name, Fn fallback) noexcept {
 }  // namespace
 
 void resolve_real_calls() noexcept {
-    if (g_resolved.load(std::memory_order_acquire)) return;
+    if (g_resolved.load(std::memory_order_acquire))
+        return;
     RealCalls r{};
     resolve(r.connect, "connect");
     resolve(r.close, "close");
@@ -65,7 +66,8 @@ void resolve_real_calls() noexcept {
 }
 
 const RealCalls& real() noexcept {
-    if (!g_resolved.load(std::memory_order_acquire)) resolve_real_calls();
+    if (!g_resolved.load(std::memory_order_acquire))
+        resolve_real_calls();
     return g_real;
 }
 

@@ -39,6 +39,8 @@ int l5pg_fd_transport(int fd) {
                                                                           : L5PG_TRANSPORT_SOCKET;
 }
 
-const char* l5pg_version(void) { return "l5pg 0.1.0"; }
+const char* l5pg_version(void) {
+    return "l5pg 0.1.0";
+}
 
 }  // extern "C"

@@ -23,7 +23,8 @@ constexpr char kMarkerSuffix[] = ".l5pg";
 uint64_t parse_marker_inode(const char* text, size_t len) noexcept {
     constexpr char kPrefix[] = "l5pgd 1 ";
     constexpr size_t kPrefixLen = sizeof kPrefix - 1;
-    if (len <= kPrefixLen || std::memcmp(text, kPrefix, kPrefixLen) != 0) return 0;
+    if (len <= kPrefixLen || std::memcmp(text, kPrefix, kPrefixLen) != 0)
+        return 0;
     uint64_t inode = 0;
     size_t i = kPrefixLen;
     for (; i < len && text[i] >= '0' && text[i] <= '9'; ++i)
@@ -33,7 +34,8 @@ uint64_t parse_marker_inode(const char* text, size_t len) noexcept {
 
 uint64_t read_marker_inode(const char* marker_path) noexcept {
     const int fd = ::open(marker_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0)
+        return 0;
     char text[128];
     const ssize_t n = real().read(fd, text, sizeof text);
     real().close(fd);
@@ -77,22 +79,27 @@ char await_answer(int fd) noexcept {
             errno = ETIMEDOUT;
             return 0;
         }
-        if (rc < 0 && errno == EINTR) continue;  // the timeout restarts: still bounded
-        if (rc < 0) return 0;
+        if (rc < 0 && errno == EINTR)
+            continue;  // the timeout restarts: still bounded
+        if (rc < 0)
+            return 0;
         char answer = 0;
         const ssize_t n = real().recv(fd, &answer, 1, MSG_DONTWAIT);
-        if (n == 1) return answer;
+        if (n == 1)
+            return answer;
         if (n == 0) {
             errno = ECONNRESET;
             return 0;
         }
-        if (errno != EAGAIN && errno != EINTR) return 0;
+        if (errno != EAGAIN && errno != EINTR)
+            return 0;
         remaining_ms = std::max(remaining_ms / 2, 1);
     }
 }
 
 bool is_upgradable_first_packet(const std::byte* first, size_t len) noexcept {
-    if (len < protocol::kMinStartupPacketLength) return false;
+    if (len < protocol::kMinStartupPacketLength)
+        return false;
     const uint32_t code = (static_cast<uint32_t>(first[4]) << 24) |
                           (static_cast<uint32_t>(first[5]) << 16) |
                           (static_cast<uint32_t>(first[6]) << 8) | static_cast<uint32_t>(first[7]);
@@ -109,25 +116,29 @@ bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
     const auto* un = reinterpret_cast<const sockaddr_un*>(addr);
     const size_t max_path = len - offsetof(sockaddr_un, sun_path);
     const size_t path_len = ::strnlen(un->sun_path, std::min(max_path, sizeof un->sun_path));
-    if (path_len == 0) return false;  // abstract socket
+    if (path_len == 0)
+        return false;  // abstract socket
     char marker[sizeof un->sun_path + sizeof kMarkerSuffix];
     std::memcpy(marker, un->sun_path, path_len);
     std::memcpy(marker + path_len, kMarkerSuffix, sizeof kMarkerSuffix);
     const uint64_t inode = read_marker_inode(marker);
     marker[path_len] = '\0';
-    struct stat st{};
+    struct stat st {};
     return inode != 0 && ::stat(marker, &st) == 0 && S_ISSOCK(st.st_mode) &&
            static_cast<uint64_t>(st.st_ino) == inode;
 }
 
-UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len,
-                          Channel*& channel) noexcept {
+UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) noexcept {
     if (protocol::is_cancel_request({first, len})) {
         debug_log().str("fd ").inum(fd).str(": cancel request, not upgraded").end();
         return UpgradeResult::Plain;
     }
     if (!is_upgradable_first_packet(first, len)) {
-        debug_log().str("fd ").inum(fd).str(": first bytes are not a startup packet, not upgraded").end();
+        debug_log()
+            .str("fd ")
+            .inum(fd)
+            .str(": first bytes are not a startup packet, not upgraded")
+            .end();
         return UpgradeResult::Plain;
     }
     const int saved_errno = errno;
@@ -135,26 +146,46 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len,
     std::optional<shm::Segment> segment =
         shm::Segment::create(settings().ring_size, settings().ring_size, error);
     if (!segment) {
-        debug_log().str("fd ").inum(fd).str(": cannot create shared memory (").str(error.what)
-            .str(": ").str(std::strerror(error.err)).str("), staying on the socket").end();
+        debug_log()
+            .str("fd ")
+            .inum(fd)
+            .str(": cannot create shared memory (")
+            .str(error.what)
+            .str(": ")
+            .str(std::strerror(error.err))
+            .str("), staying on the socket")
+            .end();
         errno = saved_errno;
         return UpgradeResult::Plain;
     }
     if (!send_upgrade_request(fd, *segment)) {
-        debug_log().str("fd ").inum(fd).str(": sending the upgrade request failed: ")
-            .str(std::strerror(errno)).end();
+        debug_log()
+            .str("fd ")
+            .inum(fd)
+            .str(": sending the upgrade request failed: ")
+            .str(std::strerror(errno))
+            .end();
         return UpgradeResult::Failed;
     }
     const char answer = await_answer(fd);
     if (answer == 'N') {
-        debug_log().str("fd ").inum(fd).str(": l5pgd declined the upgrade (see its log), staying on the socket").end();
+        debug_log()
+            .str("fd ")
+            .inum(fd)
+            .str(": l5pgd declined the upgrade (see its log), staying on the socket")
+            .end();
         errno = saved_errno;
         return UpgradeResult::Plain;
     }
     if (answer != 'L') {
-        if (answer != 0) errno = ECONNRESET;
-        debug_log().str("fd ").inum(fd).str(": no valid answer to the upgrade request: ")
-            .str(std::strerror(errno)).end();
+        if (answer != 0)
+            errno = ECONNRESET;
+        debug_log()
+            .str("fd ")
+            .inum(fd)
+            .str(": no valid answer to the upgrade request: ")
+            .str(std::strerror(errno))
+            .end();
         return UpgradeResult::Failed;
     }
     const int fl = real().fcntl(fd, F_GETFL);
@@ -165,8 +196,13 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len,
         errno = EMFILE;
         return UpgradeResult::Failed;
     }
-    debug_log().str("fd ").inum(fd).str(": upgraded to shm (rings of ").num(ring)
-        .str(" bytes each way)").end();
+    debug_log()
+        .str("fd ")
+        .inum(fd)
+        .str(": upgraded to shm (rings of ")
+        .num(ring)
+        .str(" bytes each way)")
+        .end();
     errno = saved_errno;
     return UpgradeResult::Upgraded;
 }

@@ -13,7 +13,7 @@ namespace l5pg::config {
 // Thrown for any invalid configuration. what() names the key and the reason, e.g.
 // "listen.port: must be between 1 and 65535 (got 70000)".
 class ConfigError : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -27,7 +27,7 @@ struct ListenConfig {
 
 struct UpstreamConfig {
     std::string unix_socket_dir = "/var/run/postgresql";  // used when host is ""
-    std::string host;                                      // TCP host, optional
+    std::string host;                                     // TCP host, optional
     uint16_t port = 5432;
     uint32_t connect_timeout_ms = 5000;
 };
@@ -69,8 +69,7 @@ struct Config {
 
 // Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted
 // keys as in the YAML), validates. Unknown keys are errors (typos must not pass).
-[[nodiscard]] Config load(const std::string& path,
-                          const std::vector<std::string>& overrides);
+[[nodiscard]] Config load(const std::string& path, const std::vector<std::string>& overrides);
 
 // Same, from YAML text (for tests).
 [[nodiscard]] Config load_from_string(const std::string& yaml,

@@ -9,7 +9,7 @@
 namespace l5pg::daemon {
 
 class ByteQueue {
-public:
+  public:
     [[nodiscard]] bool empty() const noexcept { return head_ == data_.size(); }
     [[nodiscard]] size_t size() const noexcept { return data_.size() - head_; }
     [[nodiscard]] std::span<const std::byte> front() const noexcept {
@@ -37,7 +37,7 @@ public:
         head_ = 0;
     }
 
-private:
+  private:
     std::vector<std::byte> data_;
     size_t head_ = 0;
     size_t tail_mark_ = 0;

@@ -37,7 +37,8 @@ sockaddr_un unix_address(const std::string& path) {
 // on it; refuse to start if a live server (l5pgd or Postgres) owns it.
 void remove_stale_socket(const std::string& path) {
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) return;
+    if (::lstat(path.c_str(), &st) != 0)
+        return;
     if (!S_ISSOCK(st.st_mode))
         throw std::runtime_error(fmt::format("\"{}\" exists and is not a socket", path));
     UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -50,16 +51,19 @@ void remove_stale_socket(const std::string& path) {
 
 void write_marker(const std::string& socket_path) {
     struct stat st {};
-    if (::stat(socket_path.c_str(), &st) != 0) fail("stat " + socket_path);
+    if (::stat(socket_path.c_str(), &st) != 0)
+        fail("stat " + socket_path);
     const std::string marker = UnixListener::marker_path(socket_path);
     const std::string tmp = marker + ".tmp";
     const std::string line = fmt::format("l5pgd 1 {} {}\n", st.st_ino, ::getpid());
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.valid()) fail("cannot create marker file " + tmp);
+    if (!fd.valid())
+        fail("cannot create marker file " + tmp);
     if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         fail("cannot write marker file " + tmp);
     fd.reset();
-    if (::rename(tmp.c_str(), marker.c_str()) != 0) fail("cannot rename to " + marker);
+    if (::rename(tmp.c_str(), marker.c_str()) != 0)
+        fail("cannot rename to " + marker);
 }
 
 }  // namespace
@@ -77,11 +81,14 @@ UnixListener::UnixListener(const std::string& dir, uint16_t port, int backlog, u
     const sockaddr_un addr = unix_address(path_);
     remove_stale_socket(path_);
     fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!fd_.valid()) fail("socket(AF_UNIX)");
+    if (!fd_.valid())
+        fail("socket(AF_UNIX)");
     if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
         fail("cannot bind " + path_);
-    if (::chmod(path_.c_str(), mode) != 0) fail("cannot chmod " + path_);
-    if (::listen(fd_.get(), backlog) != 0) fail("cannot listen on " + path_);
+    if (::chmod(path_.c_str(), mode) != 0)
+        fail("cannot chmod " + path_);
+    if (::listen(fd_.get(), backlog) != 0)
+        fail("cannot listen on " + path_);
     write_marker(path_);
 }
 
@@ -100,17 +107,19 @@ TcpListener::TcpListener(const std::string& address, uint16_t port, int backlog)
     const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(),
                                  &hints, &result);
     if (rc != 0)
-        throw std::runtime_error(fmt::format("listen.tcp_address \"{}\": {}", address,
-                                             ::gai_strerror(rc)));
+        throw std::runtime_error(
+            fmt::format("listen.tcp_address \"{}\": {}", address, ::gai_strerror(rc)));
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(result, &::freeaddrinfo);
     description_ = fmt::format("{}:{}", address, port);
     fd_.reset(::socket(result->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!fd_.valid()) fail("socket(TCP)");
+    if (!fd_.valid())
+        fail("socket(TCP)");
     const int one = 1;
     ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(fd_.get(), result->ai_addr, result->ai_addrlen) != 0)
         fail("cannot bind TCP " + description_);
-    if (::listen(fd_.get(), backlog) != 0) fail("cannot listen on TCP " + description_);
+    if (::listen(fd_.get(), backlog) != 0)
+        fail("cannot listen on TCP " + description_);
 }
 
 }  // namespace l5pg::daemon

@@ -13,7 +13,7 @@ namespace l5pg::daemon {
 // on destruction. Throws std::runtime_error with a clear message on failure (directory
 // missing, another server already listening, ...).
 class UnixListener {
-public:
+  public:
     UnixListener(const std::string& dir, uint16_t port, int backlog, uint32_t mode);
     ~UnixListener();
     UnixListener(const UnixListener&) = delete;
@@ -27,18 +27,18 @@ public:
     // real Postgres socket never makes it send an upgrade request to Postgres.
     [[nodiscard]] static std::string marker_path(const std::string& socket_path);
 
-private:
+  private:
     UniqueFd fd_;
     std::string path_;
 };
 
 class TcpListener {
-public:
+  public:
     TcpListener(const std::string& address, uint16_t port, int backlog);
     [[nodiscard]] int fd() const noexcept { return fd_.get(); }
     [[nodiscard]] const std::string& description() const noexcept { return description_; }
 
-private:
+  private:
     UniqueFd fd_;
     std::string description_;
 };

@@ -48,12 +48,27 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     int opt;
     while ((opt = getopt_long(argc, argv, "c:o:Vh", long_options, nullptr)) != -1) {
         switch (opt) {
-            case 'c': options.config_path = optarg; break;
-            case 'o': options.overrides.emplace_back(optarg); break;
-            case 'k': options.check_only = true; break;
-            case 'V': std::printf("l5pgd 0.1.0\n"); exit_code = 0; return std::nullopt;
-            case 'h': std::fputs(kUsage, stdout); exit_code = 0; return std::nullopt;
-            default: std::fputs(kUsage, stderr); exit_code = 2; return std::nullopt;
+            case 'c':
+                options.config_path = optarg;
+                break;
+            case 'o':
+                options.overrides.emplace_back(optarg);
+                break;
+            case 'k':
+                options.check_only = true;
+                break;
+            case 'V':
+                std::printf("l5pgd 0.1.0\n");
+                exit_code = 0;
+                return std::nullopt;
+            case 'h':
+                std::fputs(kUsage, stdout);
+                exit_code = 0;
+                return std::nullopt;
+            default:
+                std::fputs(kUsage, stderr);
+                exit_code = 2;
+                return std::nullopt;
         }
     }
     if (optind < argc) {
@@ -92,7 +107,8 @@ int run(const l5pg::config::Config& config) {
 int main(int argc, char** argv) {
     int exit_code = 0;
     const std::optional<Options> options = parse_options(argc, argv, exit_code);
-    if (!options) return exit_code;
+    if (!options)
+        return exit_code;
 
     l5pg::config::Config config;
     try {

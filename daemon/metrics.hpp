@@ -18,7 +18,7 @@ enum class Direction { ClientToServer, ServerToClient };
 [[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...
 
 class Metrics {
-public:
+  public:
     void session_opened(Transport t) noexcept;
     void session_closed(Transport t) noexcept;
     void add_bytes(Transport t, Direction d, uint64_t n) noexcept;
@@ -40,7 +40,7 @@ public:
     //   l5pg_doorbells_total, l5pg_worker_blocks_total   counters
     [[nodiscard]] std::string render() const;
 
-private:
+  private:
     template <class T>
     using PerTransport = std::array<std::atomic<T>, kTransportCount>;
     PerTransport<uint64_t> sessions_total_{};

@@ -9,7 +9,7 @@
 namespace l5pg::daemon {
 
 class MetricsServer {
-public:
+  public:
     // Binds host:port immediately (throws std::runtime_error with a clear message on
     // failure, e.g. address in use) and serves on a background thread until destroyed.
     // GET /metrics -> 200 text/plain; version=0.0.4; any other path -> 404.
@@ -20,7 +20,7 @@ public:
 
     [[nodiscard]] uint16_t port() const noexcept;  // the bound port (useful with port 0)
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

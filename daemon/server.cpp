@@ -21,20 +21,22 @@ struct Server::Acceptor {
     Transport transport;
     evconnlistener* listener = nullptr;
     ~Acceptor() {
-        if (listener != nullptr) evconnlistener_free(listener);
+        if (listener != nullptr)
+            evconnlistener_free(listener);
     }
 };
 
 Server::Server(const config::Config& config, Metrics& metrics)
     : config_(config), metrics_(metrics), base_(event_base_new()) {
-    if (!base_) throw std::runtime_error("cannot create the main libevent base");
+    if (!base_)
+        throw std::runtime_error("cannot create the main libevent base");
     const auto& listen = config.listen;
     if (!listen.unix_socket_dir.empty())
         unix_listener_ = std::make_unique<UnixListener>(listen.unix_socket_dir, listen.port,
                                                         listen.backlog, listen.unix_socket_mode);
     if (!listen.tcp_address.empty())
-        tcp_listener_ = std::make_unique<TcpListener>(listen.tcp_address, listen.port,
-                                                      listen.backlog);
+        tcp_listener_ =
+            std::make_unique<TcpListener>(listen.tcp_address, listen.port, listen.backlog);
     for (unsigned i = 0; i < config.workers.count; ++i)
         workers_.push_back(std::make_unique<Worker>(i, config, metrics));
 
@@ -43,11 +45,14 @@ Server::Server(const config::Config& config, Metrics& metrics)
         // The listener fd stays owned by UnixListener/TcpListener (no LEV_OPT_CLOSE_ON_FREE).
         acceptor->listener = evconnlistener_new(base_.get(), accept_cb, acceptor.get(),
                                                 LEV_OPT_CLOSE_ON_EXEC, -1, fd);
-        if (acceptor->listener == nullptr) throw std::runtime_error("evconnlistener_new failed");
+        if (acceptor->listener == nullptr)
+            throw std::runtime_error("evconnlistener_new failed");
         acceptors_.push_back(std::move(acceptor));
     };
-    if (unix_listener_) add_acceptor(unix_listener_->fd(), Transport::Unix);
-    if (tcp_listener_) add_acceptor(tcp_listener_->fd(), Transport::Tcp);
+    if (unix_listener_)
+        add_acceptor(unix_listener_->fd(), Transport::Unix);
+    if (tcp_listener_)
+        add_acceptor(tcp_listener_->fd(), Transport::Tcp);
 
     for (int sig : {SIGINT, SIGTERM, SIGQUIT, SIGHUP}) {
         signal_events_.emplace_back(evsignal_new(base_.get(), sig, signal_cb, this));
@@ -57,11 +62,13 @@ Server::Server(const config::Config& config, Metrics& metrics)
 
 Server::~Server() {
     stop_accepting();
-    for (auto& worker : workers_) worker->stop();
+    for (auto& worker : workers_)
+        worker->stop();
 }
 
 int Server::run() {
-    for (auto& worker : workers_) worker->start();
+    for (auto& worker : workers_)
+        worker->start();
     spdlog::info("l5pgd ready: unix socket {}, tcp {}, upstream {}, {} workers, shm {}",
                  unix_listener_ ? unix_listener_->path() : "(disabled)",
                  tcp_listener_ ? tcp_listener_->description() : "(disabled)",
@@ -69,7 +76,8 @@ int Server::run() {
                  config_.shm.enabled ? "enabled" : "disabled");
     event_base_dispatch(base_.get());
     stop_accepting();
-    for (auto& worker : workers_) worker->stop();
+    for (auto& worker : workers_)
+        worker->stop();
     spdlog::info("l5pgd stopped");
     return 0;
 }
@@ -87,8 +95,7 @@ void Server::accept_client(int fd, Transport transport) {
     }
     if (draining_ || active_sessions() >= config_.limits.max_sessions) {
         const auto error = protocol::build_fatal(
-            draining_ ? protocol::kSqlstateCannotConnectNow
-                      : protocol::kSqlstateTooManyConnections,
+            draining_ ? protocol::kSqlstateCannotConnectNow : protocol::kSqlstateTooManyConnections,
             draining_ ? "l5pgd is shutting down" : "l5pgd: too many sessions");
         (void)!::send(fd, error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         return;
@@ -101,7 +108,8 @@ void Server::accept_client(int fd, Transport transport) {
 
 size_t Server::active_sessions() const {
     size_t total = 0;
-    for (const auto& worker : workers_) total += worker->session_count();
+    for (const auto& worker : workers_)
+        total += worker->session_count();
     return total;
 }
 
@@ -122,9 +130,10 @@ void Server::signal_cb(int sig, short, void* arg) {
 void Server::begin_graceful_shutdown() {
     draining_ = true;
     stop_accepting();
-    spdlog::info("SIGINT: no new connections; waiting for {} sessions to end "
-                 "(send SIGTERM or SIGINT again to stop now)",
-                 active_sessions());
+    spdlog::info(
+        "SIGINT: no new connections; waiting for {} sessions to end "
+        "(send SIGTERM or SIGINT again to stop now)",
+        active_sessions());
     drain_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, drain_cb, this));
     const timeval every{0, 100 * 1000};
     event_add(drain_timer_.get(), &every);
@@ -132,7 +141,8 @@ void Server::begin_graceful_shutdown() {
 
 void Server::drain_cb(int, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
-    if (self->active_sessions() == 0) event_base_loopbreak(self->base_.get());
+    if (self->active_sessions() == 0)
+        event_base_loopbreak(self->base_.get());
 }
 
 void Server::stop_accepting() {

@@ -18,7 +18,7 @@ struct evconnlistener;
 namespace l5pg::daemon {
 
 class Server {
-public:
+  public:
     // Binds the listeners and starts the workers; throws std::runtime_error on failure.
     Server(const config::Config& config, Metrics& metrics);
     ~Server();
@@ -28,7 +28,7 @@ public:
     // Runs until shutdown. Returns the process exit code.
     int run();
 
-private:
+  private:
     struct Acceptor;
     static void accept_cb(evconnlistener* listener, int fd, sockaddr* addr, int len, void* arg);
     static void signal_cb(int sig, short what, void* arg);

@@ -11,16 +11,23 @@ namespace l5pg::daemon {
 
 std::string_view to_string(SessionState s) noexcept {
     switch (s) {
-        case SessionState::Startup: return "startup";
-        case SessionState::Connecting: return "connecting";
-        case SessionState::Forwarding: return "forwarding";
-        case SessionState::Closed: return "closed";
+        case SessionState::Startup:
+            return "startup";
+        case SessionState::Connecting:
+            return "connecting";
+        case SessionState::Forwarding:
+            return "forwarding";
+        case SessionState::Closed:
+            return "closed";
     }
     return "?";
 }
 
 Session::Session(Worker& worker, uint64_t id, UniqueFd client, Transport listener)
-    : worker_(worker), metrics_(worker.metrics()), id_(id), transport_(listener),
+    : worker_(worker),
+      metrics_(worker.metrics()),
+      id_(id),
+      transport_(listener),
       client_(std::move(client)) {}
 
 // The worker closes every session (close() retires it) before destroying it.
@@ -38,10 +45,13 @@ void Session::start() {
 }
 
 void Session::set_event(event* ev, bool on) {
-    if (ev == nullptr) return;
+    if (ev == nullptr)
+        return;
     const bool pending = event_pending(ev, EV_READ | EV_WRITE, nullptr) != 0;
-    if (on && !pending) event_add(ev, nullptr);
-    if (!on && pending) event_del(ev);
+    if (on && !pending)
+        event_add(ev, nullptr);
+    if (!on && pending)
+        event_del(ev);
 }
 
 void Session::arm_timer(uint32_t ms) {
@@ -90,11 +100,13 @@ void Session::upstream_write_cb(int, short, void* arg) {
 }
 
 bool Session::arm_before_block() {
-    if (state_ == SessionState::Closed) return false;
+    if (state_ == SessionState::Closed)
+        return false;
     from_client_.arm();
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
-    if (ring_full_) to_client_ring_.arm();
+    if (ring_full_)
+        to_client_ring_.arm();
     return from_client_.has_data() || (ring_full_ && to_client_ring_.free_bytes() > 0);
 }
 
@@ -105,7 +117,8 @@ void Session::disarm_after_block() {
 }
 
 void Session::close(std::string_view reason, bool error) {
-    if (state_ == SessionState::Closed) return;
+    if (state_ == SessionState::Closed)
+        return;
     const bool was_forwarding = state_ == SessionState::Forwarding;
     state_ = SessionState::Closed;
     if (error)
@@ -116,12 +129,14 @@ void Session::close(std::string_view reason, bool error) {
         // Everything we published stays readable: the flag tells the client that no more
         // will come, the doorbell wakes it if it is blocked.
         segment_->header().server_closed.store(1, std::memory_order_release);
-        if (client_.valid()) (void)shm::ring_doorbell(client_.get());
+        if (client_.valid())
+            (void)shm::ring_doorbell(client_.get());
         worker_.set_polled(this, false);
     }
     if (counted_) {
         metrics_.session_closed(transport_);
-        if (error && was_forwarding) metrics_.session_error(transport_);
+        if (error && was_forwarding)
+            metrics_.session_error(transport_);
     }
     client_read_.reset();
     client_write_.reset();

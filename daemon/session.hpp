@@ -30,7 +30,7 @@ enum class SessionState { Startup, Connecting, Forwarding, Closed };
 [[nodiscard]] std::string_view to_string(SessionState s) noexcept;
 
 class Session {
-public:
+  public:
     Session(Worker& worker, uint64_t id, UniqueFd client, Transport listener);
     ~Session();
     Session(const Session&) = delete;
@@ -54,7 +54,7 @@ public:
     // Immediate teardown (also used at shutdown). `error` counts it in the metrics.
     void close(std::string_view reason, bool error = false);
 
-private:
+  private:
     // startup (session_startup.cpp)
     void on_startup_readable();
     bool read_startup_from_socket();
@@ -98,13 +98,13 @@ private:
     const uint64_t id_;
     Transport transport_;
     SessionState state_ = SessionState::Startup;
-    bool counted_ = false;           // included in sessions_active
-    bool cancel_request_ = false;    // upstream leg only carries a CancelRequest
+    bool counted_ = false;             // included in sessions_active
+    bool cancel_request_ = false;      // upstream leg only carries a CancelRequest
     bool close_when_flushed_ = false;  // close once to_client_ (or to_upstream_) drains
     std::string close_reason_;         // for close_when_flushed_
-    bool upstream_blocked_ = false;  // upstream send returned EAGAIN
-    bool upstream_reading_ = false;  // upstream_read_ is added
-    bool ring_full_ = false;         // server->client ring had no room
+    bool upstream_blocked_ = false;    // upstream send returned EAGAIN
+    bool upstream_reading_ = false;    // upstream_read_ is added
+    bool ring_full_ = false;           // server->client ring had no room
 
     UniqueFd client_;
     UniqueFd upstream_;

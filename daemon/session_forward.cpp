@@ -23,7 +23,9 @@ constexpr size_t kRingChunk = 256 * 1024;
 // Upstream reads per readiness callback before giving other sessions a turn.
 constexpr int kRingReadsPerWakeup = 16;
 
-[[nodiscard]] bool transient(int err) noexcept { return err == EAGAIN || err == EINTR; }
+[[nodiscard]] bool transient(int err) noexcept {
+    return err == EAGAIN || err == EINTR;
+}
 
 }  // namespace
 
@@ -34,7 +36,8 @@ void Session::finish_after_flush(std::string reason) {
 
 void Session::wake_client() {
     metrics_.doorbell_sent();
-    if (!shm::ring_doorbell(client_.get())) close("client socket gone (doorbell failed)");
+    if (!shm::ring_doorbell(client_.get()))
+        close("client socket gone (doorbell failed)");
 }
 
 bool Session::poll_shm() {
@@ -47,7 +50,8 @@ bool Session::poll_shm() {
             // Several startup packets may be queued (SSLRequest, then StartupMessage).
             while (state_ == SessionState::Startup) {
                 const size_t before = startup_.size();
-                if (!read_startup_from_ring() || startup_.size() == before) break;
+                if (!read_startup_from_ring() || startup_.size() == before)
+                    break;
                 progress = true;
                 process_startup_buffer();
             }
@@ -73,9 +77,12 @@ bool Session::poll_shm() {
 // (psycopg 3, asyncio), which only wakes if a byte arrives on its socket. Data already
 // published never triggers reader_needs_wakeup() again, so answer here.
 void Session::answer_poke() {
-    if (state_ != SessionState::Forwarding) return;
-    if (segment_->header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0) return;
-    if (!to_client_ring_.empty() && to_client_ring_.reader_needs_wakeup()) wake_client();
+    if (state_ != SessionState::Forwarding)
+        return;
+    if (segment_->header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0)
+        return;
+    if (!to_client_ring_.empty() && to_client_ring_.reader_needs_wakeup())
+        wake_client();
 }
 
 bool Session::forward_ring_to_upstream() {
@@ -84,14 +91,15 @@ bool Session::forward_ring_to_upstream() {
            to_upstream_.empty()) {
         std::span<const std::byte> data;
         const shm::RingStatus status = from_client_.peek(data);
-        if (status == shm::RingStatus::Empty) break;
+        if (status == shm::RingStatus::Empty)
+            break;
         if (status != shm::RingStatus::Ok) {
             close("shm protocol violation in the client->server ring", true);
             return moved;
         }
         // Sent straight from shared memory: the kernel copies it and we never parse it.
-        const ssize_t n = ::send(upstream_.get(), data.data(), data.size(),
-                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        const ssize_t n =
+            ::send(upstream_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
             from_client_.consume(static_cast<size_t>(n));
             metrics_.add_bytes(transport_, Direction::ClientToServer, static_cast<uint64_t>(n));
@@ -119,8 +127,8 @@ void Session::on_doorbell() {
             // Forward what the client published before it went away, then hang up: if it
             // died mid-transaction, Postgres rolls back when the upstream closes.
             poll_shm();
-            const bool clean = segment_ && segment_->header().client_closed.load(
-                                               std::memory_order_acquire) != 0;
+            const bool clean =
+                segment_ && segment_->header().client_closed.load(std::memory_order_acquire) != 0;
             close(clean ? "client closed the connection" : "client disconnected");
             return;
         }
@@ -162,7 +170,8 @@ void Session::read_upstream_into_ring() {
             to_client_ring_.commit(static_cast<size_t>(n));
             metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
             published = true;
-            if (static_cast<size_t>(n) < space.size()) break;
+            if (static_cast<size_t>(n) < space.size())
+                break;
         } else if (n == 0) {
             close("server closed the connection");
             return;
@@ -173,7 +182,8 @@ void Session::read_upstream_into_ring() {
             return;
         }
     }
-    if (published && to_client_ring_.reader_needs_wakeup()) wake_client();
+    if (published && to_client_ring_.reader_needs_wakeup())
+        wake_client();
     update_upstream_reading();
 }
 
@@ -223,7 +233,8 @@ void Session::on_client_readable() {
 }
 
 void Session::flush_upstream() {
-    if (state_ != SessionState::Forwarding || !upstream_.valid()) return;
+    if (state_ != SessionState::Forwarding || !upstream_.valid())
+        return;
     while (!to_upstream_.empty()) {
         const auto data = to_upstream_.front();
         const ssize_t n =
@@ -234,7 +245,8 @@ void Session::flush_upstream() {
         } else if (n < 0 && errno == EAGAIN) {
             upstream_blocked_ = true;
             set_event(upstream_write_.get(), true);
-            if (to_upstream_.size() >= kHighWater) set_event(client_read_.get(), false);
+            if (to_upstream_.size() >= kHighWater)
+                set_event(client_read_.get(), false);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
             close(fmt::format("upstream write error: {}", std::strerror(errno)), true);
@@ -254,7 +266,8 @@ void Session::on_upstream_writable() {
     upstream_blocked_ = false;
     set_event(upstream_write_.get(), false);
     flush_upstream();
-    if (is_shm()) forward_ring_to_upstream();
+    if (is_shm())
+        forward_ring_to_upstream();
 }
 
 void Session::send_to_client(std::span<const std::byte> bytes) {
@@ -273,8 +286,10 @@ void Session::send_to_client(std::span<const std::byte> bytes) {
         metrics_.add_bytes(transport_, Direction::ServerToClient, n);
         bytes = bytes.subspan(n);
     }
-    if (to_client_ring_.reader_needs_wakeup()) wake_client();
-    if (close_when_flushed_) close(close_reason_);
+    if (to_client_ring_.reader_needs_wakeup())
+        wake_client();
+    if (close_when_flushed_)
+        close(close_reason_);
 }
 
 void Session::flush_client() {
@@ -302,11 +317,13 @@ void Session::flush_client() {
     update_upstream_reading();
 }
 
-void Session::on_client_writable() { flush_client(); }
+void Session::on_client_writable() {
+    flush_client();
+}
 
 void Session::update_upstream_reading() {
-    const bool want = state_ == SessionState::Forwarding && upstream_.valid() &&
-                      !cancel_request_ && (is_shm() ? !ring_full_ : to_client_.size() < kHighWater);
+    const bool want = state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
+                      (is_shm() ? !ring_full_ : to_client_.size() < kHighWater);
     set_event(upstream_read_.get(), want);
 }
 

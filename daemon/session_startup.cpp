@@ -20,7 +20,8 @@ namespace {
 
 // How many more bytes the packet in `buf` needs: its declared length once known.
 size_t startup_bytes_wanted(const std::vector<std::byte>& buf) {
-    if (buf.size() < 4) return 4 - buf.size();
+    if (buf.size() < 4)
+        return 4 - buf.size();
     const uint32_t declared = protocol::read_be32(buf.data());
     if (declared < protocol::kMinStartupPacketLength ||
         declared > protocol::kMaxStartupPacketLength)
@@ -31,7 +32,8 @@ size_t startup_bytes_wanted(const std::vector<std::byte>& buf) {
 // Keeps the first SCM_RIGHTS descriptor of a message, closes any others.
 void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
         const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (size_t i = 0; i < n; ++i) {
             int fd;
@@ -47,13 +49,15 @@ void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
 }  // namespace
 
 void Session::on_startup_readable() {
-    if (read_startup_from_socket()) process_startup_buffer();
+    if (read_startup_from_socket())
+        process_startup_buffer();
 }
 
 // Returns false when the session was closed.
 bool Session::read_startup_from_socket() {
     const size_t want = startup_bytes_wanted(startup_);
-    if (want == 0) return true;
+    if (want == 0)
+        return true;
     const size_t have = startup_.size();
     startup_.resize(have + want);
     iovec iov{startup_.data() + have, want};
@@ -65,9 +69,11 @@ bool Session::read_startup_from_socket() {
     msg.msg_controllen = sizeof control;
     const ssize_t n = ::recvmsg(client_.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     startup_.resize(have + (n > 0 ? static_cast<size_t>(n) : 0));
-    if (n > 0) collect_passed_fds(msg, passed_fd_);
+    if (n > 0)
+        collect_passed_fds(msg, passed_fd_);
     if (n == 0) {
-        close(have == 0 ? "client disconnected before startup" : "client disconnected mid startup packet");
+        close(have == 0 ? "client disconnected before startup"
+                        : "client disconnected mid startup packet");
         return false;
     }
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
@@ -80,7 +86,8 @@ bool Session::read_startup_from_socket() {
 bool Session::read_startup_from_ring() {
     for (;;) {
         const size_t want = startup_bytes_wanted(startup_);
-        if (want == 0) return true;
+        if (want == 0)
+            return true;
         std::byte chunk[512];
         shm::RingStatus status = shm::RingStatus::Ok;
         const size_t n = from_client_.read({chunk, std::min(want, sizeof chunk)}, status);
@@ -88,15 +95,18 @@ bool Session::read_startup_from_ring() {
             close("shm protocol violation in the client->server ring", true);
             return false;
         }
-        if (n == 0) return true;
-        if (from_client_.writer_needs_wakeup()) wake_client();
+        if (n == 0)
+            return true;
+        if (from_client_.writer_needs_wakeup())
+            wake_client();
         startup_.insert(startup_.end(), chunk, chunk + n);
     }
 }
 
 void Session::process_startup_buffer() {
     const protocol::StartupParse parse = protocol::parse_startup_packet(startup_);
-    if (parse.status == protocol::ParseStatus::NeedMore) return;
+    if (parse.status == protocol::ParseStatus::NeedMore)
+        return;
     if (parse.status == protocol::ParseStatus::Invalid) {
         metrics_.startup_rejected();
         fail_startup(protocol::kSqlstateProtocolViolation, parse.error,
@@ -148,10 +158,10 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
     }
     metrics_.upgrade_accepted();
     transport_ = Transport::Shm;
-    from_client_ = shm::RingReader(segment_->header().c2s, segment_->c2s_data(),
-                                   segment_->c2s_size());
-    to_client_ring_ = shm::RingWriter(segment_->header().s2c, segment_->s2c_data(),
-                                      segment_->s2c_size());
+    from_client_ =
+        shm::RingReader(segment_->header().c2s, segment_->c2s_data(), segment_->c2s_size());
+    to_client_ring_ =
+        shm::RingWriter(segment_->header().s2c, segment_->s2c_data(), segment_->s2c_size());
     worker_.set_polled(this, true);
     spdlog::debug("session {}: upgraded to shared memory (rings {} / {} bytes)", id_,
                   segment_->c2s_size(), segment_->s2c_size());
@@ -159,15 +169,19 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
 
 std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest& req) {
     const config::ShmConfig& cfg = worker_.config().shm;
-    if (transport_ != Transport::Unix) return "shared memory needs the Unix socket listener";
-    if (!cfg.enabled) return "shm.enabled is false";
-    if (req.transport != protocol::L5Transport::Shm) return "transport not supported";
-    if (!passed_fd_.valid()) return "no memfd was passed with the request";
+    if (transport_ != Transport::Unix)
+        return "shared memory needs the Unix socket listener";
+    if (!cfg.enabled)
+        return "shm.enabled is false";
+    if (req.transport != protocol::L5Transport::Shm)
+        return "transport not supported";
+    if (!passed_fd_.valid())
+        return "no memfd was passed with the request";
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
         return fmt::format("ring size above shm.max_ring_size ({})", cfg.max_ring_size);
     shm::SysError error;
-    segment_ = shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size,
-                                    req.s2c_ring_size, error);
+    segment_ =
+        shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size, req.s2c_ring_size, error);
     if (!segment_)
         return fmt::format("cannot attach the shared memory: {}{}{}", error.what,
                            error.err ? ": " : "", error.err ? std::strerror(error.err) : "");
@@ -208,8 +222,7 @@ void Session::on_upstream_connected() {
         metrics_.upstream_connect_failed();
         fail_startup(protocol::kSqlstateConnectionFailure,
                      fmt::format("l5pgd: could not connect to the PostgreSQL server at \"{}\": {}",
-                                 describe_upstream(worker_.config().upstream),
-                                 std::strerror(err)),
+                                 describe_upstream(worker_.config().upstream), std::strerror(err)),
                      "upstream connect failed");
         return;
     }

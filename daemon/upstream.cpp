@@ -75,12 +75,14 @@ UpstreamConnect start_upstream_connect(const config::UpstreamConfig& cfg) {
 int finish_upstream_connect(int fd) noexcept {
     int error = 0;
     socklen_t len = sizeof error;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) return errno;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
+        return errno;
     return error;
 }
 
 std::string describe_upstream(const config::UpstreamConfig& cfg) {
-    if (cfg.host.empty()) return fmt::format("{}/.s.PGSQL.{}", cfg.unix_socket_dir, cfg.port);
+    if (cfg.host.empty())
+        return fmt::format("{}/.s.PGSQL.{}", cfg.unix_socket_dir, cfg.port);
     return fmt::format("{}:{}", cfg.host, cfg.port);
 }
 

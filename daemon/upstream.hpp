@@ -9,9 +9,9 @@
 namespace l5pg::daemon {
 
 struct UpstreamConnect {
-    UniqueFd fd;              // non-blocking; valid unless failed
-    bool in_progress = false; // TCP connect still pending: wait for writability
-    int error = 0;            // errno of an immediate failure
+    UniqueFd fd;               // non-blocking; valid unless failed
+    bool in_progress = false;  // TCP connect still pending: wait for writability
+    int error = 0;             // errno of an immediate failure
 };
 
 // Starts a non-blocking connect. Unix sockets complete (or fail) immediately.

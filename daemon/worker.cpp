@@ -25,7 +25,8 @@ EventBasePtr make_worker_base() {
     event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
     EventBasePtr base(event_base_new_with_config(cfg));
     event_config_free(cfg);
-    if (!base) throw std::runtime_error("cannot create a libevent base for a worker");
+    if (!base)
+        throw std::runtime_error("cannot create a libevent base for a worker");
     return base;
 }
 
@@ -41,14 +42,18 @@ void block_process_signals() {
     // Signals are handled by the main thread's event loop only.
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+        sigaddset(&set, sig);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 }  // namespace
 
 Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics)
-    : index_(index), config_(config), metrics_(metrics), base_(make_worker_base()),
+    : index_(index),
+      config_(config),
+      metrics_(metrics),
+      base_(make_worker_base()),
       next_id_(uint64_t{index} << 48) {
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!wake_fd_.valid())
@@ -57,12 +62,17 @@ Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics)
     event_add(wake_event_.get(), nullptr);
 }
 
-Worker::~Worker() { stop(); }
+Worker::~Worker() {
+    stop();
+}
 
-void Worker::start() { thread_ = std::thread([this] { run(); }); }
+void Worker::start() {
+    thread_ = std::thread([this] { run(); });
+}
 
 void Worker::stop() {
-    if (!thread_.joinable()) return;
+    if (!thread_.joinable())
+        return;
     stopping_.store(true);
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
@@ -102,11 +112,15 @@ void Worker::adopt_handed_over() {
 
 void Worker::set_polled(Session* session, bool polled) {
     auto it = std::find(polled_.begin(), polled_.end(), session);
-    if (polled && it == polled_.end()) polled_.push_back(session);
-    if (!polled && it != polled_.end()) polled_.erase(it);
+    if (polled && it == polled_.end())
+        polled_.push_back(session);
+    if (!polled && it != polled_.end())
+        polled_.erase(it);
 }
 
-void Worker::retire(Session* session) { retired_.push_back(session); }
+void Worker::retire(Session* session) {
+    retired_.push_back(session);
+}
 
 void Worker::reap() {
     for (Session* session : retired_) {
@@ -121,7 +135,8 @@ bool Worker::poll_sessions() {
     // Index loop: a session may close (and leave polled_) while being polled.
     for (size_t i = 0; i < polled_.size(); ++i) {
         Session* session = polled_[i];
-        if (session->poll_shm()) progress = true;
+        if (session->poll_shm())
+            progress = true;
     }
     return progress;
 }
@@ -131,18 +146,21 @@ bool Worker::poll_sessions() {
 // flag and writes a doorbell byte, which wakes the epoll.
 void Worker::block_until_event() {
     bool ready = false;
-    for (Session* session : polled_) ready = session->arm_before_block() || ready;
+    for (Session* session : polled_)
+        ready = session->arm_before_block() || ready;
     if (!ready) {
         metrics_.worker_blocked();
         event_base_loop(base_.get(), EVLOOP_ONCE);
     }
-    for (size_t i = 0; i < polled_.size(); ++i) polled_[i]->disarm_after_block();
+    for (size_t i = 0; i < polled_.size(); ++i)
+        polled_[i]->disarm_after_block();
 }
 
 void Worker::run() {
     block_process_signals();
     const auto& cpus = config_.workers.cpu_affinity;
-    if (!cpus.empty()) pin_current_thread(cpus[index_ % cpus.size()], index_);
+    if (!cpus.empty())
+        pin_current_thread(cpus[index_ % cpus.size()], index_);
     spdlog::debug("worker {} started", index_);
 
     using clock = std::chrono::steady_clock;
@@ -180,13 +198,17 @@ void Worker::run() {
 void Worker::close_all(std::string_view reason) {
     std::vector<Session*> all;
     all.reserve(sessions_.size());
-    for (auto& [raw, owned] : sessions_) all.push_back(raw);
-    for (Session* session : all) session->close(reason);
+    for (auto& [raw, owned] : sessions_)
+        all.push_back(raw);
+    for (Session* session : all)
+        session->close(reason);
     reap();
     adopt_handed_over();  // sockets queued after the loop ended: close them too
     all.clear();
-    for (auto& [raw, owned] : sessions_) all.push_back(raw);
-    for (Session* session : all) session->close(reason);
+    for (auto& [raw, owned] : sessions_)
+        all.push_back(raw);
+    for (Session* session : all)
+        session->close(reason);
     reap();
 }
 

@@ -23,7 +23,7 @@ namespace l5pg::daemon {
 class Session;
 
 class Worker {
-public:
+  public:
     Worker(unsigned index, const config::Config& config, Metrics& metrics);
     ~Worker();
     Worker(const Worker&) = delete;
@@ -46,7 +46,7 @@ public:
     void set_polled(Session* session, bool polled);
     void retire(Session* session);
 
-private:
+  private:
     static void wake_cb(int fd, short what, void* arg);
     void run();
     void adopt_handed_over();

@@ -7,7 +7,8 @@ namespace l5pg::protocol {
 MessageHeaderParse parse_message_header(std::span<const std::byte> buf,
                                         uint32_t max_length) noexcept {
     MessageHeaderParse result;
-    if (buf.size() < kMessageHeaderSize) return result;  // NeedMore
+    if (buf.size() < kMessageHeaderSize)
+        return result;  // NeedMore
     result.header.type = static_cast<char>(buf[0]);
     const uint32_t length = read_be32(buf.data() + 1);
     result.header.length = length;

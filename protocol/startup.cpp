@@ -29,8 +29,7 @@ bool read_cstring(std::span<const std::byte> body, size_t& pos, std::string& out
 }
 
 // StartupMessage body: name\0value\0 ... \0. Postgres requires the final terminator.
-bool parse_parameters(std::span<const std::byte> body, StartupPacket& packet,
-                      std::string& error) {
+bool parse_parameters(std::span<const std::byte> body, StartupPacket& packet, std::string& error) {
     size_t pos = 0;
     for (;;) {
         if (pos >= body.size()) {
@@ -80,11 +79,20 @@ bool parse_upgrade(std::span<const std::byte> packet_bytes, StartupPacket& packe
 
 bool classify(uint32_t code, StartupKind& kind) {
     switch (code) {
-        case kCancelRequestCode: kind = StartupKind::CancelRequest; return true;
-        case kSslRequestCode: kind = StartupKind::SslRequest; return true;
-        case kGssEncRequestCode: kind = StartupKind::GssEncRequest; return true;
-        case kL5UpgradeRequestCode: kind = StartupKind::L5Upgrade; return true;
-        default: break;
+        case kCancelRequestCode:
+            kind = StartupKind::CancelRequest;
+            return true;
+        case kSslRequestCode:
+            kind = StartupKind::SslRequest;
+            return true;
+        case kGssEncRequestCode:
+            kind = StartupKind::GssEncRequest;
+            return true;
+        case kL5UpgradeRequestCode:
+            kind = StartupKind::L5Upgrade;
+            return true;
+        default:
+            break;
     }
     if ((code >> 16) == 3) {
         kind = StartupKind::Startup;
@@ -103,7 +111,8 @@ StartupParse parse_startup_packet(std::span<const std::byte> buf) {
     }
     const uint32_t length = read_be32(buf.data());
     // The length is a signed int32 on the wire; "negative" ones are huge here.
-    if (length < kMinStartupPacketLength) return invalid("invalid length of startup packet");
+    if (length < kMinStartupPacketLength)
+        return invalid("invalid length of startup packet");
     if (length > kMaxStartupPacketLength)
         return invalid("invalid length of startup packet: longer than " +
                        std::to_string(kMaxStartupPacketLength) + " bytes");
@@ -118,27 +127,30 @@ StartupParse parse_startup_packet(std::span<const std::byte> buf) {
         if ((packet.code >> 16) == kRequestMajor)
             return invalid("unsupported startup request code " +
                            std::to_string(packet.code & 0xffff));
-        return invalid("unsupported frontend protocol " + std::to_string(packet.code >> 16) +
-                       "." + std::to_string(packet.code & 0xffff) +
-                       ": server supports 3.0 to 3.0");
+        return invalid("unsupported frontend protocol " + std::to_string(packet.code >> 16) + "." +
+                       std::to_string(packet.code & 0xffff) + ": server supports 3.0 to 3.0");
     }
     const std::span<const std::byte> whole = buf.first(length);
     std::string error;
     switch (packet.kind) {
         case StartupKind::Startup:
-            if (!parse_parameters(whole.subspan(8), packet, error)) return invalid(error);
+            if (!parse_parameters(whole.subspan(8), packet, error))
+                return invalid(error);
             break;
         case StartupKind::CancelRequest:
-            if (length != kCancelRequestLength) return invalid("invalid length of cancel request");
+            if (length != kCancelRequestLength)
+                return invalid("invalid length of cancel request");
             packet.cancel.backend_pid = read_be32(whole.data() + 8);
             packet.cancel.secret = read_be32(whole.data() + 12);
             break;
         case StartupKind::SslRequest:
         case StartupKind::GssEncRequest:
-            if (length != 8) return invalid("invalid length of encryption request");
+            if (length != 8)
+                return invalid("invalid length of encryption request");
             break;
         case StartupKind::L5Upgrade:
-            if (!parse_upgrade(whole, packet, error)) return invalid(error);
+            if (!parse_upgrade(whole, packet, error))
+                return invalid(error);
             break;
     }
     result.status = ParseStatus::Ok;
@@ -146,13 +158,13 @@ StartupParse parse_startup_packet(std::span<const std::byte> buf) {
 }
 
 bool is_cancel_request(std::span<const std::byte> buf) noexcept {
-    return buf.size() >= kCancelRequestLength &&
-           read_be32(buf.data()) == kCancelRequestLength &&
+    return buf.size() >= kCancelRequestLength && read_be32(buf.data()) == kCancelRequestLength &&
            read_be32(buf.data() + 4) == kCancelRequestCode;
 }
 
 bool is_startup_message(std::span<const std::byte> buf) noexcept {
-    if (buf.size() < kMinStartupPacketLength) return false;
+    if (buf.size() < kMinStartupPacketLength)
+        return false;
     const uint32_t length = read_be32(buf.data());
     return length >= kMinStartupPacketLength && length <= kMaxStartupPacketLength &&
            (read_be32(buf.data() + 4) >> 16) == 3;
@@ -183,7 +195,8 @@ std::vector<std::byte> build_startup_message(
     const std::vector<std::pair<std::string, std::string>>& parameters) {
     std::vector<std::byte> out(8);
     auto append = [&out](const std::string& s) {
-        for (const char c : s) out.push_back(static_cast<std::byte>(c));
+        for (const char c : s)
+            out.push_back(static_cast<std::byte>(c));
         out.push_back(std::byte{0});
     };
     for (const auto& [name, value] : parameters) {

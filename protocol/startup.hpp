@@ -79,7 +79,8 @@ struct StartupParse {
 
 [[nodiscard]] std::array<std::byte, kL5UpgradeRequestLength> build_l5_upgrade_request(
     const L5UpgradeRequest& req) noexcept;
-[[nodiscard]] std::array<std::byte, kCancelRequestLength> build_cancel_request(CancelKey key) noexcept;
+[[nodiscard]] std::array<std::byte, kCancelRequestLength> build_cancel_request(
+    CancelKey key) noexcept;
 [[nodiscard]] std::vector<std::byte> build_startup_message(
     const std::vector<std::pair<std::string, std::string>>& parameters);
 

@@ -8,10 +8,14 @@ namespace l5pg::shm {
 
 const char* to_string(RingStatus status) noexcept {
     switch (status) {
-        case RingStatus::Ok: return "ok";
-        case RingStatus::Empty: return "empty";
-        case RingStatus::Full: return "full";
-        case RingStatus::Corrupt: return "corrupt";
+        case RingStatus::Ok:
+            return "ok";
+        case RingStatus::Empty:
+            return "empty";
+        case RingStatus::Full:
+            return "full";
+        case RingStatus::Corrupt:
+            return "corrupt";
     }
     return "unknown";
 }
@@ -25,7 +29,8 @@ RingWriter::RingWriter(RingControl& control, std::byte* data, size_t size) noexc
 // published, and stay record-aligned. Anything else is a corrupt (or hostile) peer.
 bool RingWriter::refresh_read_pos() noexcept {
     const uint64_t pos = control_->read_pos.load(std::memory_order_acquire);
-    if (pos < cached_read_pos_ || pos > write_pos_ || pos % kRecordAlign != 0) return false;
+    if (pos < cached_read_pos_ || pos > write_pos_ || pos % kRecordAlign != 0)
+        return false;
     cached_read_pos_ = pos;
     return true;
 }
@@ -33,15 +38,18 @@ bool RingWriter::refresh_read_pos() noexcept {
 size_t RingWriter::payload_that_fits() const noexcept {
     const size_t free = size_ - static_cast<size_t>(write_pos_ - cached_read_pos_);
     const size_t usable = free & ~(kRecordAlign - 1);
-    if (usable <= kRecordHeaderSize) return 0;
+    if (usable <= kRecordHeaderSize)
+        return 0;
     return std::min(usable - kRecordHeaderSize, max_record_payload(size_));
 }
 
 RingStatus RingWriter::reserve(size_t want, std::span<std::byte>& out) noexcept {
     want = std::clamp<size_t>(want, 1, max_record_payload(size_));
-    if (payload_that_fits() < want && !refresh_read_pos()) return RingStatus::Corrupt;
+    if (payload_that_fits() < want && !refresh_read_pos())
+        return RingStatus::Corrupt;
     const size_t n = std::min(want, payload_that_fits());
-    if (n == 0) return RingStatus::Full;
+    if (n == 0)
+        return RingStatus::Full;
     // The double mapping makes [offset, offset + footprint) contiguous even across the end.
     std::byte* record = data_ + (write_pos_ & (size_ - 1));
     out = {record + kRecordHeaderSize, n};
@@ -52,7 +60,8 @@ RingStatus RingWriter::reserve(size_t want, std::span<std::byte>& out) noexcept 
 void RingWriter::commit(size_t n) noexcept {
     n = std::min(n, reserved_);
     reserved_ = 0;
-    if (n == 0) return;
+    if (n == 0)
+        return;
     const uint32_t length = static_cast<uint32_t>(n);
     std::memcpy(data_ + (write_pos_ & (size_ - 1)), &length, sizeof length);
     write_pos_ += record_footprint(n);
@@ -66,27 +75,33 @@ size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& status) n
     while (written < bytes.size()) {
         std::span<std::byte> space;
         status = reserve(bytes.size() - written, space);
-        if (status != RingStatus::Ok) break;
+        if (status != RingStatus::Ok)
+            break;
         std::memcpy(space.data(), bytes.data() + written, space.size());
         commit(space.size());
         written += space.size();
     }
-    if (status == RingStatus::Full && written > 0) status = RingStatus::Ok;
+    if (status == RingStatus::Full && written > 0)
+        status = RingStatus::Ok;
     return written;
 }
 
 size_t RingWriter::free_bytes() noexcept {
-    if (!refresh_read_pos()) return 0;
+    if (!refresh_read_pos())
+        return 0;
     return payload_that_fits();
 }
 
-bool RingWriter::empty() noexcept { return refresh_read_pos() && cached_read_pos_ == write_pos_; }
+bool RingWriter::empty() noexcept {
+    return refresh_read_pos() && cached_read_pos_ == write_pos_;
+}
 
 // Dekker with RingReader::arm(): our write_pos store, fence, read of the flag; the
 // reader's flag store, fence, read of write_pos. One of the two sees the other.
 bool RingWriter::reader_needs_wakeup() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (control_->reader_waiting.load(std::memory_order_relaxed) == 0) return false;
+    if (control_->reader_waiting.load(std::memory_order_relaxed) == 0)
+        return false;
     return control_->reader_waiting.exchange(0, std::memory_order_acq_rel) != 0;
 }
 
@@ -117,7 +132,8 @@ RingStatus RingReader::refresh_write_pos() noexcept {
 RingStatus RingReader::peek(std::span<const std::byte>& out) noexcept {
     if (cached_write_pos_ == read_pos_) {
         const RingStatus status = refresh_write_pos();
-        if (status != RingStatus::Ok) return status;
+        if (status != RingStatus::Ok)
+            return status;
     }
     const std::byte* record = data_ + (read_pos_ & (size_ - 1));
     if (record_length_ == 0) {
@@ -134,9 +150,11 @@ RingStatus RingReader::peek(std::span<const std::byte>& out) noexcept {
 }
 
 void RingReader::consume(size_t n) noexcept {
-    if (record_length_ == 0) return;
+    if (record_length_ == 0)
+        return;
     record_offset_ += static_cast<uint32_t>(std::min<size_t>(n, record_length_ - record_offset_));
-    if (record_offset_ < record_length_) return;
+    if (record_offset_ < record_length_)
+        return;
     read_pos_ += record_footprint(record_length_);
     record_length_ = 0;
     record_offset_ = 0;
@@ -150,25 +168,29 @@ size_t RingReader::read(std::span<std::byte> out, RingStatus& status) noexcept {
     while (copied < out.size()) {
         std::span<const std::byte> data;
         status = peek(data);
-        if (status != RingStatus::Ok) break;
+        if (status != RingStatus::Ok)
+            break;
         const size_t n = std::min(data.size(), out.size() - copied);
         std::memcpy(out.data() + copied, data.data(), n);
         consume(n);
         copied += n;
     }
-    if (status == RingStatus::Empty && copied > 0) status = RingStatus::Ok;
+    if (status == RingStatus::Empty && copied > 0)
+        status = RingStatus::Ok;
     return copied;
 }
 
 bool RingReader::has_data() noexcept {
-    if (cached_write_pos_ != read_pos_) return true;
+    if (cached_write_pos_ != read_pos_)
+        return true;
     // Corrupt counts as "data": the caller's next peek() reports it.
     return refresh_write_pos() != RingStatus::Empty;
 }
 
 bool RingReader::writer_needs_wakeup() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (control_->writer_waiting.load(std::memory_order_relaxed) == 0) return false;
+    if (control_->writer_waiting.load(std::memory_order_relaxed) == 0)
+        return false;
     return control_->writer_waiting.exchange(0, std::memory_order_acq_rel) != 0;
 }
 

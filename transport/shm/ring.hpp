@@ -19,7 +19,7 @@ enum class RingStatus { Ok, Empty, Full, Corrupt };
 [[nodiscard]] const char* to_string(RingStatus status) noexcept;
 
 class RingWriter {
-public:
+  public:
     RingWriter() = default;
     // `data` is the double mapping (2 * size bytes); size is a valid_ring_size().
     RingWriter(RingControl& control, std::byte* data, size_t size) noexcept;
@@ -52,7 +52,7 @@ public:
     [[nodiscard]] uint64_t position() const noexcept { return write_pos_; }
     [[nodiscard]] size_t size() const noexcept { return size_; }
 
-private:
+  private:
     RingControl* control_ = nullptr;
     std::byte* data_ = nullptr;
     size_t size_ = 0;
@@ -65,7 +65,7 @@ private:
 };
 
 class RingReader {
-public:
+  public:
     RingReader() = default;
     RingReader(RingControl& control, std::byte* data, size_t size) noexcept;
 
@@ -91,7 +91,7 @@ public:
     [[nodiscard]] uint64_t position() const noexcept { return read_pos_; }
     [[nodiscard]] size_t size() const noexcept { return size_; }
 
-private:
+  private:
     RingControl* control_ = nullptr;
     std::byte* data_ = nullptr;
     size_t size_ = 0;

@@ -14,7 +14,9 @@ namespace {
 
 constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
-size_t total_size(size_t c2s, size_t s2c) noexcept { return kHeaderSize + c2s + s2c; }
+size_t total_size(size_t c2s, size_t s2c) noexcept {
+    return kHeaderSize + c2s + s2c;
+}
 
 bool fail(SysError& error, const char* what, int err) noexcept {
     error.what = what;
@@ -26,29 +28,28 @@ bool fail(SysError& error, const char* what, int err) noexcept {
 // starting inside the ring can be read or written contiguously (L5 Fig. 5).
 bool map_ring_twice(int fd, std::byte* addr, size_t offset, size_t size) noexcept {
     for (int copy = 0; copy < 2; ++copy) {
-        void* p = ::mmap(addr + copy * size, size, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
-        if (p == MAP_FAILED) return false;
+        void* p = ::mmap(addr + copy * size, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                         fd, static_cast<off_t>(offset));
+        if (p == MAP_FAILED)
+            return false;
     }
     return true;
 }
 
 // Reserves one address range, then maps the header once and each ring twice into it.
-std::byte* map_segment(int fd, size_t c2s, size_t s2c, size_t& reserved,
-                       SysError& error) noexcept {
+std::byte* map_segment(int fd, size_t c2s, size_t s2c, size_t& reserved, SysError& error) noexcept {
     reserved = kHeaderSize + 2 * c2s + 2 * s2c;
-    void* range = ::mmap(nullptr, reserved, PROT_NONE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* range =
+        ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (range == MAP_FAILED) {
         fail(error, "mmap (reserve address range)", errno);
         return nullptr;
     }
     auto* base = static_cast<std::byte*>(range);
-    const bool ok =
-        ::mmap(base, kHeaderSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
-            MAP_FAILED &&
-        map_ring_twice(fd, base + kHeaderSize, kHeaderSize, c2s) &&
-        map_ring_twice(fd, base + kHeaderSize + 2 * c2s, kHeaderSize + c2s, s2c);
+    const bool ok = ::mmap(base, kHeaderSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                           0) != MAP_FAILED &&
+                    map_ring_twice(fd, base + kHeaderSize, kHeaderSize, c2s) &&
+                    map_ring_twice(fd, base + kHeaderSize + 2 * c2s, kHeaderSize + c2s, s2c);
     if (!ok) {
         fail(error, "mmap (shared memory segment)", errno);
         ::munmap(base, reserved);
@@ -59,13 +60,15 @@ std::byte* map_segment(int fd, size_t c2s, size_t s2c, size_t& reserved,
 
 bool verify_seals_and_size(int fd, size_t c2s, size_t s2c, SysError& error) noexcept {
     const int seals = ::fcntl(fd, F_GET_SEALS);
-    if (seals < 0) return fail(error, "passed fd is not a sealable memfd (F_GET_SEALS)", errno);
+    if (seals < 0)
+        return fail(error, "passed fd is not a sealable memfd (F_GET_SEALS)", errno);
     // Without these seals the client could shrink the file under us and make our next
     // access to the mapping raise SIGBUS.
     if ((seals & kRequiredSeals) != kRequiredSeals)
         return fail(error, "memfd is not sealed against shrinking and growing", 0);
-    struct stat st{};
-    if (::fstat(fd, &st) != 0) return fail(error, "fstat of the memfd", errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+        return fail(error, "fstat of the memfd", errno);
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != total_size(c2s, s2c))
         return fail(error, "memfd size does not match the requested ring sizes", 0);
     return true;
@@ -78,8 +81,10 @@ bool verify_header(const Header& header, size_t c2s, size_t s2c, SysError& error
     const uint32_t header_size = header.header_size;
     const uint64_t c2s_size = header.c2s_size;
     const uint64_t s2c_size = header.s2c_size;
-    if (magic != kMagic) return fail(error, "bad magic in the segment header", 0);
-    if (version != kLayoutVersion) return fail(error, "unsupported segment layout version", 0);
+    if (magic != kMagic)
+        return fail(error, "bad magic in the segment header", 0);
+    if (version != kLayoutVersion)
+        return fail(error, "unsupported segment layout version", 0);
     if (header_size != kHeaderSize || c2s_size != c2s || s2c_size != s2c)
         return fail(error, "segment header sizes do not match the upgrade request", 0);
     return true;
@@ -90,8 +95,7 @@ bool verify_header(const Header& header, size_t c2s, size_t s2c, SysError& error
 Segment::Segment(int fd, std::byte* base, size_t reserved, size_t c2s, size_t s2c) noexcept
     : fd_(fd), base_(base), reserved_(reserved), c2s_size_(c2s), s2c_size_(s2c) {}
 
-std::optional<Segment> Segment::create(size_t c2s_size, size_t s2c_size,
-                                       SysError& error) noexcept {
+std::optional<Segment> Segment::create(size_t c2s_size, size_t s2c_size, SysError& error) noexcept {
     if (!valid_ring_size(c2s_size) || !valid_ring_size(s2c_size)) {
         fail(error, "ring size must be a power of two between 4 KiB and 256 MiB", EINVAL);
         return std::nullopt;
@@ -165,18 +169,28 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     return *this;
 }
 
-Segment::~Segment() { reset(); }
+Segment::~Segment() {
+    reset();
+}
 
 void Segment::reset() noexcept {
-    if (base_ != nullptr) ::munmap(base_, reserved_);
-    if (fd_ >= 0) ::close(fd_);
+    if (base_ != nullptr)
+        ::munmap(base_, reserved_);
+    if (fd_ >= 0)
+        ::close(fd_);
     base_ = nullptr;
     fd_ = -1;
     reserved_ = 0;
 }
 
-Header& Segment::header() const noexcept { return *reinterpret_cast<Header*>(base_); }
-std::byte* Segment::c2s_data() const noexcept { return base_ + kHeaderSize; }
-std::byte* Segment::s2c_data() const noexcept { return base_ + kHeaderSize + 2 * c2s_size_; }
+Header& Segment::header() const noexcept {
+    return *reinterpret_cast<Header*>(base_);
+}
+std::byte* Segment::c2s_data() const noexcept {
+    return base_ + kHeaderSize;
+}
+std::byte* Segment::s2c_data() const noexcept {
+    return base_ + kHeaderSize + 2 * c2s_size_;
+}
 
 }  // namespace l5pg::shm

@@ -12,12 +12,12 @@
 namespace l5pg::shm {
 
 struct SysError {
-    int err = 0;                // errno value, or 0 for a validation failure
-    const char* what = nullptr; // static string naming the failed step
+    int err = 0;                 // errno value, or 0 for a validation failure
+    const char* what = nullptr;  // static string naming the failed step
 };
 
 class Segment {
-public:
+  public:
     // Client: memfd_create(MFD_CLOEXEC|MFD_ALLOW_SEALING), ftruncate, seal
     // (SHRINK|GROW|SEAL), map, write the header fields. Sizes must be valid_ring_size().
     [[nodiscard]] static std::optional<Segment> create(size_t c2s_size, size_t s2c_size,
@@ -25,8 +25,7 @@ public:
     // Server: takes ownership of `fd` (closed on failure too). Verifies F_GET_SEALS has
     // at least SHRINK and GROW, fstat size == kHeaderSize + c2s + s2c, the header's
     // magic/version/sizes match the upgrade request, then maps it.
-    [[nodiscard]] static std::optional<Segment> attach(int fd, size_t c2s_size,
-                                                       size_t s2c_size,
+    [[nodiscard]] static std::optional<Segment> attach(int fd, size_t c2s_size, size_t s2c_size,
                                                        SysError& error) noexcept;
 
     Segment(Segment&& other) noexcept;
@@ -45,7 +44,7 @@ public:
     // Unmaps without touching the shared contents, closes the fd (e.g. in a forked child).
     void reset() noexcept;
 
-private:
+  private:
     Segment(int fd, std::byte* base, size_t reserved, size_t c2s, size_t s2c) noexcept;
 
     int fd_ = -1;

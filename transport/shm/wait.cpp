@@ -23,7 +23,9 @@ ssize_t raw_recv(int sock, void* buf, size_t len, int flags) noexcept {
 
 }  // namespace
 
-void sched_yield_noexcept() noexcept { ::sched_yield(); }
+void sched_yield_noexcept() noexcept {
+    ::sched_yield();
+}
 
 bool ring_doorbell(int sock) noexcept {
     const int saved = errno;  // async-signal-safe callers must not see errno change
@@ -46,9 +48,12 @@ DrainResult drain_doorbells(int sock, size_t& count) noexcept {
             count += static_cast<size_t>(n);
             continue;
         }
-        if (n == 0) return DrainResult::PeerClosed;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return DrainResult::Drained;
+        if (n == 0)
+            return DrainResult::PeerClosed;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return DrainResult::Drained;
         return DrainResult::Error;
     }
 }

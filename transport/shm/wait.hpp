@@ -19,7 +19,9 @@ struct WaitBudget {
     std::chrono::nanoseconds yield{std::chrono::microseconds(200)};
 };
 
-inline void cpu_relax() noexcept { __builtin_ia32_pause(); }
+inline void cpu_relax() noexcept {
+    __builtin_ia32_pause();
+}
 
 void sched_yield_noexcept() noexcept;
 
@@ -37,16 +39,20 @@ enum class DrainResult { Drained, PeerClosed, Error };
 template <class Ready>
 [[nodiscard]] bool spin_then_yield(Ready&& ready, const WaitBudget& budget) noexcept {
     using clock = std::chrono::steady_clock;
-    if (ready()) return true;
+    if (ready())
+        return true;
     const auto start = clock::now();
     for (;;) {
         for (int k = 0; k < 64; ++k) {
-            if (ready()) return true;
+            if (ready())
+                return true;
             cpu_relax();
         }
         const auto waited = clock::now() - start;
-        if (waited >= budget.spin + budget.yield) return ready();
-        if (waited >= budget.spin) sched_yield_noexcept();
+        if (waited >= budget.spin + budget.yield)
+            return ready();
+        if (waited >= budget.spin)
+            sched_yield_noexcept();
     }
 }
 
