@@ -104,15 +104,20 @@ def make_target(name, l5pgd):
     return {"shm": shm_target, "tcp": tcp_target, "unix": unix_target}[name](l5pgd)
 
 
+def merged_env(target, overrides=None):
+    """The target's environment (or a clean one), with overrides; None values remove keys."""
+    e = target.env() if target is not None else _clean_env()
+    for k, v in (overrides or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = str(v)
+    return e
+
+
 def run(cmd, target, timeout=120, input=None, check=True, env=None, **kw):
     """Run cmd with the target's environment; returns CompletedProcess (text mode)."""
-    e = target.env() if target is not None else _clean_env()
-    if env:
-        for k, v in env.items():
-            if v is None:
-                e.pop(k, None)
-            else:
-                e[k] = str(v)
+    e = merged_env(target, env)
     r = subprocess.run([str(c) for c in cmd], env=e, input=input, capture_output=True, text=True,
                        timeout=timeout, **kw)
     if check and r.returncode != 0:
@@ -193,13 +198,7 @@ def run_python_json(target, script, args=(), timeout=60, env=None):
 
 
 def popen(cmd, target, env=None, **kw):
-    e = target.env() if target is not None else _clean_env()
-    if env:
-        for k, v in env.items():
-            if v is None:
-                e.pop(k, None)
-            else:
-                e[k] = str(v)
+    e = merged_env(target, env)
     kw.setdefault("stdin", subprocess.DEVNULL)
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)

@@ -3,6 +3,7 @@
 
 Layout: see transport/shm/layout.hpp and docs/wire-format.md.
 """
+import ctypes
 import fcntl
 import mmap
 import os
@@ -127,7 +128,10 @@ class ShmClient:
         self.fd = make_memfd(self.c2s_size, self.s2c_size)
         self.mm = mmap.mmap(self.fd, HEADER_SIZE + self.c2s_size + self.s2c_size,
                             mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        return send_upgrade(self.sock, self.c2s_size, self.s2c_size, self.fd)
+        answer = send_upgrade(self.sock, self.c2s_size, self.s2c_size, self.fd)
+        # From now on the socket only carries doorbell bytes: never block on it.
+        self.sock.setblocking(False)
+        return answer
 
     def startup(self, **params):
         """Send a StartupMessage through the ring; return messages up to ReadyForQuery."""
@@ -159,17 +163,21 @@ class ShmClient:
         return False
 
     # ------------------------------------------------------------------ raw fields
+    # Positions and flags are std::atomic on the other side. struct.pack_into/unpack_from
+    # copy byte by byte, so l5pgd could see a torn position (e.g. 0xf8 -> 0x100 observed
+    # as 0x000) and rightly call it corrupt. A ctypes field access is one aligned native
+    # load or store, which is what the C++ side does on x86-64.
     def peek64(self, off):
-        return struct.unpack_from("<Q", self.mm, off)[0]
+        return ctypes.c_uint64.from_buffer(self.mm, off).value
 
     def poke64(self, off, value):
-        struct.pack_into("<Q", self.mm, off, value & 0xFFFFFFFFFFFFFFFF)
+        ctypes.c_uint64.from_buffer(self.mm, off).value = value & 0xFFFFFFFFFFFFFFFF
 
     def peek32(self, off):
-        return struct.unpack_from("<I", self.mm, off)[0]
+        return ctypes.c_uint32.from_buffer(self.mm, off).value
 
     def poke32(self, off, value):
-        struct.pack_into("<I", self.mm, off, value & 0xFFFFFFFF)
+        ctypes.c_uint32.from_buffer(self.mm, off).value = value & 0xFFFFFFFF
 
     def c2s_field(self, field):
         return OFF_C2S + field
@@ -223,7 +231,7 @@ class ShmClient:
         while not self.eof:
             try:
                 data = self.sock.recv(4096, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, socket.timeout):
                 return
             except ConnectionResetError:
                 self.eof = True
