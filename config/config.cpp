@@ -191,6 +191,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.shm.spin_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
         {"shm.yield_us",
          [](Config& c, N n, K k) { c.shm.yield_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+        {"shm.spin_awaiting_upstream",
+         [](Config& c, N n, K k) { c.shm.spin_awaiting_upstream = get_bool(n, k); }},
         {"metrics.listen",
          [](Config& c, N n, K k) { c.metrics.listen = get_metrics_listen(n, k); }},
         {"limits.max_sessions",

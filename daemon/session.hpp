@@ -48,6 +48,9 @@ class Session {
     void disarm_after_block();
 
     [[nodiscard]] bool is_shm() const noexcept { return segment_.has_value(); }
+    // True from forwarding client bytes upstream until Postgres's next bytes arrive:
+    // the next event is Postgres's, not the client's.
+    [[nodiscard]] bool awaiting_upstream() const noexcept { return awaiting_upstream_; }
     [[nodiscard]] SessionState state() const noexcept { return state_; }
     [[nodiscard]] uint64_t id() const noexcept { return id_; }
 
@@ -105,6 +108,7 @@ class Session {
     bool upstream_blocked_ = false;    // upstream send returned EAGAIN
     bool upstream_reading_ = false;    // upstream_read_ is added
     bool ring_full_ = false;           // server->client ring had no room
+    bool awaiting_upstream_ = false;   // see awaiting_upstream()
 
     UniqueFd client_;
     UniqueFd upstream_;

@@ -112,6 +112,8 @@ bool Session::forward_ring_to_upstream() {
             return moved;
         }
     }
+    if (moved)
+        awaiting_upstream_ = true;
     if (moved && state_ != SessionState::Closed && from_client_.writer_needs_wakeup())
         wake_client();
     return moved;
@@ -170,6 +172,7 @@ void Session::read_upstream_into_ring() {
             to_client_ring_.commit(static_cast<size_t>(n));
             metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
             published = true;
+            awaiting_upstream_ = false;
             if (static_cast<size_t>(n) < space.size())
                 break;
         } else if (n == 0) {

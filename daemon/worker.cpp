@@ -141,6 +141,18 @@ bool Worker::poll_sessions() {
     return progress;
 }
 
+// Spinning only pays while a client may publish its next request any moment. While every
+// busy session waits for Postgres, the backend is the one with work to do: on a machine
+// with few cores it may well need the very core we would spin on, and its answer wakes
+// our epoll through the upstream socket anyway. shm.spin_awaiting_upstream keeps the
+// spinning for hosts where the worker has a core of its own.
+bool Worker::spinning_pays_off() const noexcept {
+    if (config_.shm.spin_awaiting_upstream)
+        return true;
+    return std::any_of(polled_.begin(), polled_.end(),
+                       [](const Session* session) { return !session->awaiting_upstream(); });
+}
+
 // Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)
 // and only then sleeps in epoll; a client that publishes after our re-check sees the
 // flag and writes a doorbell byte, which wakes the epoll.
@@ -179,11 +191,12 @@ void Worker::run() {
         event_base_loop(base_.get(), EVLOOP_NONBLOCK);
         reap();
         const auto now = clock::now();
+        const bool spinning = spinning_pays_off();
         if (progress || activity_) {
             last_progress = now;
-        } else if (now - last_progress < spin) {
+        } else if (spinning && now - last_progress < spin) {
             shm::cpu_relax();
-        } else if (now - last_progress < spin_and_yield) {
+        } else if (spinning && now - last_progress < spin_and_yield) {
             shm::sched_yield_noexcept();
         } else {
             block_until_event();

@@ -51,6 +51,7 @@ class Worker {
     void run();
     void adopt_handed_over();
     bool poll_sessions();
+    [[nodiscard]] bool spinning_pays_off() const noexcept;
     void block_until_event();
     void reap();
     void close_all(std::string_view reason);

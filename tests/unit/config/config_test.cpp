@@ -50,6 +50,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.shm.max_ring_size == (uint64_t{16} << 20));
     CHECK(c.shm.spin_us == 50);
     CHECK(c.shm.yield_us == 200);
+    CHECK_FALSE(c.shm.spin_awaiting_upstream);
     CHECK(c.metrics.listen == "127.0.0.1:9187");
     CHECK(c.limits.max_sessions == 1000);
     CHECK(c.limits.startup_timeout_ms == 10000);
@@ -83,6 +84,7 @@ shm:
   max_ring_size: 4096
   spin_us: 0
   yield_us: 10
+  spin_awaiting_upstream: true
 metrics:
   listen: "[::1]:0"
 limits:
@@ -107,6 +109,7 @@ logging:
     CHECK(c.shm.max_ring_size == 4096);
     CHECK(c.shm.spin_us == 0);
     CHECK(c.shm.yield_us == 10);
+    CHECK(c.shm.spin_awaiting_upstream);
     CHECK(c.metrics.listen == "[::1]:0");
     CHECK(c.limits.max_sessions == 5);
     CHECK(c.limits.startup_timeout_ms == 250);
