@@ -68,9 +68,9 @@ void prepare_return(Channel& ch, int fd) noexcept {
 // Blocks (spin, yield, then poll on the socket) until `ready()`; false with errno set
 // when interrupted by a signal or the poll failed.
 template <class Ready>
-bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
+bool wait_until_unrecorded(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
     for (;;) {
-        if (shm::spin_then_yield(ready, settings().budget))
+        if (shm::spin_then_yield(ready, ch.spin.budget(settings().budget)))
             return true;
         if (for_write)
             ch.tx.arm();
@@ -88,6 +88,16 @@ bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
         if (ch.peer_closed)
             return true;
     }
+}
+
+// wait_until_unrecorded(), teaching the channel's AdaptiveSpin how long the wait took.
+template <class Ready>
+bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const bool ok = wait_until_unrecorded(ch, fd, for_write, ready);
+    ch.spin.record(clock::now() - start, settings().budget);
+    return ok;
 }
 
 size_t iov_total(const iovec* iov, int iovcnt) noexcept {
@@ -166,6 +176,7 @@ Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
         ch.rx = shm::RingReader(h.s2c, ch.segment->s2c_data(), ch.segment->s2c_size());
         ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
         ch.peer_closed = ch.broken = ch.poke_outstanding = false;
+        ch.spin.reset();
         ch.refs.store(1, std::memory_order_release);
         return &ch;
     }

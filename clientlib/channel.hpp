@@ -22,6 +22,7 @@
 
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
+#include "transport/shm/wait.hpp"
 
 namespace l5pg::shim {
 
@@ -37,6 +38,7 @@ struct Channel {
     bool peer_closed = false;       // EOF seen on the socket
     bool broken = false;            // l5pgd wrote something impossible into a ring
     bool poke_outstanding = false;  // a doorbell byte was requested and not yet drained
+    shm::AdaptiveSpin spin;         // whether waiting on this connection should spin
 };
 
 // Pool management (async-signal-safe, lock-free).

@@ -48,12 +48,19 @@ class MixedPoll {
     MixedPoll(pollfd* fds, nfds_t n) : fds_(fds), n_(n), saved_events_(n) {}
 
     int run(int64_t timeout_ns, const sigset_t* mask) noexcept {
-        const int64_t deadline = timeout_ns < 0 ? kForever : now_ns() + timeout_ns;
+        if (int ready = scan_rings(); ready > 0 || timeout_ns == 0)
+            return finish(ready);
+        const int64_t started = now_ns();
+        const int result = wait(timeout_ns < 0 ? kForever : started + timeout_ns, mask);
+        const auto waited = std::chrono::nanoseconds(now_ns() - started);
+        for_each_upgraded(
+            [waited](Channel& ch, short) { ch.spin.record(waited, settings().budget); });
+        return result;
+    }
+
+  private:
+    int wait(int64_t deadline, const sigset_t* mask) noexcept {
         for (;;) {
-            if (int ready = scan_rings(); ready > 0)
-                return finish(ready);
-            if (timeout_ns == 0)
-                return finish(0);
             // Spin and yield on the rings alone; ordinary fds wait at most this budget.
             if (shm::spin_then_yield([this] { return scan_rings() > 0; }, budget_within(deadline)))
                 return finish(scan_rings());
@@ -66,9 +73,15 @@ class MixedPoll {
         }
     }
 
-  private:
-    shm::WaitBudget budget_within(int64_t deadline) const noexcept {
-        shm::WaitBudget budget = settings().budget;
+    // The configured budget if any upgraded fd's recent waits were short enough for
+    // spinning to pay (see shm::AdaptiveSpin), cut to the caller's timeout.
+    shm::WaitBudget budget_within(int64_t deadline) noexcept {
+        shm::WaitBudget budget = shm::WaitBudget::none();
+        for_each_upgraded([&budget](Channel& ch, short) {
+            const shm::WaitBudget b = ch.spin.budget(settings().budget);
+            if (b.total() > budget.total())
+                budget = b;
+        });
         if (deadline == kForever)
             return budget;
         const auto left = std::chrono::nanoseconds(std::max<int64_t>(deadline - now_ns(), 0));

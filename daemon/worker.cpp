@@ -141,6 +141,14 @@ bool Worker::poll_sessions() {
     return progress;
 }
 
+// Ends an idle stretch: AdaptiveSpin learns how long it lasted.
+void Worker::note_progress(clock::time_point& last_progress,
+                           const shm::WaitBudget& configured) noexcept {
+    const auto now = clock::now();
+    idle_spin_.record(now - last_progress, configured);
+    last_progress = now;
+}
+
 // Spinning only pays while a client may publish its next request any moment. While every
 // busy session waits for Postgres, the backend is the one with work to do: on a machine
 // with few cores it may well need the very core we would spin on, and its answer wakes
@@ -175,9 +183,8 @@ void Worker::run() {
         pin_current_thread(cpus[index_ % cpus.size()], index_);
     spdlog::debug("worker {} started", index_);
 
-    using clock = std::chrono::steady_clock;
-    const auto spin = std::chrono::microseconds(config_.shm.spin_us);
-    const auto spin_and_yield = spin + std::chrono::microseconds(config_.shm.yield_us);
+    const shm::WaitBudget configured{std::chrono::microseconds(config_.shm.spin_us),
+                                     std::chrono::microseconds(config_.shm.yield_us)};
     auto last_progress = clock::now();
     while (!stopping_.load(std::memory_order_relaxed)) {
         activity_ = false;
@@ -190,18 +197,22 @@ void Worker::run() {
         const bool progress = poll_sessions();
         event_base_loop(base_.get(), EVLOOP_NONBLOCK);
         reap();
-        const auto now = clock::now();
-        const bool spinning = spinning_pays_off();
         if (progress || activity_) {
-            last_progress = now;
-        } else if (spinning && now - last_progress < spin) {
+            note_progress(last_progress, configured);
+            continue;
+        }
+        const auto idle = clock::now() - last_progress;
+        const shm::WaitBudget budget =
+            spinning_pays_off() ? idle_spin_.budget(configured) : shm::WaitBudget::none();
+        if (idle < budget.spin) {
             shm::cpu_relax();
-        } else if (spinning && now - last_progress < spin_and_yield) {
+        } else if (idle < budget.total()) {
             shm::sched_yield_noexcept();
         } else {
             block_until_event();
             reap();
-            last_progress = clock::now();
+            if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
+                note_progress(last_progress, configured);
         }
     }
     close_all("l5pgd is shutting down");

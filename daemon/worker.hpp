@@ -17,6 +17,7 @@
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
+#include "transport/shm/wait.hpp"
 
 namespace l5pg::daemon {
 
@@ -52,6 +53,9 @@ class Worker {
     void adopt_handed_over();
     bool poll_sessions();
     [[nodiscard]] bool spinning_pays_off() const noexcept;
+    using clock = std::chrono::steady_clock;
+    void note_progress(clock::time_point& last_progress,
+                       const shm::WaitBudget& configured) noexcept;
     void block_until_event();
     void reap();
     void close_all(std::string_view reason);
@@ -66,6 +70,7 @@ class Worker {
     std::atomic<bool> stopping_{false};
     std::atomic<size_t> session_count_{0};
     bool activity_ = false;
+    shm::AdaptiveSpin idle_spin_;  // whether this worker's idle stretches are worth spinning
 
     std::mutex handover_mutex_;
     std::vector<std::pair<UniqueFd, Transport>> handed_over_;  // guarded by the mutex

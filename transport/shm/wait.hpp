@@ -8,6 +8,8 @@
 // a doorbell byte to the socket, which makes the blocked poll() return.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +19,39 @@ namespace l5pg::shm {
 struct WaitBudget {
     std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
     std::chrono::nanoseconds yield{std::chrono::microseconds(200)};
+
+    [[nodiscard]] static constexpr WaitBudget none() noexcept {
+        return {std::chrono::nanoseconds{0}, std::chrono::nanoseconds{0}};
+    }
+    [[nodiscard]] constexpr std::chrono::nanoseconds total() const noexcept { return spin + yield; }
+};
+
+// Learns whether spinning pays. Spinning wins when the other side answers within the
+// budget; when waits routinely outlast it (a loaded machine, many sessions sharing few
+// cores, an idle connection) every spin is CPU taken from the process we wait for.
+// Keeps an exponentially weighted average (weight 1/8) of how long recent waits took,
+// spun or blocked, and grants the configured budget only while that average fits in
+// it. A blocked wait includes the wake-up latency, so the estimate errs towards
+// spinning. Samples are capped at twice the budget, so one long idle period is
+// forgotten after a handful of short waits. Relaxed atomics: a racy update from two
+// threads sharing a connection only blurs the estimate.
+class AdaptiveSpin {
+  public:
+    [[nodiscard]] WaitBudget budget(const WaitBudget& configured) const noexcept {
+        if (average_ns_.load(std::memory_order_relaxed) > configured.total().count())
+            return WaitBudget::none();
+        return configured;
+    }
+    void reset() noexcept { average_ns_.store(0, std::memory_order_relaxed); }
+    void record(std::chrono::nanoseconds waited, const WaitBudget& configured) noexcept {
+        const int64_t cap = 2 * configured.total().count();
+        const int64_t sample = std::min<int64_t>(waited.count(), cap);
+        const int64_t average = average_ns_.load(std::memory_order_relaxed);
+        average_ns_.store(average + (sample - average) / 8, std::memory_order_relaxed);
+    }
+
+  private:
+    std::atomic<int64_t> average_ns_{0};
 };
 
 inline void cpu_relax() noexcept {
@@ -41,6 +76,8 @@ template <class Ready>
     using clock = std::chrono::steady_clock;
     if (ready())
         return true;
+    if (budget.spin.count() <= 0 && budget.yield.count() <= 0)
+        return false;
     const auto start = clock::now();
     for (;;) {
         for (int k = 0; k < 64; ++k) {

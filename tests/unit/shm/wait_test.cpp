@@ -142,3 +142,44 @@ TEST_CASE("spin_then_yield", "[shm][wait]") {
         CHECK(took < seconds(2));
     }
 }
+
+TEST_CASE("spin_then_yield with no budget checks once and gives up", "[shm][wait]") {
+    int calls = 0;
+    CHECK_FALSE(spin_then_yield(
+        [&] {
+            ++calls;
+            return false;
+        },
+        WaitBudget::none()));
+    CHECK(calls == 1);
+}
+
+TEST_CASE("AdaptiveSpin: spins while waits are short, blocks when they are long", "[shm][wait]") {
+    using std::chrono::microseconds;
+    const WaitBudget configured{microseconds(50), microseconds(200)};
+    AdaptiveSpin spin;
+    CHECK(spin.budget(configured).total() == configured.total());
+
+    // Waits of 2 ms (a loaded machine): the average passes 250 us and spinning stops.
+    int long_waits = 0;
+    while (spin.budget(configured).total().count() != 0) {
+        spin.record(microseconds(2000), configured);
+        REQUIRE(++long_waits < 20);
+    }
+    CHECK(long_waits >= 2);  // one slow answer alone does not switch spinning off
+
+    // Samples are capped at twice the budget, so a run of quick answers brings it back
+    // within a bounded number of waits, however long the idle period was.
+    for (int i = 0; i < 100; ++i)
+        spin.record(std::chrono::seconds(10), configured);
+    int short_waits = 0;
+    while (spin.budget(configured).total().count() == 0) {
+        spin.record(microseconds(20), configured);
+        REQUIRE(++short_waits < 20);
+    }
+    CHECK(spin.budget(configured).spin == configured.spin);
+
+    spin.record(std::chrono::seconds(1), configured);
+    spin.reset();
+    CHECK(spin.budget(configured).total() == configured.total());
+}
