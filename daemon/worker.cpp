@@ -54,6 +54,8 @@ Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics)
       config_(config),
       metrics_(metrics),
       base_(make_worker_base()),
+      spin_budget_{std::chrono::microseconds(config.shm.spin_us),
+                   std::chrono::microseconds(config.shm.yield_us)},
       next_id_(uint64_t{index} << 48) {
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!wake_fd_.valid())
@@ -142,11 +144,30 @@ bool Worker::poll_sessions() {
 }
 
 // Ends an idle stretch: AdaptiveSpin learns how long it lasted.
-void Worker::note_progress(clock::time_point& last_progress,
-                           const shm::WaitBudget& configured) noexcept {
+void Worker::end_idle_stretch() noexcept {
     const auto now = clock::now();
-    idle_spin_.record(now - last_progress, configured);
-    last_progress = now;
+    idle_spin_.record(now - idle_.since, spin_budget_);
+    idle_ = IdleStretch{now};
+}
+
+// One round with nothing to do: spin, yield, or block, depending on how long we have
+// been idle and whether spinning pays (see spinning_pays_off() and shm::AdaptiveSpin).
+void Worker::idle_round() {
+    const auto idle = clock::now() - idle_.since;
+    const shm::WaitBudget budget =
+        spinning_pays_off() ? idle_spin_.budget(spin_budget_) : shm::WaitBudget::none();
+    idle_.yielding = false;
+    if (idle < budget.spin) {
+        shm::cpu_relax();
+    } else if (idle < budget.total()) {
+        shm::sched_yield_noexcept();
+        idle_.yielding = true;
+    } else {
+        block_until_event();
+        reap();
+        if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
+            end_idle_stretch();
+    }
 }
 
 // Spinning only pays while a client may publish its next request any moment. While every
@@ -176,6 +197,10 @@ void Worker::block_until_event() {
         polled_[i]->disarm_after_block();
 }
 
+// Between two epoll_wait(0) calls a spinning worker checks its rings this many times
+// (each round is a ring check plus a pause: well under a microsecond).
+constexpr unsigned kSocketCheckInterval = 16;
+
 void Worker::run() {
     block_process_signals();
     const auto& cpus = config_.workers.cpu_affinity;
@@ -183,37 +208,25 @@ void Worker::run() {
         pin_current_thread(cpus[index_ % cpus.size()], index_);
     spdlog::debug("worker {} started", index_);
 
-    const shm::WaitBudget configured{std::chrono::microseconds(config_.shm.spin_us),
-                                     std::chrono::microseconds(config_.shm.yield_us)};
-    auto last_progress = clock::now();
+    idle_ = IdleStretch{};
     while (!stopping_.load(std::memory_order_relaxed)) {
         activity_ = false;
         if (polled_.empty()) {
             event_base_loop(base_.get(), EVLOOP_ONCE);
             reap();
-            last_progress = clock::now();
+            idle_ = IdleStretch{};
             continue;
         }
         const bool progress = poll_sessions();
-        event_base_loop(base_.get(), EVLOOP_NONBLOCK);
+        // Spinning is for the rings; sockets (Postgres, doorbells, new sessions) are
+        // checked every kSocketCheckInterval spin rounds, not with a syscall per round.
+        if (progress || idle_.yielding || idle_.rounds++ % kSocketCheckInterval == 0)
+            event_base_loop(base_.get(), EVLOOP_NONBLOCK);
         reap();
-        if (progress || activity_) {
-            note_progress(last_progress, configured);
-            continue;
-        }
-        const auto idle = clock::now() - last_progress;
-        const shm::WaitBudget budget =
-            spinning_pays_off() ? idle_spin_.budget(configured) : shm::WaitBudget::none();
-        if (idle < budget.spin) {
-            shm::cpu_relax();
-        } else if (idle < budget.total()) {
-            shm::sched_yield_noexcept();
-        } else {
-            block_until_event();
-            reap();
-            if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
-                note_progress(last_progress, configured);
-        }
+        if (progress || activity_)
+            end_idle_stretch();
+        else
+            idle_round();
     }
     close_all("l5pgd is shutting down");
     spdlog::debug("worker {} stopped", index_);

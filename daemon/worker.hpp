@@ -1,7 +1,9 @@
 // A worker thread: owns its sessions and one libevent base. While SHM sessions are busy
 // it polls their rings in a loop (spin, then sched_yield); when idle past the budget it
 // arms every ring's wake-up flag and blocks in epoll until a doorbell, an upstream
-// socket or a new session wakes it (DESIGN.md "Waiting").
+// socket or a new session wakes it (DESIGN.md "Waiting"). It does not spin at all while
+// every busy session waits for Postgres, or while its recent idle stretches outlasted
+// the budget (shm::AdaptiveSpin): then spinning only takes CPU from the backends.
 #pragma once
 
 #include <atomic>
@@ -53,9 +55,8 @@ class Worker {
     void adopt_handed_over();
     bool poll_sessions();
     [[nodiscard]] bool spinning_pays_off() const noexcept;
-    using clock = std::chrono::steady_clock;
-    void note_progress(clock::time_point& last_progress,
-                       const shm::WaitBudget& configured) noexcept;
+    void end_idle_stretch() noexcept;
+    void idle_round();
     void block_until_event();
     void reap();
     void close_all(std::string_view reason);
@@ -70,7 +71,15 @@ class Worker {
     std::atomic<bool> stopping_{false};
     std::atomic<size_t> session_count_{0};
     bool activity_ = false;
-    shm::AdaptiveSpin idle_spin_;  // whether this worker's idle stretches are worth spinning
+    using clock = std::chrono::steady_clock;
+    struct IdleStretch {
+        clock::time_point since = clock::now();  // last progress
+        unsigned rounds = 0;                     // idle rounds since then
+        bool yielding = false;                   // past the spin budget
+    };
+    const shm::WaitBudget spin_budget_;  // shm.spin_us, shm.yield_us
+    shm::AdaptiveSpin idle_spin_;        // whether idle stretches are worth spinning
+    IdleStretch idle_;
 
     std::mutex handover_mutex_;
     std::vector<std::pair<UniqueFd, Transport>> handed_over_;  // guarded by the mutex
