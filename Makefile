@@ -8,15 +8,18 @@ JOBS ?= $(shell nproc)
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
   libibverbs-dev librdmacm-dev postgresql-15 postgresql-contrib pgbouncer \
-  python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg
+  python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
+  python3-matplotlib
 
-.PHONY: help deps build test unit-test integration-test demo format format-check clean
+.PHONY: help deps build test unit-test integration-test demo bench format format-check clean
 
 help:
 	@echo "make deps              install missing Debian packages (as root, else prints the command)"
 	@echo "make build             configure and build into $(BUILD_DIR)/ (l5pgd, libl5pg.so, tests)"
 	@echo "make test              build, then unit tests (ctest) and integration tests (pytest, real Postgres)"
 	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
+	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 2 placements) into bench/results/"
+	@echo "                       QUICK=1: reduced matrix (<10 min on 2 cores); BENCH_ARGS='...' more options"
 	@echo "make format            clang-format all C++ sources"
 
 deps:
@@ -52,6 +55,12 @@ test: build
 
 demo: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/demo.py
+
+# QUICK=1 (anything but empty or 0) runs the reduced matrix; BENCH_ARGS passes further options
+# to bench/run_bench.py (see `$(PYTHON) bench/run_bench.py --help`).
+bench: build
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/run_bench.py \
+	  $(if $(filter-out 0,$(QUICK)),--quick) $(BENCH_ARGS)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')

@@ -1,0 +1,108 @@
+"""CPU placement of the client (pgbench) and the server side (Postgres, PgBouncer, l5pgd).
+
+`default`: nothing is pinned, as a user would start things; the scheduler places everything.
+`pinned`: the allowed CPUs are split in two halves. pgbench runs under `taskset -c <client
+CPUs>`; every thread of every Postgres process (postmaster and all its children, and backends
+forked later inherit it), of PgBouncer and of l5pgd (acceptor and workers) gets
+sched_setaffinity(<server CPUs>). On 2 cores: pgbench on CPU 0, everything else on CPU 1.
+"""
+import os
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from . import cpuacct
+
+PLACEMENT_NAMES = ("default", "pinned")
+
+
+def cpu_list(cpus):
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def parse_cpu_list(text):
+    """'0,2-3' -> (0, 2, 3)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-")
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return tuple(sorted(set(out)))
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    all_cpus: Tuple[int, ...]
+    client_cpus: Optional[Tuple[int, ...]] = None  # None: not pinned
+    server_cpus: Optional[Tuple[int, ...]] = None
+
+    @property
+    def pinned(self):
+        return self.client_cpus is not None
+
+    def client_prefix(self):
+        """Command prefix that starts pgbench on the client CPUs."""
+        return ["taskset", "-c", cpu_list(self.client_cpus)] if self.pinned else []
+
+    def server_affinity(self):
+        return set(self.server_cpus) if self.pinned else set(self.all_cpus)
+
+    def describe(self):
+        if not self.pinned:
+            return ("default: nothing pinned; pgbench, Postgres, PgBouncer and l5pgd may run on any "
+                    f"of CPUs {cpu_list(self.all_cpus)}")
+        return (f"pinned: pgbench under `taskset -c {cpu_list(self.client_cpus)}`; "
+                f"sched_setaffinity({{{cpu_list(self.server_cpus)}}}) on every thread of the "
+                "postmaster and all its children (new backends inherit it), of PgBouncer, "
+                "and of l5pgd (acceptor and worker threads)")
+
+
+def split_cpus(all_cpus):
+    """Client half and server half of the CPUs; with one CPU both share it."""
+    cpus = tuple(sorted(all_cpus))
+    if len(cpus) == 1:
+        return cpus, cpus
+    half = len(cpus) // 2
+    return cpus[:half], cpus[half:]
+
+
+def make_placements(names, client_cpus=None, server_cpus=None):
+    all_cpus = tuple(sorted(os.sched_getaffinity(0)))
+    default_client, default_server = split_cpus(all_cpus)
+    out = []
+    for name in names:
+        if name == "default":
+            out.append(Placement("default", all_cpus))
+        elif name == "pinned":
+            out.append(Placement("pinned", all_cpus, tuple(client_cpus or default_client),
+                                 tuple(server_cpus or default_server)))
+        else:
+            raise ValueError(f"unknown placement {name!r}; choose from {', '.join(PLACEMENT_NAMES)}")
+    return out
+
+
+def set_process_affinity(pid, cpus):
+    """sched_setaffinity on every thread of pid (a process-level call only moves one thread)."""
+    for tid in cpuacct.thread_ids(pid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+
+
+def set_tree_affinity(root, cpus):
+    """Affinity for root and every live descendant, all threads."""
+    stats = cpuacct.all_stats()
+    for pid in [root] + cpuacct.descendants(root, stats):
+        set_process_affinity(pid, cpus)
+
+
+def apply_server_placement(placement, server_roots):
+    """Pin (or unpin, for `default`) every server-side process tree."""
+    cpus = placement.server_affinity()
+    for root in server_roots:
+        if root is not None:
+            set_tree_affinity(root, cpus)

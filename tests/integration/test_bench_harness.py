@@ -1,0 +1,66 @@
+"""The `make bench` harness on a tiny matrix: it runs end to end and writes what it promises.
+
+Not a benchmark: one workload, three targets, one client, 1 s per cell, one repetition, both
+placements, into a temporary directory. The harness starts its own cluster, PgBouncer and l5pgd.
+"""
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness import paths
+
+REPO = paths.REPO
+COLUMNS = ["workload", "target", "placement", "clients", "run", "tps", "latency_ms", "cpu_us_per_tx"]
+TARGETS = ["direct-unix", "pgbouncer-unix", "l5pgd-shm"]
+PLACEMENTS = ["default", "pinned"]
+
+
+def run_bench(out_dir, *extra):
+    cmd = [sys.executable, str(REPO / "bench" / "run_bench.py"), "--out", str(out_dir),
+           "--workloads", "point-read", "--targets", ",".join(TARGETS), "--clients", "1",
+           "--duration", "1", "--runs", "1", "--scale", "1", "--idle-seconds", "1",
+           "--idle-sessions", "2", "--no-micro", "--seed", "1", *extra]
+    env = dict(os.environ, L5PG_BUILD_DIR=str(paths.BUILD_DIR))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory, l5pgd_binary, shim):
+    if not os.path.exists("/usr/sbin/pgbouncer"):
+        pytest.fail("/usr/sbin/pgbouncer missing (make deps)", pytrace=False)
+    out = tmp_path_factory.mktemp("bench") / "out"
+    r = run_bench(out)
+    assert r.returncode == 0, f"run_bench.py exited {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_csv_has_the_columns_and_one_row_per_cell(bench_run):
+    with open(bench_run / "results.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames[:len(COLUMNS)] == COLUMNS
+        rows = list(reader)
+    cells = {(r["target"], r["placement"]) for r in rows}
+    assert cells == {(t, p) for t in TARGETS for p in PLACEMENTS}
+    assert len(rows) == len(TARGETS) * len(PLACEMENTS)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert (r["workload"], r["clients"], r["run"]) == ("point-read", "1", "1")
+        assert float(r["tps"]) > 0 and float(r["latency_ms"]) > 0
+        assert float(r["cpu_us_per_tx"]) > 0
+        proxy = float(r["cpu_us_proxy"])
+        assert proxy == 0 if r["target"] == "direct-unix" else proxy >= 0
+
+
+@pytest.mark.timeout(120)
+def test_summary_plots_and_idle_check(bench_run):
+    summary = (bench_run / "summary.md").read_text()
+    for needle in ("## Machine", "PgBouncer 1.", "## point-read, placement pinned", "l5pgd-shm",
+                   "vs direct-unix", "## Idle CPU", "taskset -c"):
+        assert needle in summary, needle
+    assert "microbenchmarks skipped" in summary
+    pngs = list(bench_run.glob("*.png"))
+    assert pngs and all(p.stat().st_size > 1000 for p in pngs)
