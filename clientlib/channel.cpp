@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "clientlib/debug_log.hpp"
+#include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/shm/wait.hpp"
@@ -48,9 +49,10 @@ void drain_socket(Channel& ch, int fd) noexcept {
     errno = saved;
 }
 
-// Establishes the readiness invariant (see channel.hpp) before returning to the app.
+// Establishes the readiness invariant (see channel.hpp) before returning to the app,
+// when it may wait in an epoll set (foreign_waiters.hpp).
 void prepare_return(Channel& ch, int fd) noexcept {
-    if (ch.broken || ch.peer_closed)
+    if (ch.broken || ch.peer_closed || !foreign_waiters_possible())
         return;
     if (!ch.rx.has_data()) {
         ch.rx.arm();
@@ -244,7 +246,8 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
         if (would_block(ch, flags)) {
             if (sent > 0)
                 break;
-            ch.tx.arm();  // an epoll user waiting for POLLOUT then gets a doorbell
+            if (foreign_waiters_possible())
+                ch.tx.arm();  // an epoll user waiting for POLLOUT then gets a doorbell
             if (ch.tx.free_bytes() > 0) {
                 channel_disarm(ch, POLLOUT);
                 continue;
@@ -285,9 +288,11 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
             drain_socket(ch, fd);  // a level-triggered poller must not see stale bytes
             if (ch.peer_closed || ch.rx.has_data())
                 continue;
-            ch.rx.arm();
-            if (ch.rx.has_data())
-                continue;
+            if (foreign_waiters_possible()) {
+                ch.rx.arm();  // an epoll user waiting for POLLIN then gets a doorbell
+                if (ch.rx.has_data())
+                    continue;
+            }
             if (got > 0)
                 break;
             return fail(EAGAIN);
@@ -302,6 +307,10 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 }
 
 // ---------------------------------------------------------------- poll support
+
+void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept {
+    prepare_return(ch, fd);
+}
 
 short channel_revents(Channel& ch, short events) noexcept {
     short revents = 0;

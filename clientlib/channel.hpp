@@ -10,7 +10,9 @@
 // and its reader_waiting flag is armed (so l5pgd rings the doorbell when it publishes),
 // or the ring holds data and a doorbell byte is pending or requested ("poke": we send
 // one byte to l5pgd, which answers with one while data is unread). Either way the
-// socket becomes readable exactly when recv() would return data.
+// socket becomes readable exactly when recv() would return data. Kept only once the
+// process has used epoll on a socket that may be ours (foreign_waiters.hpp): it costs
+// l5pgd a doorbell byte per response.
 #pragma once
 
 #include <sys/types.h>
@@ -63,6 +65,8 @@ void channel_forget_all_after_fork() noexcept;
 [[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;
 void channel_arm(Channel& ch, short events) noexcept;
 void channel_disarm(Channel& ch, short events) noexcept;
+// Establishes the readiness invariant now (the application just started using epoll).
+void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept;
 // The socket itself polled readable: consume doorbell bytes, notice EOF.
 void channel_drain(Channel& ch, int fd) noexcept;
 

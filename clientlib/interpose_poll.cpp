@@ -15,6 +15,7 @@
 
 #include "clientlib/channel.hpp"
 #include "clientlib/fd_table.hpp"
+#include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/shm/wait.hpp"
@@ -156,7 +157,7 @@ class MixedPoll {
         for (nfds_t i = 0; i < n_; ++i) {
             const FdEntry entry = fd_lookup(fds_[i].fd);
             if (entry.kind == FdKind::Upgraded) {
-                if ((fds_[i].revents & POLLIN) == 0)
+                if ((fds_[i].revents & POLLIN) == 0 && foreign_waiters_possible())
                     channel_arm(*entry.channel, POLLIN);
                 continue;
             }

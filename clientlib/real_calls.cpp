@@ -61,6 +61,7 @@ void resolve_real_calls() noexcept {
     resolve(r.fcntl, "fcntl");
     resolve_optional(r.fcntl64, "fcntl64", r.fcntl);
     resolve(r.ioctl, "ioctl");
+    resolve(r.epoll_ctl, "epoll_ctl");
     g_real = r;
     g_resolved.store(true, std::memory_order_release);
 }

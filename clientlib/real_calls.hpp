@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -34,6 +35,7 @@ struct RealCalls {
     int (*fcntl)(int, int, ...);
     int (*fcntl64)(int, int, ...);
     int (*ioctl)(int, unsigned long, ...);
+    int (*epoll_ctl)(int, int, int, epoll_event*);
 };
 
 // Never null after resolve_real_calls(); a symbol missing from libc aborts at load time

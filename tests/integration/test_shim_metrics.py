@@ -1,7 +1,7 @@
 """The shim's upgrade decisions (L5PG_DEBUG) and l5pgd's Prometheus metrics."""
 import pytest
 
-from tests.harness.client import (direct_unix_target, psql, psql_cmd, run, shim_debug_lines, shim_preload,
+from tests.harness.client import (direct_unix_target, pgbench, psql, psql_cmd, run, shim_debug_lines, shim_preload,
                                   shm_target, unix_target, upgraded)
 
 
@@ -69,3 +69,18 @@ def test_metrics_endpoint(l5pgd, target):
     assert m.get(("l5pg_sessions_total", frozenset({("transport", target.name)})), 0) > 0
     assert l5pgd.metric("l5pg_bytes_total", transport=target.name, direction="client_to_server") > 0
     assert l5pgd.metric("l5pg_bytes_total", transport=target.name, direction="server_to_client") > 0
+
+
+@pytest.mark.timeout(120)
+def test_poll_clients_get_no_doorbell_per_response(l5pgd, pgbench_db, shim):
+    """libpq waits in poll(), which the shim interposes, so a client that never has to
+    block needs no doorbells. Before the shim learned to tell poll users from epoll users
+    (foreign_waiters.hpp), it armed reader_waiting after every recv and l5pgd sent one
+    doorbell per response."""
+    n = 1000
+    d0 = l5pgd.metric("l5pg_doorbells_total")
+    r = pgbench(shm_target(l5pgd), ["-S", "-M", "prepared", "-c", 1, "-t", n, "-n"],
+                env={"L5PG_SPIN_US": "1000000", "L5PG_YIELD_US": "0"})  # never block
+    assert r.processed == n and r.failed == 0, r.stdout
+    doorbells = l5pgd.metric("l5pg_doorbells_total") - d0
+    assert doorbells < n / 10, f"{doorbells} doorbells for {n} transactions"

@@ -30,16 +30,20 @@ struct WaitBudget {
 // budget; when waits routinely outlast it (a loaded machine, many sessions sharing few
 // cores, an idle connection) every spin is CPU taken from the process we wait for.
 // Keeps an exponentially weighted average (weight 1/8) of how long recent waits took,
-// spun or blocked, and grants the configured budget only while that average fits in
-// it. A blocked wait includes the wake-up latency, so the estimate errs towards
+// spun or blocked: within the spin budget it grants spin and yield; within the total
+// only the yield phase (the peer likely shares our CPU and needs it to answer);
+// beyond, nothing. A blocked wait includes the wake-up latency, so the estimate errs towards
 // spinning. Samples are capped at twice the budget, so one long idle period is
 // forgotten after a handful of short waits. Relaxed atomics: a racy update from two
 // threads sharing a connection only blurs the estimate.
 class AdaptiveSpin {
   public:
     [[nodiscard]] WaitBudget budget(const WaitBudget& configured) const noexcept {
-        if (average_ns_.load(std::memory_order_relaxed) > configured.total().count())
+        const int64_t average = average_ns_.load(std::memory_order_relaxed);
+        if (average > configured.total().count())
             return WaitBudget::none();
+        if (average > configured.spin.count())  // answers come while yielding: skip the spin
+            return WaitBudget{std::chrono::nanoseconds{0}, configured.yield};
         return configured;
     }
     void reset() noexcept { average_ns_.store(0, std::memory_order_relaxed); }

@@ -173,11 +173,18 @@ TEST_CASE("AdaptiveSpin: spins while waits are short, blocks when they are long"
     for (int i = 0; i < 100; ++i)
         spin.record(std::chrono::seconds(10), configured);
     int short_waits = 0;
-    while (spin.budget(configured).total().count() == 0) {
+    while (spin.budget(configured).spin.count() == 0) {
         spin.record(microseconds(20), configured);
-        REQUIRE(++short_waits < 20);
+        REQUIRE(++short_waits < 40);
     }
-    CHECK(spin.budget(configured).spin == configured.spin);
+    CHECK(spin.budget(configured).total() == configured.total());
+
+    // Waits of 120 us (answers arrive while yielding, e.g. the peer shares our CPU):
+    // the spin phase is skipped, the yield phase kept.
+    for (int i = 0; i < 60; ++i)
+        spin.record(microseconds(120), configured);
+    CHECK(spin.budget(configured).spin.count() == 0);
+    CHECK(spin.budget(configured).yield == configured.yield);
 
     spin.record(std::chrono::seconds(1), configured);
     spin.reset();

@@ -1,0 +1,48 @@
+#include "clientlib/foreign_waiters.hpp"
+
+#include <sys/socket.h>
+
+#include <atomic>
+
+#include "clientlib/channel.hpp"
+#include "clientlib/debug_log.hpp"
+#include "clientlib/fd_table.hpp"
+
+namespace l5pg::shim {
+namespace {
+
+// Sticky: once an epoll set may watch one of our sockets, it may watch any of them.
+std::atomic<bool> g_foreign_waiters{false};
+
+// Conservative: any Unix-domain socket counts, since a socket may be registered before
+// connect() tells us it leads to l5pgd.
+bool may_become_ours(int fd) noexcept {
+    if (fd_lookup(fd).kind != FdKind::Untracked)
+        return true;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    return ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+           addr.ss_family == AF_UNIX;
+}
+
+}  // namespace
+
+bool foreign_waiters_possible() noexcept {
+    return g_foreign_waiters.load(std::memory_order_relaxed);
+}
+
+void note_epoll_ctl(int op, int fd) noexcept {
+    if (op == EPOLL_CTL_DEL || g_foreign_waiters.load(std::memory_order_relaxed) ||
+        !may_become_ours(fd))
+        return;
+    g_foreign_waiters.store(true, std::memory_order_relaxed);
+    debug_log().str("fd ").inum(fd).str(": registered with epoll; keeping sockets readable").end();
+    // Channels used so far did not keep the invariant: establish it on each of them.
+    for (int other = 0; other < kMaxTrackedFd; ++other) {
+        const FdEntry entry = fd_lookup(other);
+        if (entry.kind == FdKind::Upgraded)
+            channel_prepare_for_foreign_wait(*entry.channel, other);
+    }
+}
+
+}  // namespace l5pg::shim
