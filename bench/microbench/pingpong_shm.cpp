@@ -1,0 +1,44 @@
+// Ping-pong over the project's SHM rings: one Segment (client->server and
+// server->client rings, each double-mapped), plus a socket pair for the doorbell, as in
+// a real session. The client is the segment's creator; the child inherits the mapping.
+#include <string>
+
+#include "bench/microbench/pingpong.hpp"
+#include "bench/microbench/pingpong_loop.hpp"
+#include "bench/microbench/shm_link.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace l5pg::microbench {
+
+PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
+                         shm::WaitBudget budget, const Timing& timing, const Placement& placement) {
+    shm::Segment seg = make_segment(ring_bytes, ring_bytes);
+    FdPair doorbell = make_socketpair();
+    const ShmWait mode = spin_only ? ShmWait::Spin : ShmWait::Adaptive;
+    shm::Header& h = seg.header();
+
+    auto server = [&](ChildReport& report) {
+        doorbell.a.reset();
+        ShmLink link(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
+                     shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell.b.get(), mode,
+                     budget);
+        const int code = echo_server(link, msg_bytes, report);
+        report.count[1].store(link.polls());
+        report.count[2].store(link.doorbells());
+        return code;
+    };
+    PingPongRun run;
+    auto client = [&] {
+        doorbell.b.reset();
+        ShmLink link(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
+                     shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell.a.get(), mode,
+                     budget);
+        run = echo_client(link, msg_bytes, timing);
+        run.polls = link.polls();
+        run.doorbells = link.doorbells();
+        return run;
+    };
+    return run_two_processes(placement, server, client);
+}
+
+}  // namespace l5pg::microbench

@@ -1,0 +1,134 @@
+#include "bench/microbench/shm_link.hpp"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+
+#include "bench/microbench/posix.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace l5pg::microbench {
+
+using shm::RingStatus;
+
+shm::Segment make_segment(size_t c2s_bytes, size_t s2c_bytes) {
+    shm::SysError error;
+    auto seg = shm::Segment::create(c2s_bytes, s2c_bytes, error);
+    if (!seg)
+        throw BenchError(std::string("Segment::create: ") + (error.what ? error.what : "?") +
+                         " (errno " + std::to_string(error.err) + ")");
+    return std::move(*seg);
+}
+
+void StallGuard::tick() {
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (start_ns_ < 0) {
+        start_ns_ = now;
+        return;
+    }
+    if (now - start_ns_ > int64_t{kStallSeconds} * 1'000'000'000)
+        throw BenchError(std::string("no progress for ") + std::to_string(kStallSeconds) +
+                         " s while " + std::string(what_) + " (peer stalled or gone)");
+}
+
+void ShmLink::ring_doorbell() {
+    ++doorbells_;
+    if (!shm::ring_doorbell(sock_))
+        throw BenchError("doorbell: the peer closed its socket");
+}
+
+// Mirrors wait_until() in clientlib/channel.cpp; Spin mode busy-polls only.
+template <class Ready>
+void ShmLink::wait(Ready ready, bool for_write) {
+    if (mode_ == ShmWait::Spin) {
+        StallGuard guard(for_write ? "waiting for ring space" : "waiting for ring data");
+        for (uint32_t i = 1; !ready(); ++i) {
+            shm::cpu_relax();
+            if ((i & 0xffff) == 0)
+                guard.tick();
+        }
+        return;
+    }
+    for (;;) {
+        if (shm::spin_then_yield(ready, budget_))
+            return;
+        if (for_write)
+            tx_.arm();
+        else
+            rx_.arm();
+        if (ready()) {
+            (void)(for_write ? tx_.disarm() : rx_.disarm());
+            return;
+        }
+        pollfd p{sock_, POLLIN, 0};
+        const int rc = ::poll(&p, 1, StallGuard::kStallSeconds * 1000);
+        if (rc == 0)
+            throw BenchError("no doorbell for 10 s (lost wake-up or peer stalled)");
+        if (rc < 0) {
+            if (errno == EINTR)
+                continue;
+            throw_errno("poll on the doorbell socket");
+        }
+        ++polls_;
+        size_t count = 0;
+        switch (shm::drain_doorbells(sock_, count)) {
+            case shm::DrainResult::Drained:
+                break;
+            case shm::DrainResult::PeerClosed:
+                if (ready())
+                    return;
+                throw BenchError("the peer closed the doorbell socket");
+            case shm::DrainResult::Error:
+                throw_errno("recv on the doorbell socket");
+        }
+    }
+}
+
+void ShmLink::send(const std::byte* data, size_t n) {
+    size_t off = 0;
+    for (;;) {
+        RingStatus status;
+        const size_t written = tx_.write({data + off, n - off}, status);
+        if (status == RingStatus::Corrupt)
+            throw BenchError("ring corrupt: impossible read position");
+        off += written;
+        if (written > 0 && mode_ != ShmWait::Spin && tx_.reader_needs_wakeup())
+            ring_doorbell();
+        if (off == n)
+            return;
+        wait([this] { return tx_.free_bytes() > 0; }, true);
+    }
+}
+
+void ShmLink::recv(std::byte* out, size_t n) {
+    size_t got = 0;
+    for (;;) {
+        RingStatus status;
+        const size_t k = rx_.read({out + got, n - got}, status);
+        if (status == RingStatus::Corrupt)
+            throw BenchError("ring corrupt: impossible write position or record length");
+        got += k;
+        if (k > 0 && mode_ != ShmWait::Spin && rx_.writer_needs_wakeup())
+            ring_doorbell();
+        if (got == n)
+            return;
+        wait([this] { return rx_.has_data(); }, false);
+    }
+}
+
+void ShmLink::wait_until_drained() {
+    StallGuard guard("waiting for the reader to drain the ring");
+    for (uint32_t i = 1; !tx_.empty(); ++i) {
+        shm::cpu_relax();
+        if ((i & 0x3ff) == 0)
+            shm::sched_yield_noexcept();  // lets a reader on the same CPU run
+        if ((i & 0xffff) == 0)
+            guard.tick();
+    }
+}
+
+}  // namespace l5pg::microbench
