@@ -1,0 +1,143 @@
+// A hostile client writes whatever it likes wherever its keys let it. The server must
+// never crash, must close only that client's session, and every other session must
+// keep working.
+#include <cstring>
+
+#include "test_util.hpp"
+
+using namespace l5pg::rdma;
+using namespace l5pg::rdma::test;
+
+namespace {
+
+struct Fixture {
+    std::unique_ptr<Device> device = open_soft();
+    EchoServer server{*device, options()};
+    Client good;
+    Client evil;
+
+    static ServerOptions options() {
+        ServerOptions o;
+        o.max_sessions = 8;
+        o.max_ring_size = 1 << 14;
+        return o;
+    }
+    static ClientOptions client_options() {
+        ClientOptions o;
+        o.c2s_ring_size = 1 << 14;
+        o.s2c_ring_size = 1 << 14;
+        return o;
+    }
+
+    Fixture() {
+        std::string error;
+        good = server.connect(client_options(), error);
+        evil = server.connect(client_options(), error);
+        INFO(error);
+        REQUIRE((good.channel && evil.channel));
+        REQUIRE(eventually([&] { return server.live() == 2; }));
+        check_good_client(1);
+    }
+
+    void check_good_client(uint64_t seed) {
+        const auto msg = pattern(seed, 2000);
+        REQUIRE(write_all(*good.channel, msg).empty());
+        std::vector<std::byte> back(msg.size());
+        const std::string err = read_exact(*good.channel, back);
+        INFO(err);
+        REQUIRE(err.empty());
+        REQUIRE(back == msg);
+    }
+
+    uint64_t evil_ring() const { return evil->server_hello().area_addr + kControlSize; }
+    uint32_t evil_rkey() const { return evil->server_hello().area_rkey; }
+
+    // Repeats the hostile WRITE (plus mailbox) until the server gives up on the session.
+    void keep_writing_until_closed(uint64_t addr, uint32_t rkey, std::span<const std::byte> bytes) {
+        const bool closed = eventually(
+            [&] {
+                if (!evil->raw_write_for_test(addr, rkey, bytes, true))
+                    return server.live() == 1;  // our QP died: the server dropped us
+                std::this_thread::sleep_for(2ms);
+                return server.live() == 1;
+            },
+            10s);
+        REQUIRE(closed);
+    }
+
+    std::string server_errors() {
+        std::string all;
+        for (const std::string& e : server.errors())
+            all += e + "\n";
+        return all;
+    }
+};
+
+std::vector<std::byte> header(uint32_t len, uint32_t check) {
+    std::vector<std::byte> h(8);
+    std::memcpy(h.data(), &len, 4);
+    std::memcpy(h.data() + 4, &check, 4);
+    return h;
+}
+
+}  // namespace
+
+TEST_CASE("hostile client: garbage in its ring closes only its session", "[rdma][hostile]") {
+    Fixture f;
+    auto garbage = pattern(77, 600);  // header words are not complements of each other
+    f.keep_writing_until_closed(f.evil_ring(), f.evil_rkey(), garbage);
+    CHECK_THAT(f.server_errors(), Catch::Contains("garbage"));
+    f.check_good_client(2);
+}
+
+TEST_CASE("hostile client: a complete record with an impossible length", "[rdma][hostile]") {
+    Fixture f;
+    f.keep_writing_until_closed(f.evil_ring(), f.evil_rkey(), header(1u << 30, ~(1u << 30)));
+    CHECK_THAT(f.server_errors(), Catch::Contains("corrupt record"));
+    f.check_good_client(3);
+}
+
+TEST_CASE("hostile client: an invalid OK byte", "[rdma][hostile]") {
+    Fixture f;
+    auto record = header(16, ~16u);
+    record.resize(8 + 16 + 1, std::byte{0x41});
+    record.back() = std::byte{0xfe};
+    f.keep_writing_until_closed(f.evil_ring(), f.evil_rkey(), record);
+    CHECK_THAT(f.server_errors(), Catch::Contains("OK byte"));
+    f.check_good_client(4);
+}
+
+TEST_CASE("hostile client: WRITEs outside its own memory are refused", "[rdma][hostile]") {
+    Fixture f;
+    const auto bytes = pattern(5, 64);
+    SECTION("past the end of its area") {
+        const uint64_t end = f.evil_ring() + f.evil->server_hello().ring_size;
+        CHECK_FALSE(f.evil->raw_write_for_test(end - 8, f.evil_rkey(), bytes, false));
+    }
+    SECTION("the good client's mailbox byte, next to its own") {
+        const Hello& h = f.evil->server_hello();
+        const uint64_t other = f.good->server_hello().mailbox_addr;
+        CHECK_FALSE(
+            f.evil->raw_write_for_test(other, h.mailbox_rkey, std::span(bytes).first(1), false));
+    }
+    SECTION("the good client's area with the good client's rkey") {
+        const Hello& g = f.good->server_hello();
+        CHECK_FALSE(
+            f.evil->raw_write_for_test(g.area_addr + kControlSize, g.area_rkey, bytes, false));
+    }
+    CHECK(f.evil->broken());
+    REQUIRE(eventually([&] { return f.server.live() == 1; }));
+    CHECK_THAT(f.server_errors(), Catch::Contains("remote access error"));
+    f.check_good_client(6);
+}
+
+TEST_CASE("hostile client: garbage in its control block harms nobody else", "[rdma][hostile]") {
+    Fixture f;
+    const auto garbage = pattern(8, kControlSize);
+    REQUIRE(
+        f.evil->raw_write_for_test(f.evil->server_hello().area_addr, f.evil_rkey(), garbage, true));
+    f.check_good_client(7);
+    f.check_good_client(8);
+    CHECK(f.server.errors().empty());
+    CHECK(f.server.live() == 2);
+}

@@ -1,0 +1,466 @@
+// The soft device on its own: RC semantics of WRITE/READ, completions, selective
+// signaling, ordering, access checks, failures and timeouts.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
+#include <thread>
+
+#include "test_util.hpp"
+#include "transport/rdma/atomic_bytes.hpp"
+#include "transport/rdma/soft/frame.hpp"
+
+using namespace l5pg::rdma;
+using namespace l5pg::rdma::test;
+
+namespace {
+
+constexpr Access kRemote = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
+
+}  // namespace
+
+TEST_CASE("soft: a WRITE lands in the target's memory and completes at the initiator",
+          "[rdma][soft]") {
+    QpPair p;
+    Region src = make_region(*p.pd_a, 8192, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, 8192, kRemote);
+    const auto data = pattern(1, 5000);
+    std::memcpy(src.data(), data.data(), data.size());
+    std::string error;
+    REQUIRE(
+        p.a->post(write_wr(src, 0, 5000, addr(dst.data()) + 100, dst.mr->rkey(), 42, true), error));
+    const Completion c = next_completion(*p.a);
+    CHECK(c.status == WcStatus::Success);
+    CHECK(c.wr_id == 42);
+    CHECK(c.opcode == Opcode::Write);
+    CHECK(c.byte_len == 5000);
+    const auto landed = snapshot(dst.data(), 8192);
+    CHECK(std::memcmp(landed.data() + 100, data.data(), data.size()) == 0);
+    CHECK(landed[99] == std::byte{0});
+    CHECK(landed[5100] == std::byte{0});
+    Completion none;
+    CHECK(p.b->poll(std::span(&none, 1)) == 0);  // the target sees no completion
+}
+
+TEST_CASE("soft: a READ returns the target's memory", "[rdma][soft]") {
+    QpPair p;
+    Region local = make_region(*p.pd_a, 4096, Access::LocalWrite);
+    Region remote = make_region(*p.pd_b, 4096, kRemote);
+    const auto data = pattern(2, 3000);
+    std::memcpy(remote.data() + 7, data.data(), data.size());
+    std::string error;
+    REQUIRE(
+        p.a->post(read_wr(local, 1, 3000, addr(remote.data()) + 7, remote.mr->rkey(), 7), error));
+    const Completion c = next_completion(*p.a);
+    CHECK(c.status == WcStatus::Success);
+    CHECK(c.opcode == Opcode::Read);
+    CHECK(c.wr_id == 7);
+    CHECK(std::memcmp(local.data() + 1, data.data(), data.size()) == 0);
+}
+
+TEST_CASE("soft: inline WRITEs copy the source when posted", "[rdma][soft]") {
+    QpPair p;
+    Region src = make_region(*p.pd_a, 4096, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, 4096, kRemote);
+    std::memset(src.data(), 0x11, 64);
+    WorkRequest wr = write_wr(src, 0, 64, addr(dst.data()), dst.mr->rkey(), 1, true);
+    wr.inline_data = true;
+    std::string error;
+    REQUIRE(p.a->post(wr, error));
+    std::memset(src.data(), 0x22, 64);  // allowed right after post() for inline data
+    REQUIRE(next_completion(*p.a).status == WcStatus::Success);
+    const auto landed = snapshot(dst.data(), 64);
+    CHECK(landed[0] == std::byte{0x11});
+    CHECK(landed[63] == std::byte{0x11});
+}
+
+TEST_CASE("soft: selective signaling, only signaled requests produce completions", "[rdma][soft]") {
+    QpPair p;
+    Region src = make_region(*p.pd_a, 4096, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, 4096, kRemote);
+    std::string error;
+    for (int i = 0; i < 5; ++i) {
+        src.data()[i] = static_cast<std::byte>(i + 1);
+        REQUIRE(
+            p.a->post(write_wr(src, i, 1, addr(dst.data()) + i, dst.mr->rkey(), i, false), error));
+    }
+    src.data()[5] = std::byte{6};
+    REQUIRE(p.a->post(write_wr(src, 5, 1, addr(dst.data()) + 5, dst.mr->rkey(), 5, true), error));
+    const Completion c = next_completion(*p.a);
+    CHECK(c.wr_id == 5);
+    const auto landed = snapshot(dst.data(), 6);
+    for (int i = 0; i < 6; ++i)  // the signaled completion retired every earlier request
+        CHECK(landed[i] == static_cast<std::byte>(i + 1));
+    std::this_thread::sleep_for(20ms);
+    Completion extra;
+    CHECK(p.a->poll(std::span(&extra, 1)) == 0);
+}
+
+TEST_CASE("soft: WRITEs of one QP are applied in order", "[rdma][soft]") {
+    QpPair p;
+    constexpr int kWrites = 512;
+    Region src = make_region(*p.pd_a, kWrites, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, kWrites, kRemote);
+    std::memset(src.data(), 1, kWrites);
+    // An observer on the target side: whenever slot j is set, every earlier slot must be.
+    std::atomic<bool> done{false};
+    std::atomic<int> violations{0};
+    std::thread observer([&] {
+        while (!done.load()) {
+            for (int j = kWrites - 1; j >= 0; --j) {
+                if (load_u8(dst.data() + j, std::memory_order_acquire) == 0)
+                    continue;
+                for (int i = 0; i < j; ++i) {
+                    if (load_u8(dst.data() + i, std::memory_order_relaxed) == 0)
+                        violations.fetch_add(1);
+                }
+                break;
+            }
+        }
+    });
+    std::string error;
+    for (int i = 0; i < kWrites; ++i) {
+        const bool signaled = i % 32 == 31;
+        REQUIRE(p.a->post(write_wr(src, i, 1, addr(dst.data()) + i, dst.mr->rkey(), i, signaled),
+                          error));
+        if (signaled)
+            REQUIRE(next_completion(*p.a).status == WcStatus::Success);
+    }
+    done.store(true);
+    observer.join();
+    CHECK(violations.load() == 0);
+    const auto landed = snapshot(dst.data(), kWrites);
+    for (int i = 0; i < kWrites; ++i)
+        REQUIRE(landed[i] == std::byte{1});
+}
+
+TEST_CASE("soft: a bad rkey is an error completion, fails both QPs, flushes the rest",
+          "[rdma][soft]") {
+    QpPair p;
+    Region src = make_region(*p.pd_a, 4096, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, 4096, kRemote);
+    std::string error;
+    // Unsignaled, yet its failure still produces a completion.
+    REQUIRE(p.a->post(write_wr(src, 0, 16, addr(dst.data()), dst.mr->rkey() ^ 0x5555, 1, false),
+                      error));
+    REQUIRE(p.a->post(write_wr(src, 0, 16, addr(dst.data()), dst.mr->rkey(), 2, true), error));
+    const Completion first = next_completion(*p.a);
+    CHECK(first.wr_id == 1);
+    CHECK(first.status == WcStatus::RemoteAccessError);
+    const Completion second = next_completion(*p.a);
+    CHECK(second.wr_id == 2);
+    CHECK(second.status == WcStatus::Flushed);
+    std::string reason;
+    CHECK(p.a->failed(&reason));
+    CHECK_THAT(reason, Catch::Contains("remote access error"));
+    CHECK(eventually([&] { return p.b->failed(nullptr); }));
+    CHECK_FALSE(p.a->post(write_wr(src, 0, 16, addr(dst.data()), dst.mr->rkey(), 3, true), error));
+    CHECK(snapshot(dst.data(), 1)[0] == std::byte{0});  // nothing was written
+}
+
+TEST_CASE("soft: out-of-range WRITEs never touch memory outside the region", "[rdma][soft]") {
+    const uint64_t kGuard = 4096;
+    auto bad_write = [&](uint64_t offset_from_region, uint32_t length) {
+        QpPair p;
+        Region src = make_region(*p.pd_a, 8192, Access::LocalWrite);
+        std::memset(src.data(), 0x5a, 8192);
+        std::string error;
+        auto buffer = Buffer::allocate(3 * kGuard, error);
+        REQUIRE(buffer.has_value());
+        std::memset(buffer->data(), 0xee, 3 * kGuard);
+        std::byte* region = buffer->data() + kGuard;  // the middle page only
+        auto mr = p.pd_b->register_memory(region, kGuard, kRemote, error);
+        REQUIRE(mr != nullptr);
+        REQUIRE(p.a->post(
+            write_wr(src, 0, length, addr(region) + offset_from_region, mr->rkey(), 9, true),
+            error));
+        CHECK(next_completion(*p.a).status == WcStatus::RemoteAccessError);
+        for (uint64_t i = 0; i < 3 * kGuard; ++i)
+            REQUIRE(buffer->data()[i] == std::byte{0xee});
+    };
+    SECTION("runs past the end") {
+        bad_write(kGuard - 32, 64);
+    }
+    SECTION("starts before the start") {
+        bad_write(static_cast<uint64_t>(-32), 64);
+    }
+    SECTION("longer than the region") {
+        bad_write(0, 2 * 4096);
+    }
+    SECTION("address arithmetic wraps") {
+        bad_write(UINT64_MAX - 8, 64);
+    }
+}
+
+TEST_CASE("soft: access rights and range are checked for READs too", "[rdma][soft]") {
+    SECTION("READ past the end") {
+        QpPair p;
+        Region local = make_region(*p.pd_a, 4096, Access::LocalWrite);
+        Region remote = make_region(*p.pd_b, 4096, kRemote);
+        std::string error;
+        REQUIRE(p.a->post(read_wr(local, 0, 128, addr(remote.data()) + 4000, remote.mr->rkey(), 1),
+                          error));
+        CHECK(next_completion(*p.a).status == WcStatus::RemoteAccessError);
+    }
+    SECTION("READ of a region without RemoteRead") {
+        QpPair p;
+        Region local = make_region(*p.pd_a, 4096, Access::LocalWrite);
+        Region remote = make_region(*p.pd_b, 4096, Access::LocalWrite | Access::RemoteWrite);
+        std::string error;
+        REQUIRE(p.a->post(read_wr(local, 0, 8, addr(remote.data()), remote.mr->rkey(), 1), error));
+        CHECK(next_completion(*p.a).status == WcStatus::RemoteAccessError);
+    }
+    SECTION("WRITE into a region without RemoteWrite") {
+        QpPair p;
+        Region local = make_region(*p.pd_a, 4096, Access::LocalWrite);
+        Region remote = make_region(*p.pd_b, 4096, Access::RemoteRead);
+        std::string error;
+        REQUIRE(p.a->post(write_wr(local, 0, 8, addr(remote.data()), remote.mr->rkey(), 1, true),
+                          error));
+        CHECK(next_completion(*p.a).status == WcStatus::RemoteAccessError);
+    }
+    SECTION("an rkey of another protection domain") {
+        QpPair p;
+        Region local = make_region(*p.pd_a, 4096, Access::LocalWrite);
+        std::string error;
+        auto other_pd = p.device->alloc_pd(error);
+        Region elsewhere = make_region(*other_pd, 4096, kRemote);
+        REQUIRE(p.a->post(
+            write_wr(local, 0, 8, addr(elsewhere.data()), elsewhere.mr->rkey(), 1, true), error));
+        CHECK(next_completion(*p.a).status == WcStatus::RemoteAccessError);
+        CHECK(elsewhere.data()[0] == std::byte{0});
+    }
+    SECTION("a deregistered region") {
+        QpPair p;
+        Region local = make_region(*p.pd_a, 4096, Access::LocalWrite);
+        Region remote = make_region(*p.pd_b, 4096, kRemote);
+        const uint32_t rkey = remote.mr->rkey();
+        remote.mr.reset();
+        std::string error;
+        REQUIRE(p.a->post(write_wr(local, 0, 8, addr(remote.data()), rkey, 1, true), error));
+        CHECK(next_completion(*p.a).status == WcStatus::RemoteAccessError);
+        CHECK(remote.data()[0] == std::byte{0});
+    }
+}
+
+TEST_CASE("soft: post() rejects malformed requests", "[rdma][soft]") {
+    QpPair p(DeviceOptions{}, 16);
+    Region src = make_region(*p.pd_a, 4096, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, 4096, kRemote);
+    std::string error;
+    WorkRequest wr = write_wr(src, 0, 0, addr(dst.data()), dst.mr->rkey(), 1, true);
+    CHECK_FALSE(p.a->post(wr, error));  // zero length
+    wr.length = 4097;
+    CHECK_FALSE(p.a->post(wr, error));  // beyond the local region
+    CHECK_THAT(error, Catch::Contains("local buffer"));
+    wr.length = 16;
+    wr.lkey ^= 1;
+    CHECK_FALSE(p.a->post(wr, error));  // unknown lkey
+    wr.lkey = src.mr->lkey();
+    wr.length = 1024;
+    wr.inline_data = true;
+    CHECK_FALSE(p.a->post(wr, error));  // longer than max_inline
+    wr.inline_data = false;
+    // The send queue holds 16 requests; unsignaled ones only leave it with a later
+    // signaled completion, so the 17th is refused.
+    wr.signaled = false;
+    wr.length = 8;
+    for (int i = 0; i < 16; ++i)
+        REQUIRE(p.a->post(wr, error));
+    CHECK_FALSE(p.a->post(wr, error));
+    CHECK_THAT(error, Catch::Contains("send queue full"));
+}
+
+TEST_CASE("soft: a peer that goes away fails the QP; nothing waits forever", "[rdma][soft]") {
+    SECTION("peer QP destroyed") {
+        QpPair p;
+        Region src = make_region(*p.pd_a, 4096, Access::LocalWrite);
+        Region dst = make_region(*p.pd_b, 4096, kRemote);
+        p.b.reset();
+        std::string error;
+        // Either post() already knows, or the request completes with an error.
+        if (p.a->post(write_wr(src, 0, 8, addr(dst.data()), dst.mr->rkey(), 1, true), error))
+            CHECK(next_completion(*p.a).status != WcStatus::Success);
+        CHECK(eventually([&] { return p.a->failed(nullptr); }));
+    }
+    SECTION("peer alive but silent: the ack timeout fires") {
+        DeviceOptions options;
+        options.soft_ack_timeout = 200ms;
+        auto device = open_soft(options);
+        std::string error;
+        auto pd = device->alloc_pd(error);
+        FdPair wire = socket_pair();  // wire.b is held open and never answers
+        QpOptions qo;
+        qo.soft_wire_fd = ::dup(wire.a.get());
+        auto qp = pd->create_qp(qo, error);
+        REQUIRE(qp != nullptr);
+        QpEndpoint peer;
+        peer.kind = DeviceKind::Soft;
+        REQUIRE(qp->connect(peer, error));
+        Region src = make_region(*pd, 4096, Access::LocalWrite);
+        REQUIRE(qp->post(write_wr(src, 0, 8, 0x1000, 1, 1, true), error));
+        const Completion c = next_completion(*qp, 5000ms);
+        CHECK(c.status == WcStatus::RetryExceeded);
+        std::string reason;
+        CHECK(qp->failed(&reason));
+        CHECK_THAT(reason, Catch::Contains("ack timeout"));
+    }
+}
+
+TEST_CASE("soft: garbage on the wire fails the QP", "[rdma][soft]") {
+    auto run = [](std::span<const std::byte> garbage, const char* expect) {
+        auto device = open_soft();
+        std::string error;
+        auto pd = device->alloc_pd(error);
+        FdPair wire = socket_pair();
+        QpOptions qo;
+        qo.soft_wire_fd = ::dup(wire.a.get());
+        auto qp = pd->create_qp(qo, error);
+        REQUIRE(qp != nullptr);
+        QpEndpoint peer;
+        peer.kind = DeviceKind::Soft;
+        peer.psn = 5;
+        REQUIRE(qp->connect(peer, error));
+        REQUIRE(::write(wire.b.get(), garbage.data(), garbage.size()) ==
+                static_cast<ssize_t>(garbage.size()));
+        std::string reason;
+        CHECK(eventually([&] { return qp->failed(&reason); }));
+        CHECK_THAT(reason, Catch::Contains(expect));
+    };
+    using namespace l5pg::rdma::soft;
+    std::array<std::byte, kFrameHeaderSize> frame{};
+    SECTION("unknown frame type") {
+        frame[0] = std::byte{99};
+        run(frame, "unknown frame type");
+    }
+    SECTION("a frame longer than the maximum message") {
+        FrameHeader h;
+        h.type = FrameType::WriteRequest;
+        h.length = 0x7fffffff;
+        h.seq = 5;
+        encode_frame_header(h, frame.data());
+        run(frame, "longer than the maximum");
+    }
+    SECTION("a request out of sequence (someone else's connection)") {
+        FrameHeader h;
+        h.type = FrameType::ReadRequest;
+        h.length = 8;
+        h.seq = 77;
+        encode_frame_header(h, frame.data());
+        run(frame, "out of sequence");
+    }
+    SECTION("an ack for nothing") {
+        FrameHeader h;
+        h.type = FrameType::Ack;
+        h.seq = 1;
+        encode_frame_header(h, frame.data());
+        run(frame, "ack for an unknown request");
+    }
+}
+
+TEST_CASE("soft: connect rejects a verbs endpoint", "[rdma][soft]") {
+    auto device = open_soft();
+    std::string error;
+    auto pd = device->alloc_pd(error);
+    FdPair wire = socket_pair();
+    QpOptions qo;
+    qo.soft_wire_fd = ::dup(wire.a.get());
+    auto qp = pd->create_qp(qo, error);
+    REQUIRE(qp != nullptr);
+    QpEndpoint peer;
+    peer.kind = DeviceKind::Verbs;
+    CHECK_FALSE(qp->connect(peer, error));
+    CHECK_THAT(error, Catch::Contains("verbs"));
+    QpOptions none;
+    CHECK(pd->create_qp(none, error) == nullptr);
+    CHECK_THAT(error, Catch::Contains("soft_wire_fd"));
+}
+
+TEST_CASE("soft: scrambled delivery still delivers every byte", "[rdma][soft]") {
+    DeviceOptions options;
+    options.soft_scramble_writes = true;
+    QpPair p(options);
+    Region src = make_region(*p.pd_a, 1 << 16, Access::LocalWrite);
+    Region dst = make_region(*p.pd_b, 1 << 16, kRemote);
+    const auto data = pattern(3, 40000);
+    std::memcpy(src.data(), data.data(), data.size());
+    std::string error;
+    REQUIRE(p.a->post(write_wr(src, 0, 40000, addr(dst.data()), dst.mr->rkey(), 1, true), error));
+    REQUIRE(next_completion(*p.a).status == WcStatus::Success);
+    CHECK(snapshot(dst.data(), data.size()) == data);
+}
+
+TEST_CASE("soft: two QPs flooding each other with large WRITEs do not deadlock", "[rdma][soft]") {
+    QpPair p;
+    constexpr uint32_t kChunk = 1 << 20;
+    Region a_src = make_region(*p.pd_a, kChunk, Access::LocalWrite);
+    Region a_dst = make_region(*p.pd_a, kChunk, kRemote);
+    Region b_src = make_region(*p.pd_b, kChunk, Access::LocalWrite);
+    Region b_dst = make_region(*p.pd_b, kChunk, kRemote);
+    auto flood = [](QueuePair& qp, const Region& src, const Region& dst) -> std::string {
+        std::string error;
+        for (int i = 0; i < 24; ++i) {
+            if (!qp.post(write_wr(src, 0, kChunk, addr(dst.data()), dst.mr->rkey(), i, i % 8 == 7),
+                         error))
+                return error;
+            if (i % 8 == 7) {
+                Completion c;
+                while (qp.poll(std::span(&c, 1)) == 0) {
+                    if (!qp.wait(10s))
+                        return "timed out";
+                }
+                if (c.status != WcStatus::Success)
+                    return to_string(c.status);
+            }
+        }
+        return "";
+    };
+    std::string ra;
+    std::string rb;
+    std::thread t([&] { rb = flood(*p.b, b_src, a_dst); });
+    ra = flood(*p.a, a_src, b_dst);
+    t.join();
+    CHECK(ra.empty());
+    CHECK(rb.empty());
+}
+
+TEST_CASE("soft: works over a TCP connection", "[rdma][soft]") {
+    UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(listener.valid());
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(listener.get(), 1) == 0);
+    socklen_t len = sizeof sa;
+    REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    const int out = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(::connect(out, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    const int in = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    REQUIRE(in >= 0);
+
+    auto device = open_soft();
+    std::string error;
+    auto pd_a = device->alloc_pd(error);
+    auto pd_b = device->alloc_pd(error);
+    QpOptions qa;
+    qa.soft_wire_fd = out;
+    QpOptions qb;
+    qb.soft_wire_fd = in;
+    auto a = pd_a->create_qp(qa, error);
+    auto b = pd_b->create_qp(qb, error);
+    REQUIRE((a && b));
+    REQUIRE(a->connect(b->local_endpoint(), error));
+    REQUIRE(b->connect(a->local_endpoint(), error));
+    Region local = make_region(*pd_a, 1 << 20, Access::LocalWrite);
+    Region remote = make_region(*pd_b, 1 << 20, kRemote);
+    const auto data = pattern(11, 1 << 20);
+    std::memcpy(local.data(), data.data(), data.size());
+    REQUIRE(a->post(write_wr(local, 0, 1 << 20, addr(remote.data()), remote.mr->rkey(), 1, true),
+                    error));
+    REQUIRE(next_completion(*a).status == WcStatus::Success);
+    std::memset(local.data(), 0, 1 << 20);
+    REQUIRE(a->post(read_wr(local, 0, 1 << 20, addr(remote.data()), remote.mr->rkey(), 2), error));
+    REQUIRE(next_completion(*a).status == WcStatus::Success);
+    CHECK(std::memcmp(local.data(), data.data(), data.size()) == 0);
+}

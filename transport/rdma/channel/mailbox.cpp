@@ -1,0 +1,60 @@
+#include "transport/rdma/channel/mailbox.hpp"
+
+namespace l5pg::rdma {
+
+std::optional<MailboxArray> MailboxArray::create(uint32_t slots, std::string& error) {
+    if (slots == 0 || slots > (1u << 20)) {
+        error = "mailbox slot count must be 1..1048576";
+        return std::nullopt;
+    }
+    // Whole 8-byte words, so scan() can load a word at a time.
+    auto memory = Buffer::allocate((slots + 7) / 8 * 8, error);
+    if (!memory)
+        return std::nullopt;
+    return MailboxArray(std::move(*memory), slots);
+}
+
+MailboxArray::MailboxArray(Buffer memory, uint32_t slots)
+    : memory_(std::move(memory)), slots_(slots), used_(slots, false) {}
+
+std::optional<uint32_t> MailboxArray::acquire() {
+    for (uint32_t i = 0; i < slots_; ++i) {
+        if (!used_[i]) {
+            used_[i] = true;
+            store_u8(slot_addr(i), 0, std::memory_order_relaxed);
+            return i;
+        }
+    }
+    return std::nullopt;
+}
+
+void MailboxArray::release(uint32_t slot) noexcept {
+    if (slot >= slots_)
+        return;
+    used_[slot] = false;
+    store_u8(slot_addr(slot), 0, std::memory_order_relaxed);
+}
+
+size_t MailboxArray::scan(std::span<uint32_t> out) noexcept {
+    size_t n = 0;
+    const uint32_t words = (slots_ + 7) / 8;
+    for (uint32_t w = 0; w < words && n < out.size(); ++w) {
+        std::byte* base = memory_.data() + size_t{w} * 8;
+        if (atomic_at<uint64_t>(base).load(std::memory_order_relaxed) == 0)
+            continue;  // the common case: eight idle clients in one load
+        for (uint32_t b = 0; b < 8 && n < out.size(); ++b) {
+            const uint32_t slot = w * 8 + b;
+            if (slot >= slots_ || load_u8(base + b, std::memory_order_relaxed) == 0)
+                continue;
+            // acquire: pairs with the release of the mailbox byte (the last byte of its
+            // WRITE), so the records written before it are visible.
+            if (atomic_at<uint8_t>(base + b).exchange(0, std::memory_order_acq_rel) != 0)
+                out[n++] = slot;
+        }
+    }
+    if (n > 0)
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    return n;
+}
+
+}  // namespace l5pg::rdma

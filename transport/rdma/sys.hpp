@@ -1,0 +1,81 @@
+// Small OS helpers for the RDMA transport: an owning fd, raw socket and poll system calls
+// (this code is linked into the LD_PRELOAD shim, whose own send/recv/poll wrappers must
+// not see the soft device's traffic), a thread with signals blocked, and little-endian
+// encoding for everything that crosses the network.
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace l5pg::rdma::sys {
+
+class UniqueFd {
+  public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+    UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    UniqueFd& operator=(UniqueFd&& other) noexcept {
+        if (this != &other)
+            reset(std::exchange(other.fd_, -1));
+        return *this;
+    }
+    UniqueFd(const UniqueFd&) = delete;
+    UniqueFd& operator=(const UniqueFd&) = delete;
+    ~UniqueFd() { reset(); }
+
+    [[nodiscard]] int get() const noexcept { return fd_; }
+    [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
+    [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
+    void reset(int fd = -1) noexcept;
+
+  private:
+    int fd_ = -1;
+};
+
+[[nodiscard]] ssize_t send_raw(int fd, const void* buf, size_t len, int flags) noexcept;
+[[nodiscard]] ssize_t recv_raw(int fd, void* buf, size_t len, int flags) noexcept;
+// poll(2) through ppoll; timeout_ms < 0 waits forever.
+[[nodiscard]] int poll_raw(pollfd* fds, nfds_t n, int timeout_ms) noexcept;
+[[nodiscard]] bool set_nonblocking(int fd) noexcept;
+
+// "<what>: <strerror(err)>"
+[[nodiscard]] std::string errno_text(const char* what, int err);
+
+// A joinable thread started with every signal blocked (signals meant for the
+// application must not be delivered to a transport thread). Joined on destruction.
+class Thread {
+  public:
+    Thread() = default;
+    Thread(const Thread&) = delete;
+    Thread& operator=(const Thread&) = delete;
+    ~Thread() { join(); }
+
+    [[nodiscard]] bool start(std::function<void()> body, std::string& error);
+    void join() noexcept;
+
+  private:
+    static void* trampoline(void* self) noexcept;
+
+    std::function<void()> body_;
+    unsigned long handle_ = 0;  // pthread_t
+    bool running_ = false;
+};
+
+inline void put_le(std::byte* p, uint64_t v, size_t n) noexcept {
+    for (size_t i = 0; i < n; ++i)
+        p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+[[nodiscard]] inline uint64_t get_le(const std::byte* p, size_t n) noexcept {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i)
+        v |= static_cast<uint64_t>(p[i]) << (8 * i);
+    return v;
+}
+
+}  // namespace l5pg::rdma::sys
