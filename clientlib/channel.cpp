@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "clientlib/channel_rdma.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
@@ -179,6 +180,25 @@ Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
         ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
         ch.peer_closed = ch.broken = ch.poke_outstanding = false;
         ch.spin.reset();
+        ch.kind = ChannelKind::Shm;
+        ch.rdma = nullptr;
+        ch.refs.store(1, std::memory_order_release);
+        return &ch;
+    }
+    return nullptr;
+}
+
+Channel* channel_acquire_rdma(rdma::ClientChannel* rdma, bool nonblocking) noexcept {
+    for (Channel& ch : g_pool) {
+        uint32_t expected = 0;
+        if (!ch.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
+            continue;
+        ch.segment.reset();
+        ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
+        ch.peer_closed = ch.broken = ch.poke_outstanding = false;
+        ch.spin.reset();
+        ch.kind = ChannelKind::Rdma;
+        ch.rdma = rdma;
         ch.refs.store(1, std::memory_order_release);
         return &ch;
     }
@@ -200,6 +220,11 @@ void channel_add_ref(Channel& channel) noexcept {
 void channel_release(Channel& ch) noexcept {
     if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
         return;
+    if (ch.kind == ChannelKind::Rdma) {
+        rdma_destroy(ch);
+        ch.in_use.store(0, std::memory_order_release);
+        return;
+    }
     // Everything we published stays readable for l5pgd; the flag says no more comes.
     ch.segment->header().client_closed.store(1, std::memory_order_release);
     ch.segment.reset();
@@ -211,6 +236,7 @@ void channel_forget_all_after_fork() noexcept {
         if (ch.in_use.load(std::memory_order_relaxed) == 0)
             continue;
         ch.segment.reset();  // unmaps the child's copy; the parent's session is untouched
+        ch.rdma = nullptr;   // leaked on purpose: see Channel::rdma
         ch.refs.store(0, std::memory_order_relaxed);
         ch.in_use.store(0, std::memory_order_relaxed);
     }
@@ -220,6 +246,8 @@ void channel_forget_all_after_fork() noexcept {
 
 ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
                      bool nosignal) noexcept {
+    if (ch.kind == ChannelKind::Rdma)
+        return rdma_send(ch, fd, iov, iovcnt, flags, nosignal);
     const size_t total = iov_total(iov, iovcnt);
     size_t sent = 0;
     while (sent < total || total == 0) {
@@ -262,6 +290,8 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 }
 
 ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) noexcept {
+    if (ch.kind == ChannelKind::Rdma)
+        return rdma_recv(ch, fd, iov, iovcnt, flags);
     const size_t total = iov_total(iov, iovcnt);
     const bool peek = (flags & MSG_PEEK) != 0;
     const bool wait_all = (flags & MSG_WAITALL) != 0 && !would_block(ch, flags) && !peek;
@@ -309,10 +339,16 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 // ---------------------------------------------------------------- poll support
 
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept {
+    if (ch.kind == ChannelKind::Rdma) {
+        rdma_prepare_for_foreign_wait(ch);
+        return;
+    }
     prepare_return(ch, fd);
 }
 
 short channel_revents(Channel& ch, short events) noexcept {
+    if (ch.kind == ChannelKind::Rdma)
+        return rdma_revents(ch, events);
     short revents = 0;
     const bool closed = ch.peer_closed || server_closed(ch);
     if ((events & POLLIN) && (ch.rx.has_data() || closed || ch.broken))
@@ -327,6 +363,10 @@ short channel_revents(Channel& ch, short events) noexcept {
 }
 
 void channel_arm(Channel& ch, short events) noexcept {
+    if (ch.kind == ChannelKind::Rdma) {
+        rdma_arm(ch, events);
+        return;
+    }
     if (events & POLLIN)
         ch.rx.arm();
     if (events & POLLOUT)
@@ -336,6 +376,8 @@ void channel_arm(Channel& ch, short events) noexcept {
 // A disarm that finds the flag already taken means a doorbell byte is on its way; it is
 // drained the next time we poll or find the ring empty.
 void channel_disarm(Channel& ch, short events) noexcept {
+    if (ch.kind == ChannelKind::Rdma)
+        return;  // nothing to undo: a flag the server finds set costs one spurious doorbell
     if (events & POLLIN)
         (void)ch.rx.disarm();
     if (events & POLLOUT)
@@ -343,6 +385,10 @@ void channel_disarm(Channel& ch, short events) noexcept {
 }
 
 void channel_drain(Channel& ch, int fd) noexcept {
+    if (ch.kind == ChannelKind::Rdma) {
+        rdma_drain(ch);
+        return;
+    }
     drain_socket(ch, fd);
 }
 

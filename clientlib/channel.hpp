@@ -1,6 +1,7 @@
-// One upgraded connection: the shared-memory segment, our ends of both rings, and the
-// byte-stream semantics the application expects from the socket it still holds
-// (partial reads and writes, EAGAIN, blocking, EOF, EPIPE).
+// One upgraded connection: the shared-memory segment and our ends of both rings, or an
+// RDMA channel (kind Rdma, channel_rdma.cpp), and the byte-stream semantics the
+// application expects from the socket it still holds (partial reads and writes, EAGAIN,
+// blocking, EOF, EPIPE). The entry points below dispatch on the kind.
 //
 // Channels live in a fixed pool (no heap in the shim's I/O paths); an fd table entry
 // holds one reference, dup() adds one, close() drops one.
@@ -26,9 +27,15 @@
 #include "transport/shm/segment.hpp"
 #include "transport/shm/wait.hpp"
 
+namespace l5pg::rdma {
+class ClientChannel;
+}
+
 namespace l5pg::shim {
 
 inline constexpr uint32_t kMaxChannels = 4096;
+
+enum class ChannelKind : uint8_t { Shm, Rdma };
 
 struct Channel {
     std::atomic<uint32_t> in_use{0};
@@ -41,10 +48,16 @@ struct Channel {
     bool broken = false;            // l5pgd wrote something impossible into a ring
     bool poke_outstanding = false;  // a doorbell byte was requested and not yet drained
     shm::AdaptiveSpin spin;         // whether waiting on this connection should spin
+    ChannelKind kind = ChannelKind::Shm;
+    // kind Rdma: owned (deleted by the last channel_release; leaked in a forked child,
+    // whose copy has no soft-device thread to join and must not touch verbs resources).
+    rdma::ClientChannel* rdma = nullptr;
 };
 
 // Pool management (async-signal-safe, lock-free).
 [[nodiscard]] Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept;
+// Takes ownership of `rdma` on success; nullptr (and `rdma` still the caller's) when full.
+[[nodiscard]] Channel* channel_acquire_rdma(rdma::ClientChannel* rdma, bool nonblocking) noexcept;
 [[nodiscard]] Channel* channel_at(uint32_t index) noexcept;
 [[nodiscard]] uint32_t channel_index(const Channel& channel) noexcept;
 void channel_add_ref(Channel& channel) noexcept;

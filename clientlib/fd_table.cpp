@@ -8,10 +8,12 @@
 namespace l5pg::shim {
 namespace {
 
-// Encoding of one entry: 0 untracked, 1 candidate, 2 forked, kChannelBase + slot.
+// Encoding of one entry: 0 untracked, 1 candidate, 2 forked, 3 RDMA candidate,
+// kChannelBase + slot.
 constexpr uint32_t kUntracked = 0;
 constexpr uint32_t kCandidate = 1;
 constexpr uint32_t kForked = 2;
+constexpr uint32_t kRdmaCandidate = 3;
 constexpr uint32_t kChannelBase = 16;
 
 // Zero-initialised static storage: valid before any constructor runs.
@@ -29,6 +31,8 @@ FdEntry decode(uint32_t raw) noexcept {
             return {FdKind::Candidate, nullptr};
         case kForked:
             return {FdKind::Forked, nullptr};
+        case kRdmaCandidate:
+            return {FdKind::RdmaCandidate, nullptr};
         default:
             break;
     }
@@ -49,10 +53,17 @@ void fd_set_candidate(int fd) noexcept {
         g_table[fd].store(kCandidate, std::memory_order_release);
 }
 
+void fd_set_rdma_candidate(int fd) noexcept {
+    if (in_range(fd))
+        g_table[fd].store(kRdmaCandidate, std::memory_order_release);
+}
+
 bool fd_attach_channel(int fd, Channel& channel) noexcept {
     if (!in_range(fd))
         return false;
-    uint32_t expected = kCandidate;
+    uint32_t expected = g_table[fd].load(std::memory_order_acquire);
+    if (expected != kCandidate && expected != kRdmaCandidate)
+        return false;
     return g_table[fd].compare_exchange_strong(expected, kChannelBase + channel_index(channel),
                                                std::memory_order_acq_rel);
 }

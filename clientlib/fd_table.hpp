@@ -13,10 +13,11 @@ struct Channel;
 inline constexpr int kMaxTrackedFd = 65536;
 
 enum class FdKind {
-    Untracked,  // not ours: every call goes straight to libc
-    Candidate,  // connected to an l5pgd Unix socket, upgrade decided at the first send
-    Forked,     // upgraded in the parent before fork(): EOF/EPIPE here, rings untouched
-    Upgraded,   // bytes go through a Channel
+    Untracked,      // not ours: every call goes straight to libc
+    Candidate,      // connected to an l5pgd Unix socket, upgrade decided at the first send
+    RdmaCandidate,  // TCP connection to a port in L5PG_RDMA_PORTS (L5PG_TRANSPORT=rdma)
+    Forked,         // upgraded in the parent before fork(): EOF/EPIPE here, rings untouched
+    Upgraded,       // bytes go through a Channel
 };
 
 struct FdEntry {
@@ -26,7 +27,9 @@ struct FdEntry {
 
 [[nodiscard]] FdEntry fd_lookup(int fd) noexcept;
 void fd_set_candidate(int fd) noexcept;
-// Candidate -> Upgraded; false if the entry changed meanwhile (closed by another thread).
+void fd_set_rdma_candidate(int fd) noexcept;
+// Candidate or RdmaCandidate -> Upgraded; false if the entry changed meanwhile (closed by another
+// thread).
 bool fd_attach_channel(int fd, Channel& channel) noexcept;
 // Returns the previous entry and leaves the fd Untracked. The caller owns the
 // reference the entry held (see channel_release).

@@ -7,6 +7,7 @@
 #include "clientlib/channel.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/fd_table.hpp"
+#include "clientlib/settings.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -14,15 +15,19 @@ namespace {
 // Sticky: once an epoll set may watch one of our sockets, it may watch any of them.
 std::atomic<bool> g_foreign_waiters{false};
 
-// Conservative: any Unix-domain socket counts, since a socket may be registered before
-// connect() tells us it leads to l5pgd.
+// Conservative: any Unix-domain socket counts (and with L5PG_TRANSPORT=rdma any TCP
+// socket), since a socket may be registered before connect() tells us it leads to l5pgd.
 bool may_become_ours(int fd) noexcept {
     if (fd_lookup(fd).kind != FdKind::Untracked)
         return true;
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    return ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-           addr.ss_family == AF_UNIX;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+        return false;
+    if (addr.ss_family == AF_UNIX)
+        return true;
+    return settings().mode == TransportMode::Rdma &&
+           (addr.ss_family == AF_INET || addr.ss_family == AF_INET6);
 }
 
 }  // namespace

@@ -50,15 +50,23 @@ extern "C" {
 int connect(int fd, const sockaddr* addr, socklen_t len) {
     release_entry(fd_forget(fd));  // a reused fd number starts from scratch
     const int rc = real().connect(fd, addr, len);
-    if ((rc == 0 || errno == EINPROGRESS) && settings().mode != TransportMode::Off &&
-        is_l5pgd_socket(addr, len)) {
+    if ((rc == 0 || errno == EINPROGRESS) && settings().mode != TransportMode::Off) {
         const int saved = errno;
-        fd_set_candidate(fd);
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": connected to an l5pgd socket, upgrade candidate")
-            .end();
+        if (is_l5pgd_socket(addr, len)) {
+            fd_set_candidate(fd);
+            debug_log()
+                .str("fd ")
+                .inum(fd)
+                .str(": connected to an l5pgd socket, upgrade candidate")
+                .end();
+        } else if (is_rdma_upgrade_target(addr, len)) {
+            fd_set_rdma_candidate(fd);
+            debug_log()
+                .str("fd ")
+                .inum(fd)
+                .str(": TCP connection to a port in L5PG_RDMA_PORTS, RDMA upgrade candidate")
+                .end();
+        }
         errno = saved;
     }
     return rc;

@@ -38,11 +38,13 @@ size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) n
 }
 
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
-Route decide_candidate(int fd, const iovec* iov, int iovcnt) noexcept {
+Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
     std::byte first[16];
     const size_t n = gather_prefix(iov, iovcnt, first, sizeof first);
     Channel* channel = nullptr;
-    switch (try_upgrade(fd, first, n, channel)) {
+    const UpgradeResult result =
+        rdma ? try_upgrade_rdma(fd, first, n, channel) : try_upgrade(fd, first, n, channel);
+    switch (result) {
         case UpgradeResult::Upgraded:
             if (fd_attach_channel(fd, *channel))
                 return {RouteKind::Channel, channel};
@@ -70,7 +72,9 @@ Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
             errno = EPIPE;
             return {RouteKind::Error};
         case FdKind::Candidate:
-            return decide_candidate(fd, iov, iovcnt);
+            return decide_candidate(fd, iov, iovcnt, false);
+        case FdKind::RdmaCandidate:
+            return decide_candidate(fd, iov, iovcnt, true);
     }
     return {RouteKind::Real};
 }
@@ -80,6 +84,7 @@ Route route_recv(int fd) noexcept {
     switch (entry.kind) {
         case FdKind::Untracked:
         case FdKind::Candidate:
+        case FdKind::RdmaCandidate:
             return {RouteKind::Real};
         case FdKind::Upgraded:
             return {RouteKind::Channel, entry.channel};

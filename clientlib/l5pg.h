@@ -9,6 +9,7 @@ extern "C" {
 
 #define L5PG_TRANSPORT_SOCKET 0 /* not upgraded: plain socket I/O */
 #define L5PG_TRANSPORT_SHM 1    /* bytes travel through shared-memory rings */
+#define L5PG_TRANSPORT_RDMA 2   /* bytes travel through the L5 RDMA channel */
 
 /* The transport `fd` currently uses. */
 int l5pg_fd_transport(int fd);

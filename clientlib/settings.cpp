@@ -28,6 +28,49 @@ uint64_t env_number(const char* name, uint64_t fallback, uint64_t min, uint64_t 
     return value;
 }
 
+void load_rdma_settings(Settings& s) {
+    if (const char* device = std::getenv("L5PG_RDMA_DEVICE"); device && *device) {
+        if (!rdma::parse_device_kind(device, s.rdma_device))
+            debug_log().str("L5PG_RDMA_DEVICE=").str(device).str(" is unknown, using auto").end();
+    }
+    if (const char* ports = std::getenv("L5PG_RDMA_PORTS"); ports && *ports) {
+        const char* p = ports;
+        while (*p != '\0') {
+            char* end = nullptr;
+            errno = 0;
+            const unsigned long port = std::strtoul(p, &end, 10);
+            if (end == p || errno != 0 || port == 0 || port > 65535 ||
+                (*end != ',' && *end != '\0')) {
+                debug_log()
+                    .str("L5PG_RDMA_PORTS=")
+                    .str(ports)
+                    .str(" is invalid (want e.g. 6432,6433)")
+                    .end();
+                s.rdma_port_count = 0;
+                break;
+            }
+            if (s.rdma_port_count < kMaxRdmaPorts)
+                s.rdma_ports[s.rdma_port_count++] = static_cast<uint16_t>(port);
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
+    if (s.mode == TransportMode::Rdma && s.rdma_port_count == 0)
+        debug_log()
+            .str(
+                "L5PG_TRANSPORT=rdma but L5PG_RDMA_PORTS lists no port: no TCP connection will be "
+                "upgraded")
+            .end();
+    if (const char* name = std::getenv("L5PG_RDMA_DEVICE_NAME"); name && *name) {
+        std::strncpy(s.rdma_device_name, name, sizeof s.rdma_device_name - 1);
+    }
+    s.rdma_device_port = static_cast<uint8_t>(env_number("L5PG_RDMA_DEVICE_PORT", 1, 1, 255));
+    if (const char* gid = std::getenv("L5PG_RDMA_GID_INDEX"); gid && *gid) {
+        s.rdma_gid_index = std::strcmp(gid, "-1") == 0
+                               ? -1
+                               : static_cast<int>(env_number("L5PG_RDMA_GID_INDEX", 0, 0, 255));
+    }
+}
+
 }  // namespace
 
 void load_settings() noexcept {
@@ -38,6 +81,8 @@ void load_settings() noexcept {
     if (const char* mode = std::getenv("L5PG_TRANSPORT"); mode && *mode) {
         if (std::strcmp(mode, "off") == 0)
             s.mode = TransportMode::Off;
+        else if (std::strcmp(mode, "rdma") == 0)
+            s.mode = TransportMode::Rdma;
         else if (std::strcmp(mode, "auto") != 0 && std::strcmp(mode, "shm") != 0)
             debug_log().str("L5PG_TRANSPORT=").str(mode).str(" is unknown, using auto").end();
     }
@@ -50,7 +95,17 @@ void load_settings() noexcept {
     s.budget.spin = std::chrono::microseconds(env_number("L5PG_SPIN_US", 50, 0, 1000000));
     s.budget.yield = std::chrono::microseconds(env_number("L5PG_YIELD_US", 200, 0, 1000000));
     s.upgrade_timeout_ms = static_cast<int>(env_number("L5PG_UPGRADE_TIMEOUT_MS", 5000, 1, 600000));
+    load_rdma_settings(s);
     g_settings = s;
+}
+
+bool is_rdma_port(uint16_t port) noexcept {
+    if (g_settings.mode != TransportMode::Rdma)
+        return false;
+    for (size_t i = 0; i < g_settings.rdma_port_count; ++i)
+        if (g_settings.rdma_ports[i] == port)
+            return true;
+    return false;
 }
 
 const Settings& settings() noexcept {

@@ -4,19 +4,34 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/rdma/device.hpp"
 #include "transport/shm/wait.hpp"
 
 namespace l5pg::shim {
 
-enum class TransportMode { Auto, Off };
+// auto/shm: Unix-socket connections to l5pgd move onto shared memory. rdma: that, and TCP
+// connections to the ports in L5PG_RDMA_PORTS are upgraded to the RDMA channel.
+enum class TransportMode { Auto, Off, Rdma };
+
+inline constexpr size_t kMaxRdmaPorts = 16;
 
 struct Settings {
-    TransportMode mode = TransportMode::Auto;  // L5PG_TRANSPORT=auto|shm|off
+    TransportMode mode = TransportMode::Auto;  // L5PG_TRANSPORT=auto|shm|rdma|off
     bool debug = false;                        // L5PG_DEBUG=1
     size_t ring_size = 0;                      // L5PG_RING_SIZE, bytes per direction
     shm::WaitBudget budget;                    // L5PG_SPIN_US, L5PG_YIELD_US
     int upgrade_timeout_ms = 5000;             // L5PG_UPGRADE_TIMEOUT_MS
+    // ---- RDMA (mode rdma)
+    rdma::DeviceKind rdma_device = rdma::DeviceKind::Auto;  // L5PG_RDMA_DEVICE=auto|verbs|soft
+    uint16_t rdma_ports[kMaxRdmaPorts] = {};                // L5PG_RDMA_PORTS=6432,6433
+    size_t rdma_port_count = 0;
+    char rdma_device_name[64] = {};  // L5PG_RDMA_DEVICE_NAME (verbs; "" = first device)
+    uint8_t rdma_device_port = 1;    // L5PG_RDMA_DEVICE_PORT (verbs, 1-based)
+    int rdma_gid_index = -1;         // L5PG_RDMA_GID_INDEX (verbs; -1 = LID routing)
 };
+
+// mode rdma and `port` listed in L5PG_RDMA_PORTS. Async-signal-safe.
+[[nodiscard]] bool is_rdma_port(uint16_t port) noexcept;
 
 // Parses the environment (not async-signal-safe: call from the library constructor).
 void load_settings() noexcept;

@@ -8,6 +8,7 @@
 #include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
+#include "clientlib/upgrade.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -17,6 +18,7 @@ namespace {
 void after_fork_in_child() noexcept {
     fd_mark_all_forked();
     channel_forget_all_after_fork();
+    rdma_forget_after_fork();
 }
 
 __attribute__((constructor)) void load_shim() noexcept {
@@ -25,7 +27,9 @@ __attribute__((constructor)) void load_shim() noexcept {
     ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
     debug_log()
         .str("libl5pg loaded, transport ")
-        .str(settings().mode == TransportMode::Off ? "off" : "auto")
+        .str(settings().mode == TransportMode::Off    ? "off"
+             : settings().mode == TransportMode::Rdma ? "rdma"
+                                                      : "auto")
         .end();
 }
 
@@ -35,8 +39,11 @@ __attribute__((constructor)) void load_shim() noexcept {
 extern "C" {
 
 int l5pg_fd_transport(int fd) {
-    return l5pg::shim::fd_lookup(fd).kind == l5pg::shim::FdKind::Upgraded ? L5PG_TRANSPORT_SHM
-                                                                          : L5PG_TRANSPORT_SOCKET;
+    const l5pg::shim::FdEntry entry = l5pg::shim::fd_lookup(fd);
+    if (entry.kind != l5pg::shim::FdKind::Upgraded)
+        return L5PG_TRANSPORT_SOCKET;
+    return entry.channel->kind == l5pg::shim::ChannelKind::Rdma ? L5PG_TRANSPORT_RDMA
+                                                                : L5PG_TRANSPORT_SHM;
 }
 
 const char* l5pg_version(void) {

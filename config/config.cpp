@@ -16,7 +16,7 @@ namespace l5pg::config {
 namespace {
 
 constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers",
-                                          "shm",    "limits",  "logging"};
+                                          "shm",    "rdma",    "limits",   "logging"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -149,6 +149,14 @@ std::string get_log_level(const YAML::Node& node, const std::string& key) {
                   describe(node) + ")");
 }
 
+std::string get_rdma_device(const YAML::Node& node, const std::string& key) {
+    std::string device = get_string(node, key);
+    if (device != "auto" && device != "verbs" && device != "soft") {
+        fail(key, "must be one of auto, verbs, soft (got " + describe(node) + ")");
+    }
+    return device;
+}
+
 std::string get_metrics_listen(const YAML::Node& node, const std::string& key) {
     std::string value = get_string(node, key);
     if (!value.empty()) {
@@ -193,6 +201,21 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.shm.yield_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
         {"shm.spin_awaiting_upstream",
          [](Config& c, N n, K k) { c.shm.spin_awaiting_upstream = get_bool(n, k); }},
+        {"rdma.enabled", [](Config& c, N n, K k) { c.rdma.enabled = get_bool(n, k); }},
+        {"rdma.device", [](Config& c, N n, K k) { c.rdma.device = get_rdma_device(n, k); }},
+        {"rdma.device_name", [](Config& c, N n, K k) { c.rdma.device_name = get_string(n, k); }},
+        {"rdma.device_port",
+         [](Config& c, N n, K k) { c.rdma.device_port = get_uint<uint8_t>(n, k, 1, 255); }},
+        {"rdma.gid_index",
+         [](Config& c, N n, K k) { c.rdma.gid_index = static_cast<int>(get_int(n, k, -1, 255)); }},
+        {"rdma.max_ring_size",
+         [](Config& c, N n, K k) { c.rdma.max_ring_size = get_ring_size(n, k); }},
+        {"rdma.completion_timeout_ms",
+         [](Config& c, N n, K k) {
+             c.rdma.completion_timeout_ms = get_uint<uint32_t>(n, k, 1, 600000);
+         }},
+        {"rdma.soft_port",
+         [](Config& c, N n, K k) { c.rdma.soft_port = get_uint<uint16_t>(n, k, 0); }},
         {"metrics.listen",
          [](Config& c, N n, K k) { c.metrics.listen = get_metrics_listen(n, k); }},
         {"limits.max_sessions",
@@ -336,6 +359,11 @@ void validate(const Config& config) {
     if (config.listen.unix_socket_dir.empty() && config.listen.tcp_address.empty()) {
         fail("listen.tcp_address",
              "may not be empty when listen.unix_socket_dir is empty too (no listener left)");
+    }
+    if (config.rdma.enabled && config.listen.tcp_address.empty()) {
+        fail("rdma.enabled",
+             "needs the TCP listener (listen.tcp_address is empty): RDMA clients upgrade a TCP "
+             "connection");
     }
     if (config.upstream.host.empty() && config.upstream.unix_socket_dir.empty()) {
         fail("upstream.unix_socket_dir",

@@ -47,6 +47,25 @@ struct ShmConfig {
     bool spin_awaiting_upstream = false;
 };
 
+// L5 RDMA channel for remote clients (DESIGN.md "RDMA channel"): clients upgrade their
+// TCP connection to l5pgd with the L5 upgrade request, transport 2.
+struct RdmaConfig {
+    bool enabled = false;         // accept RDMA upgrades on the TCP listener
+    std::string device = "auto";  // auto (verbs, never soft), verbs, soft
+    // verbs only
+    std::string device_name;  // "" = the first RDMA device
+    uint8_t device_port = 1;  // 1-based port of the device
+    int gid_index = -1;       // -1: LID routing (InfiniBand); RoCE needs a GID index
+    // Largest ring (per direction) a client may ask for; each RDMA session costs l5pgd
+    // its client->server ring plus a staging copy of the client's server->client ring.
+    uint64_t max_ring_size = uint64_t{16} << 20;
+    // A signaled RDMA request without completion for this long fails the session.
+    uint32_t completion_timeout_ms = 10000;
+    // soft device only: TCP port (on listen.tcp_address) for the soft device's wire
+    // connections; 0 = a free port picked at start (announced to clients in the upgrade).
+    uint16_t soft_port = 0;
+};
+
 struct MetricsConfig {
     std::string listen = "127.0.0.1:9187";  // host:port; "" disables
 };
@@ -65,6 +84,7 @@ struct Config {
     UpstreamConfig upstream;
     WorkersConfig workers;
     ShmConfig shm;
+    RdmaConfig rdma;
     MetricsConfig metrics;
     LimitsConfig limits;
     LoggingConfig logging;

@@ -9,7 +9,7 @@ namespace l5pg::daemon {
 namespace {
 
 constexpr std::array<Transport, kTransportCount> kTransports = {Transport::Tcp, Transport::Unix,
-                                                                Transport::Shm};
+                                                                Transport::Shm, Transport::Rdma};
 
 constexpr size_t idx(Transport t) noexcept {
     return static_cast<size_t>(t);
@@ -52,6 +52,8 @@ std::string_view to_string(Transport t) noexcept {
             return "unix";
         case Transport::Shm:
             return "shm";
+        case Transport::Rdma:
+            return "rdma";
     }
     return "unknown";
 }
@@ -122,7 +124,8 @@ std::string Metrics::render() const {
     per_transport(out, "l5pg_session_errors_total", "counter", "Sessions closed by an error.",
                   session_errors_);
 
-    header(out, "l5pg_upgrades_total", "counter", "Shared-memory upgrade requests by outcome.");
+    header(out, "l5pg_upgrades_total", "counter",
+           "L5 upgrade requests (shared memory and RDMA) by outcome.");
     fmt::format_to(std::back_inserter(out),
                    "l5pg_upgrades_total{{result=\"accepted\"}} {}\n"
                    "l5pg_upgrades_total{{result=\"declined\"}} {}\n",

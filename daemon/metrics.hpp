@@ -10,9 +10,9 @@
 
 namespace l5pg::daemon {
 
-enum class Transport { Tcp, Unix, Shm };
-inline constexpr size_t kTransportCount = 3;
-[[nodiscard]] std::string_view to_string(Transport t) noexcept;  // "tcp", "unix", "shm"
+enum class Transport { Tcp, Unix, Shm, Rdma };
+inline constexpr size_t kTransportCount = 4;
+[[nodiscard]] std::string_view to_string(Transport t) noexcept;  // "tcp", "unix", "shm", "rdma"
 
 enum class Direction { ClientToServer, ServerToClient };
 [[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...

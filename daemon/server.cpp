@@ -37,8 +37,26 @@ Server::Server(const config::Config& config, Metrics& metrics)
     if (!listen.tcp_address.empty())
         tcp_listener_ =
             std::make_unique<TcpListener>(listen.tcp_address, listen.port, listen.backlog);
+    RdmaShared rdma;
+    if (config.rdma.enabled && config.rdma.device == "soft" && tcp_listener_) {
+        soft_wire_ = std::make_unique<SoftWireListener>(
+            base_.get(), listen.tcp_address, config.rdma.soft_port, listen.backlog, wire_registry_);
+        rdma = RdmaShared{&wire_registry_, soft_wire_->port()};
+    }
     for (unsigned i = 0; i < config.workers.count; ++i)
-        workers_.push_back(std::make_unique<Worker>(i, config, metrics));
+        workers_.push_back(std::make_unique<Worker>(i, config, metrics, rdma));
+    if (config.rdma.enabled && !workers_.empty()) {
+        if (workers_.front()->rdma_endpoint() == nullptr)
+            spdlog::warn("rdma: upgrades will be declined (clients stay on TCP): {}",
+                         workers_.front()->rdma_unavailable());
+        else if (soft_wire_)
+            spdlog::info(
+                "rdma: soft device (an emulation for tests; its numbers say nothing "
+                "about RDMA), wire connections on port {}",
+                soft_wire_->port());
+        else
+            spdlog::info("rdma: device {}", workers_.front()->rdma_device_name());
+    }
 
     auto add_acceptor = [this](int fd, Transport transport) {
         auto acceptor = std::make_unique<Acceptor>(Acceptor{this, transport});
@@ -69,11 +87,15 @@ Server::~Server() {
 int Server::run() {
     for (auto& worker : workers_)
         worker->start();
-    spdlog::info("l5pgd ready: unix socket {}, tcp {}, upstream {}, {} workers, shm {}",
+    const bool rdma_ready = !workers_.empty() && workers_.front()->rdma_endpoint() != nullptr;
+    spdlog::info("l5pgd ready: unix socket {}, tcp {}, upstream {}, {} workers, shm {}, rdma {}",
                  unix_listener_ ? unix_listener_->path() : "(disabled)",
                  tcp_listener_ ? tcp_listener_->description() : "(disabled)",
                  describe_upstream(config_.upstream), workers_.size(),
-                 config_.shm.enabled ? "enabled" : "disabled");
+                 config_.shm.enabled ? "enabled" : "disabled",
+                 !config_.rdma.enabled ? "disabled"
+                 : rdma_ready          ? "enabled"
+                                       : "unavailable");
     event_base_dispatch(base_.get());
     stop_accepting();
     for (auto& worker : workers_)
@@ -149,6 +171,7 @@ void Server::stop_accepting() {
     acceptors_.clear();
     unix_listener_.reset();  // removes the socket and the marker file
     tcp_listener_.reset();
+    soft_wire_.reset();
 }
 
 }  // namespace l5pg::daemon

@@ -11,6 +11,7 @@
 #include "daemon/event_ptr.hpp"
 #include "daemon/listener.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/rdma_wire.hpp"
 #include "daemon/worker.hpp"
 
 struct evconnlistener;
@@ -43,6 +44,8 @@ class Server {
     EventBasePtr base_;
     std::unique_ptr<UnixListener> unix_listener_;
     std::unique_ptr<TcpListener> tcp_listener_;
+    WireRegistry wire_registry_;  // before the workers, which use it
+    std::unique_ptr<SoftWireListener> soft_wire_;
     std::vector<std::unique_ptr<Acceptor>> acceptors_;
     std::vector<std::unique_ptr<Worker>> workers_;
     std::vector<EventPtr> signal_events_;

@@ -72,7 +72,9 @@ void Session::timer_cb(int, short, void* arg) {
 void Session::client_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
-    if (self->state_ == SessionState::Startup && !self->is_shm())
+    if (self->is_rdma())
+        self->on_rdma_socket();
+    else if (self->state_ == SessionState::Startup && !self->is_shm())
         self->on_startup_readable();
     else if (self->is_shm())
         self->on_doorbell();
@@ -100,8 +102,8 @@ void Session::upstream_write_cb(int, short, void* arg) {
 }
 
 bool Session::arm_before_block() {
-    if (state_ == SessionState::Closed)
-        return false;
+    if (state_ == SessionState::Closed || !is_shm())
+        return false;  // RDMA sessions: ServerEndpoint::prepare_to_block() arms them all
     from_client_.arm();
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
@@ -111,6 +113,8 @@ bool Session::arm_before_block() {
 }
 
 void Session::disarm_after_block() {
+    if (!is_shm())
+        return;
     // A false return means we consumed nothing we need: the doorbell byte that the client
     // wrote instead is drained by on_doorbell().
     (void)from_client_.disarm();
@@ -133,6 +137,15 @@ void Session::close(std::string_view reason, bool error) {
             (void)shm::ring_doorbell(client_.get());
         worker_.set_polled(this, false);
     }
+    if (rdma_) {
+        // Let the client find every byte we wrote (bounded by the completion timeout).
+        if (!error && !rdma_->broken() && !rdma_->peer_closed())
+            (void)rdma_->flush();
+        rdma_.reset();  // destroys the queue pair: the client can no longer reach us
+        worker_.set_polled(this, false);
+    }
+    withdraw_wire_offer();
+    wire_timer_.reset();
     if (counted_) {
         metrics_.session_closed(transport_);
         if (error && was_forwarding)

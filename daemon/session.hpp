@@ -1,12 +1,14 @@
 // One client session: startup handshake (plain, SSL/GSS refusal, cancel forwarding, L5
 // upgrade), the upstream connection to Postgres, and byte forwarding in both directions
-// over either the client's socket or its shared-memory rings.
+// over either the client's socket, its shared-memory rings or its RDMA channel.
 //
 // States: Startup -> Connecting -> Forwarding -> Closed. Every teardown goes through
 // close(reason), which logs the session id and the reason once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,6 +21,9 @@
 #include "daemon/unique_fd.hpp"
 #include "protocol/error_response.hpp"
 #include "protocol/startup.hpp"
+#include "transport/rdma/channel/hello.hpp"
+#include "transport/rdma/channel/offer.hpp"
+#include "transport/rdma/channel/server.hpp"
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
 
@@ -38,8 +43,8 @@ class Session {
 
     void start();
 
-    // Called by the worker's polling loop for SHM sessions: moves ring data to the
-    // upstream socket and resumes reading upstream when ring space was freed.
+    // Called by the worker's polling loop for SHM and RDMA sessions: moves ring (channel)
+    // data to the upstream socket and resumes reading upstream when ring space was freed.
     // Returns true if anything moved.
     bool poll_shm();
     // Arms the client->server ring's reader_waiting flag before the worker blocks;
@@ -48,6 +53,7 @@ class Session {
     void disarm_after_block();
 
     [[nodiscard]] bool is_shm() const noexcept { return segment_.has_value(); }
+    [[nodiscard]] bool is_rdma() const noexcept { return rdma_ != nullptr; }
     // True from forwarding client bytes upstream until Postgres's next bytes arrive:
     // the next event is Postgres's, not the client's.
     [[nodiscard]] bool awaiting_upstream() const noexcept { return awaiting_upstream_; }
@@ -69,6 +75,24 @@ class Session {
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
     void on_upstream_connected();
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view log);
+    bool read_startup_from_channel();
+
+    // RDMA upgrade and forwarding (session_rdma.cpp, docs/wire-format.md section 5)
+    enum class RdmaPhase { None, AwaitHello, AwaitWire };
+    void handle_rdma_upgrade(const protocol::L5UpgradeRequest& req);
+    [[nodiscard]] std::optional<std::string> rdma_refusal(const protocol::L5UpgradeRequest& req);
+    void on_rdma_hello();
+    void try_finish_rdma_accept();
+    void finish_rdma_accept(UniqueFd wire);
+    void decline_rdma(std::string_view reason);
+    void withdraw_wire_offer();
+    bool send_now(std::span<const std::byte> bytes);
+    bool poll_rdma();
+    void on_rdma_socket();
+    bool forward_channel_to_upstream();
+    void flush_client_rdma();
+    void close_on_channel_status(rdma::IoStatus status);
+    static void wire_timer_cb(int fd, short what, void* arg);
 
     // forwarding (session_forward.cpp)
     void on_client_readable();
@@ -127,6 +151,14 @@ class Session {
     std::optional<shm::Segment> segment_;
     shm::RingReader from_client_;
     shm::RingWriter to_client_ring_;
+
+    RdmaPhase rdma_phase_ = RdmaPhase::None;
+    bool wire_offered_ = false;  // wire_token_ is registered with the WireRegistry
+    rdma::WireToken wire_token_{};
+    rdma::Hello client_hello_;
+    std::chrono::steady_clock::time_point wire_deadline_;
+    EventPtr wire_timer_;
+    std::unique_ptr<rdma::ServerSession> rdma_;
 };
 
 }  // namespace l5pg::daemon

@@ -1,4 +1,5 @@
-// Forwarding phase: bytes between the client (socket or SHM rings) and the upstream
+// Forwarding phase: bytes between the client (socket, SHM rings or RDMA channel; the RDMA
+// specifics are in session_rdma.cpp) and the upstream
 // Postgres socket, with backpressure in both directions. Nothing is parsed here.
 #include <sys/socket.h>
 
@@ -41,6 +42,8 @@ void Session::wake_client() {
 }
 
 bool Session::poll_shm() {
+    if (is_rdma())
+        return poll_rdma();
     switch (state_) {
         case SessionState::Closed:
         case SessionState::Connecting:
@@ -195,6 +198,8 @@ void Session::read_upstream_into_queue() {
     const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
     const int err = errno;
     to_client_.commit(n > 0 ? static_cast<size_t>(n) : 0);
+    if (n > 0)
+        awaiting_upstream_ = false;
     if (n == 0) {
         // Postgres hung up (often right after a FATAL ErrorResponse): deliver what it
         // sent, then close.
@@ -248,7 +253,7 @@ void Session::flush_upstream() {
         } else if (n < 0 && errno == EAGAIN) {
             upstream_blocked_ = true;
             set_event(upstream_write_.get(), true);
-            if (to_upstream_.size() >= kHighWater)
+            if (to_upstream_.size() >= kHighWater && !is_rdma())
                 set_event(client_read_.get(), false);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
@@ -271,6 +276,8 @@ void Session::on_upstream_writable() {
     flush_upstream();
     if (is_shm())
         forward_ring_to_upstream();
+    else if (is_rdma())
+        forward_channel_to_upstream();
 }
 
 void Session::send_to_client(std::span<const std::byte> bytes) {
@@ -296,6 +303,10 @@ void Session::send_to_client(std::span<const std::byte> bytes) {
 }
 
 void Session::flush_client() {
+    if (is_rdma()) {
+        flush_client_rdma();
+        return;
+    }
     while (!to_client_.empty()) {
         const auto data = to_client_.front();
         const ssize_t n =

@@ -4,6 +4,7 @@
 // for a StartupMessage.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -49,13 +50,23 @@ void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
 }  // namespace
 
 void Session::on_startup_readable() {
-    if (read_startup_from_socket())
-        process_startup_buffer();
+    if (rdma_phase_ == RdmaPhase::AwaitWire)
+        return;  // the client waits for our answer; its socket is not watched meanwhile
+    if (!read_startup_from_socket())
+        return;
+    if (rdma_phase_ == RdmaPhase::AwaitHello) {
+        if (startup_.size() == rdma::kHelloSize)
+            on_rdma_hello();
+        return;
+    }
+    process_startup_buffer();
 }
 
 // Returns false when the session was closed.
 bool Session::read_startup_from_socket() {
-    const size_t want = startup_bytes_wanted(startup_);
+    // After an RDMA offer the client's Hello comes next: exactly its size.
+    const size_t want = rdma_phase_ == RdmaPhase::AwaitHello ? rdma::kHelloSize - startup_.size()
+                                                             : startup_bytes_wanted(startup_);
     if (want == 0)
         return true;
     const size_t have = startup_.size();
@@ -103,6 +114,25 @@ bool Session::read_startup_from_ring() {
     }
 }
 
+// The RDMA channel's version of read_startup_from_ring(). Returns false when closed.
+bool Session::read_startup_from_channel() {
+    for (;;) {
+        const size_t want = startup_bytes_wanted(startup_);
+        if (want == 0)
+            return true;
+        std::byte chunk[512];
+        const rdma::IoResult r = rdma_->read({chunk, std::min(want, sizeof chunk)});
+        if (r.bytes > 0) {
+            startup_.insert(startup_.end(), chunk, chunk + r.bytes);
+            continue;
+        }
+        if (r.status == rdma::IoStatus::WouldBlock || r.status == rdma::IoStatus::Ok)
+            return true;
+        close_on_channel_status(r.status);
+        return false;
+    }
+}
+
 void Session::process_startup_buffer() {
     const protocol::StartupParse parse = protocol::parse_startup_packet(startup_);
     if (parse.status == protocol::ParseStatus::NeedMore)
@@ -142,6 +172,19 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
 }
 
 void Session::handle_upgrade(const protocol::StartupPacket& packet) {
+    if (is_shm() || is_rdma()) {
+        // Already upgraded: the answer goes through the channel like any other byte.
+        startup_.clear();
+        metrics_.upgrade_declined();
+        spdlog::info("session {}: upgrade declined: the session is already upgraded", id_);
+        const std::byte no = protocol::kL5Declined;
+        send_to_client({&no, 1});
+        return;
+    }
+    if (packet.upgrade.transport == protocol::L5Transport::Rdma) {
+        handle_rdma_upgrade(packet.upgrade);
+        return;
+    }
     startup_.clear();
     std::optional<std::string> refusal = try_attach(packet.upgrade);
     passed_fd_.reset();

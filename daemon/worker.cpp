@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -49,19 +50,69 @@ void block_process_signals() {
 
 }  // namespace
 
-Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics)
+Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics, RdmaShared rdma)
     : index_(index),
       config_(config),
       metrics_(metrics),
       base_(make_worker_base()),
       spin_budget_{std::chrono::microseconds(config.shm.spin_us),
                    std::chrono::microseconds(config.shm.yield_us)},
+      rdma_shared_(rdma),
       next_id_(uint64_t{index} << 48) {
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!wake_fd_.valid())
         throw std::runtime_error(fmt::format("eventfd: {}", std::strerror(errno)));
     wake_event_.reset(event_new(base_.get(), wake_fd_.get(), EV_READ | EV_PERSIST, wake_cb, this));
     event_add(wake_event_.get(), nullptr);
+    if (config.rdma.enabled)
+        open_rdma();
+}
+
+// Opens this worker's RDMA device and endpoint. Failure is not fatal: upgrades are then
+// declined with the reason, and clients carry on over TCP.
+void Worker::open_rdma() {
+    const config::RdmaConfig& cfg = config_.rdma;
+    rdma::DeviceKind kind = rdma::DeviceKind::Auto;
+    (void)rdma::parse_device_kind(cfg.device, kind);  // validated by the config loader
+    rdma::DeviceOptions options;
+    options.device_name = cfg.device_name;
+    options.port = cfg.device_port;
+    options.gid_index = cfg.gid_index;
+    options.soft_ack_timeout = std::chrono::milliseconds(cfg.completion_timeout_ms);
+    std::string error;
+    if (kind == rdma::DeviceKind::Soft && rdma_shared_.registry == nullptr) {
+        rdma_unavailable_ = "the soft device's wire listener is not running";
+        return;
+    }
+    rdma_device_ = rdma::open_device(kind, options, error);
+    if (rdma_device_ == nullptr) {
+        rdma_unavailable_ = "no RDMA device: " + error;
+        return;
+    }
+    rdma::ServerOptions server_options;
+    server_options.max_sessions = config_.limits.max_sessions;
+    server_options.max_ring_size = cfg.max_ring_size;
+    server_options.completion_timeout = std::chrono::milliseconds(cfg.completion_timeout_ms);
+    rdma_endpoint_ = rdma::ServerEndpoint::create(*rdma_device_, server_options, error);
+    if (rdma_endpoint_ == nullptr) {
+        rdma_unavailable_ = "cannot set up the RDMA endpoint: " + error;
+        rdma_device_.reset();
+        return;
+    }
+    if (const int fd = rdma_device_->async_event_fd(); fd >= 0) {
+        rdma_async_event_.reset(
+            event_new(base_.get(), fd, EV_READ | EV_PERSIST, rdma_async_cb, this));
+        event_add(rdma_async_event_.get(), nullptr);
+    }
+}
+
+// A queue pair failed (device event): the affected sessions see it in their next
+// progress()/read(), which the polling loop calls right after this callback.
+void Worker::rdma_async_cb(int, short, void* arg) {
+    auto* self = static_cast<Worker*>(arg);
+    if (self->rdma_device_)
+        self->rdma_device_->process_async_events();
+    self->activity_ = true;
 }
 
 Worker::~Worker() {
@@ -134,6 +185,13 @@ void Worker::reap() {
 
 bool Worker::poll_sessions() {
     bool progress = false;
+    if (rdma_endpoint_ && rdma_endpoint_->sessions() > 0) {
+        // Clears the mailbox bytes (hints; every polled session is looked at below) and
+        // counts the observations the endpoint's torn-record detection relies on.
+        std::array<rdma::ServerSession*, 64> ready;
+        while (rdma_endpoint_->poll(ready) == ready.size()) {
+        }
+    }
     // Index loop: a session may close (and leave polled_) while being polled.
     for (size_t i = 0; i < polled_.size(); ++i) {
         Session* session = polled_[i];
@@ -189,6 +247,14 @@ void Worker::block_until_event() {
     bool ready = false;
     for (Session* session : polled_)
         ready = session->arm_before_block() || ready;
+    if (!ready && rdma_endpoint_ && rdma_endpoint_->sessions() > 0) {
+        // Arms every RDMA session's wait flag in its client's memory; blocking is only
+        // safe once those WRITEs completed ("settled"), else we go round once more.
+        std::array<rdma::ServerSession*, 64> rdma_ready;
+        bool settled = false;
+        if (rdma_endpoint_->prepare_to_block(rdma_ready, settled) > 0 || !settled)
+            ready = true;
+    }
     if (!ready) {
         metrics_.worker_blocked();
         event_base_loop(base_.get(), EVLOOP_ONCE);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -19,15 +20,25 @@
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
+#include "transport/rdma/channel/server.hpp"
+#include "transport/rdma/device.hpp"
 #include "transport/shm/wait.hpp"
 
 namespace l5pg::daemon {
 
 class Session;
+class WireRegistry;
+
+// What the workers share for RDMA upgrades (rdma.enabled): the soft device's wire
+// rendezvous and the port clients connect it to.
+struct RdmaShared {
+    WireRegistry* registry = nullptr;  // null unless rdma.device is soft
+    uint16_t soft_port = 0;
+};
 
 class Worker {
   public:
-    Worker(unsigned index, const config::Config& config, Metrics& metrics);
+    Worker(unsigned index, const config::Config& config, Metrics& metrics, RdmaShared rdma = {});
     ~Worker();
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
@@ -46,11 +57,24 @@ class Worker {
     [[nodiscard]] const config::Config& config() const noexcept { return config_; }
     [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
     void note_activity() noexcept { activity_ = true; }
+    // This worker's RDMA endpoint; null when RDMA is disabled or the device could not be
+    // opened (rdma_unavailable() says why).
+    [[nodiscard]] rdma::ServerEndpoint* rdma_endpoint() noexcept { return rdma_endpoint_.get(); }
+    [[nodiscard]] const std::string& rdma_unavailable() const noexcept { return rdma_unavailable_; }
+    [[nodiscard]] rdma::DeviceKind rdma_device_kind() const noexcept {
+        return rdma_device_ ? rdma_device_->kind() : rdma::DeviceKind::Auto;
+    }
+    [[nodiscard]] std::string rdma_device_name() const {
+        return rdma_device_ ? rdma_device_->name() : std::string();
+    }
+    [[nodiscard]] const RdmaShared& rdma_shared() const noexcept { return rdma_shared_; }
     void set_polled(Session* session, bool polled);
     void retire(Session* session);
 
   private:
     static void wake_cb(int fd, short what, void* arg);
+    static void rdma_async_cb(int fd, short what, void* arg);
+    void open_rdma();
     void run();
     void adopt_handed_over();
     bool poll_sessions();
@@ -84,9 +108,16 @@ class Worker {
     std::mutex handover_mutex_;
     std::vector<std::pair<UniqueFd, Transport>> handed_over_;  // guarded by the mutex
 
+    // RDMA: declared before the sessions, which must go first (the endpoint outlives them).
+    const RdmaShared rdma_shared_;
+    std::unique_ptr<rdma::Device> rdma_device_;
+    std::unique_ptr<rdma::ServerEndpoint> rdma_endpoint_;
+    std::string rdma_unavailable_;
+    EventPtr rdma_async_event_;
+
     uint64_t next_id_;
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
-    std::vector<Session*> polled_;   // SHM sessions in the polling loop
+    std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop
     std::vector<Session*> retired_;  // closed, destroyed after the current callback
 };
 

@@ -248,3 +248,57 @@ TEST_CASE("files: missing, syntax error, example") {
     CHECK(example.upstream.host == defaults.upstream.host);
     CHECK(example.logging.level == defaults.logging.level);
 }
+
+TEST_CASE("rdma section") {
+    const Config d = load("", {});
+    CHECK_FALSE(d.rdma.enabled);
+    CHECK(d.rdma.device == "auto");
+    CHECK(d.rdma.device_name.empty());
+    CHECK(d.rdma.device_port == 1);
+    CHECK(d.rdma.gid_index == -1);
+    CHECK(d.rdma.max_ring_size == (uint64_t{16} << 20));
+    CHECK(d.rdma.completion_timeout_ms == 10000);
+    CHECK(d.rdma.soft_port == 0);
+
+    const Config c = load_from_string(R"(
+rdma:
+  enabled: true
+  device: verbs
+  device_name: mlx5_0
+  device_port: 2
+  gid_index: 3
+  max_ring_size: 65536
+  completion_timeout_ms: 500
+  soft_port: 7433
+)",
+                                      {});
+    CHECK(c.rdma.enabled);
+    CHECK(c.rdma.device == "verbs");
+    CHECK(c.rdma.device_name == "mlx5_0");
+    CHECK(c.rdma.device_port == 2);
+    CHECK(c.rdma.gid_index == 3);
+    CHECK(c.rdma.max_ring_size == 65536);
+    CHECK(c.rdma.completion_timeout_ms == 500);
+    CHECK(c.rdma.soft_port == 7433);
+
+    const Config o = load_from_string("", {"rdma.enabled=true", "rdma.device=soft"});
+    CHECK(o.rdma.enabled);
+    CHECK(o.rdma.device == "soft");
+
+    CHECK_THAT(error_of("rdma:\n  device: rxe\n"),
+               StartsWith("rdma.device: must be one of auto, verbs, soft (got 'rxe')"));
+    CHECK_THAT(error_of("rdma:\n  enabled: yes please\n"),
+               StartsWith("rdma.enabled: must be true"));
+    CHECK_THAT(error_of("rdma:\n  device_port: 0\n"), StartsWith("rdma.device_port: must be"));
+    CHECK_THAT(error_of("rdma:\n  device_port: 256\n"), StartsWith("rdma.device_port: must be"));
+    CHECK_THAT(error_of("rdma:\n  gid_index: -2\n"), StartsWith("rdma.gid_index: must be"));
+    CHECK_THAT(error_of("rdma:\n  max_ring_size: 3000\n"),
+               StartsWith("rdma.max_ring_size: must be a power of two"));
+    CHECK_THAT(error_of("rdma:\n  completion_timeout_ms: 0\n"),
+               StartsWith("rdma.completion_timeout_ms: must be"));
+    CHECK_THAT(error_of("rdma:\n  soft_port: 65536\n"), StartsWith("rdma.soft_port: must be"));
+    CHECK_THAT(error_of("rdma:\n  devise: soft\n"), StartsWith("rdma.devise: unknown key"));
+    CHECK_THAT(error_of("rdma:\n  enabled: true\nlisten:\n  tcp_address: \"\"\n"),
+               StartsWith("rdma.enabled: needs the TCP listener"));
+    CHECK(error_of("rdma:\n  enabled: false\nlisten:\n  tcp_address: \"\"\n").empty());
+}

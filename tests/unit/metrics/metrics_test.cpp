@@ -59,7 +59,7 @@ std::string body_of(const std::string& response) {
 TEST_CASE("zero-valued metrics render every label combination") {
     const Metrics m;
     const std::string text = m.render();
-    for (const char* t : {"tcp", "unix", "shm"}) {
+    for (const char* t : {"tcp", "unix", "shm", "rdma"}) {
         const std::string label = std::string("{transport=\"") + t + "\"}";
         CHECK(has_line(text, "l5pg_sessions_total" + label + " 0"));
         CHECK(has_line(text, "l5pg_sessions_active" + label + " 0"));
@@ -132,6 +132,7 @@ TEST_CASE("to_string names") {
     CHECK(to_string(Transport::Tcp) == "tcp");
     CHECK(to_string(Transport::Unix) == "unix");
     CHECK(to_string(Transport::Shm) == "shm");
+    CHECK(to_string(Transport::Rdma) == "rdma");
     CHECK(to_string(Direction::ClientToServer) == "client_to_server");
     CHECK(to_string(Direction::ServerToClient) == "server_to_client");
 }

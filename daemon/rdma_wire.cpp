@@ -1,0 +1,161 @@
+#include "daemon/rdma_wire.hpp"
+
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+namespace l5pg::daemon {
+namespace {
+
+// A client has this long to send its greeting after connecting.
+constexpr timeval kGreetingTimeout{5, 0};
+
+rdma::WireToken random_token() {
+    rdma::WireToken token{};
+    size_t have = 0;
+    while (have < token.size()) {
+        const ssize_t n = ::getrandom(token.data() + have, token.size() - have, 0);
+        if (n > 0)
+            have += static_cast<size_t>(n);
+        else if (errno != EINTR)
+            throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    }
+    return token;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- registry
+
+void WireRegistry::sweep_locked(clock::time_point now) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (it->second.deadline <= now)
+            it = entries_.erase(it);
+        else
+            ++it;
+    }
+}
+
+rdma::WireToken WireRegistry::offer(clock::time_point deadline) {
+    std::lock_guard lock(mutex_);
+    sweep_locked(clock::now());
+    for (;;) {
+        const rdma::WireToken token = random_token();
+        if (entries_.emplace(token, Entry{deadline, UniqueFd{}}).second)
+            return token;
+    }
+}
+
+bool WireRegistry::deliver(const rdma::WireToken& token, UniqueFd fd) {
+    std::lock_guard lock(mutex_);
+    sweep_locked(clock::now());
+    auto it = entries_.find(token);
+    if (it == entries_.end() || it->second.fd.valid())
+        return false;  // `fd` closes here
+    it->second.fd = std::move(fd);
+    return true;
+}
+
+UniqueFd WireRegistry::take(const rdma::WireToken& token) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(token);
+    if (it == entries_.end() || !it->second.fd.valid())
+        return UniqueFd{};
+    UniqueFd fd = std::move(it->second.fd);
+    entries_.erase(it);
+    return fd;
+}
+
+void WireRegistry::cancel(const rdma::WireToken& token) {
+    std::lock_guard lock(mutex_);
+    entries_.erase(token);
+}
+
+// ---------------------------------------------------------------- listener
+
+struct SoftWireListener::Pending {
+    SoftWireListener* owner = nullptr;
+    UniqueFd fd;
+    EventPtr event;
+    std::array<std::byte, rdma::kWireHelloSize> greeting{};
+    size_t have = 0;
+};
+
+SoftWireListener::SoftWireListener(event_base* base, const std::string& address, uint16_t port,
+                                   int backlog, WireRegistry& registry)
+    : base_(base), registry_(registry), listener_(address, port, backlog) {
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    if (::getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&bound), &len) != 0)
+        throw std::runtime_error(std::string("getsockname: ") + std::strerror(errno));
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    evl_ = evconnlistener_new(base, accept_cb, this, LEV_OPT_CLOSE_ON_EXEC, -1, listener_.fd());
+    if (evl_ == nullptr)
+        throw std::runtime_error("evconnlistener_new failed for the soft RDMA wire listener");
+}
+
+SoftWireListener::~SoftWireListener() {
+    if (evl_ != nullptr)
+        evconnlistener_free(evl_);
+    pending_.clear();
+}
+
+void SoftWireListener::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* arg) {
+    auto* self = static_cast<SoftWireListener*>(arg);
+    auto pending = std::make_unique<Pending>();
+    pending->owner = self;
+    pending->fd.reset(fd);
+    pending->event.reset(event_new(self->base_, fd, EV_READ | EV_PERSIST, read_cb, pending.get()));
+    if (pending->event == nullptr)
+        return;  // closes fd
+    event_add(pending->event.get(), &kGreetingTimeout);
+    Pending* raw = pending.get();
+    self->pending_.emplace(raw, std::move(pending));
+}
+
+void SoftWireListener::drop(Pending* pending) {
+    pending_.erase(pending);
+}
+
+void SoftWireListener::read_cb(int fd, short what, void* arg) {
+    auto* pending = static_cast<Pending*>(arg);
+    SoftWireListener* self = pending->owner;
+    if ((what & EV_TIMEOUT) != 0) {
+        spdlog::info("soft RDMA wire connection closed: no greeting within {} s",
+                     kGreetingTimeout.tv_sec);
+        self->drop(pending);
+        return;
+    }
+    const ssize_t n = ::recv(fd, pending->greeting.data() + pending->have,
+                             pending->greeting.size() - pending->have, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        self->drop(pending);
+        return;
+    }
+    if (n < 0)
+        return;
+    pending->have += static_cast<size_t>(n);
+    if (pending->have < pending->greeting.size())
+        return;
+    rdma::WireToken token{};
+    const bool valid = rdma::decode_wire_hello(pending->greeting, token);
+    UniqueFd wire = std::move(pending->fd);
+    self->drop(pending);  // frees the event before its fd moves on
+    if (!valid) {
+        spdlog::info("soft RDMA wire connection closed: invalid greeting");
+        return;
+    }
+    if (!self->registry_.deliver(token, std::move(wire)))
+        spdlog::info("soft RDMA wire connection closed: unknown or expired token");
+}
+
+}  // namespace l5pg::daemon

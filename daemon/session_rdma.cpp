@@ -1,0 +1,279 @@
+// RDMA sessions (docs/wire-format.md section 5): the two-step upgrade on the TCP socket
+// (request -> offer 'R', client Hello -> 'L' + our Hello, or 'N' at either step and the
+// connection carries on as plain TCP), then forwarding between the RDMA channel and the
+// upstream socket. The worker's polling loop calls poll_rdma(); the session socket only
+// carries doorbell bytes and EOF.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/rdma_wire.hpp"
+#include "daemon/session.hpp"
+#include "daemon/worker.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+constexpr size_t kChannelChunk = 64 * 1024;
+// How long the client has to open the soft device's wire connection after the offer.
+constexpr auto kWireWait = std::chrono::seconds(5);
+// Retry interval while waiting for the wire connection to arrive on the main thread.
+constexpr timeval kWireRetry{0, 1000};
+
+}  // namespace
+
+bool Session::send_now(std::span<const std::byte> bytes) {
+    // Only used for the few bytes of the handshake on a fresh socket: they always fit.
+    const ssize_t n =
+        ::send(client_.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    return n == static_cast<ssize_t>(bytes.size());
+}
+
+std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeRequest& req) {
+    const config::RdmaConfig& cfg = worker_.config().rdma;
+    if (transport_ != Transport::Tcp)
+        return "RDMA needs the TCP listener";
+    if (!cfg.enabled)
+        return "rdma.enabled is false";
+    if (worker_.rdma_endpoint() == nullptr)
+        return worker_.rdma_unavailable();
+    if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
+        return fmt::format("ring size above rdma.max_ring_size ({})", cfg.max_ring_size);
+    return std::nullopt;
+}
+
+void Session::handle_rdma_upgrade(const protocol::L5UpgradeRequest& req) {
+    startup_.clear();
+    passed_fd_.reset();
+    if (std::optional<std::string> refusal = rdma_refusal(req)) {
+        decline_rdma(*refusal);
+        return;
+    }
+    rdma::Offer offer;
+    offer.kind = worker_.rdma_device_kind();
+    if (offer.kind == rdma::DeviceKind::Soft) {
+        const auto deadline = std::chrono::steady_clock::now() + kWireWait +
+                              std::chrono::milliseconds(worker_.config().limits.startup_timeout_ms);
+        wire_token_ = worker_.rdma_shared().registry->offer(deadline);
+        wire_offered_ = true;
+        offer.token = wire_token_;
+        offer.soft_port = worker_.rdma_shared().soft_port;
+    }
+    std::array<std::byte, 1 + rdma::kOfferSize> answer{};
+    answer[0] = rdma::kOfferTag;
+    rdma::encode_offer(offer,
+                       std::span<std::byte, rdma::kOfferSize>(answer.data() + 1, rdma::kOfferSize));
+    if (!send_now(answer)) {
+        close("cannot answer the RDMA upgrade request", true);
+        return;
+    }
+    rdma_phase_ = RdmaPhase::AwaitHello;
+    spdlog::debug("session {}: RDMA upgrade offered ({} device)", id_, rdma::to_string(offer.kind));
+}
+
+void Session::withdraw_wire_offer() {
+    if (!wire_offered_)
+        return;
+    wire_offered_ = false;
+    if (WireRegistry* registry = worker_.rdma_shared().registry)
+        registry->cancel(wire_token_);
+}
+
+void Session::decline_rdma(std::string_view reason) {
+    withdraw_wire_offer();
+    rdma_phase_ = RdmaPhase::None;
+    startup_.clear();
+    const std::byte no = protocol::kL5Declined;
+    if (!send_now({&no, 1})) {
+        close("cannot answer the RDMA upgrade", true);
+        return;
+    }
+    metrics_.upgrade_declined();
+    spdlog::info("session {}: RDMA upgrade declined: {}", id_, reason);
+    set_event(client_read_.get(), true);  // the client carries on over TCP
+}
+
+void Session::on_rdma_hello() {
+    rdma::Hello hello;
+    std::string error;
+    const bool all_zero = std::all_of(startup_.begin(), startup_.end(),
+                                      [](std::byte b) { return b == std::byte{0}; });
+    const bool ok = rdma::decode_hello(startup_, hello, error);
+    startup_.clear();
+    if (all_zero) {
+        decline_rdma("the client gave up the upgrade (see its L5PG_DEBUG output)");
+        return;
+    }
+    if (!ok) {
+        decline_rdma(error);
+        return;
+    }
+    const uint64_t max = worker_.config().rdma.max_ring_size;
+    if (hello.ring_size > max || hello.requested_ring_size > max) {
+        decline_rdma(fmt::format("ring size above rdma.max_ring_size ({})", max));
+        return;
+    }
+    client_hello_ = hello;
+    if (!wire_offered_) {
+        finish_rdma_accept(UniqueFd{});
+        return;
+    }
+    rdma_phase_ = RdmaPhase::AwaitWire;
+    set_event(client_read_.get(), false);
+    wire_deadline_ = std::chrono::steady_clock::now() + kWireWait;
+    try_finish_rdma_accept();
+}
+
+void Session::wire_timer_cb(int, short, void* arg) {
+    auto* self = static_cast<Session*>(arg);
+    if (self->state_ == SessionState::Startup && self->rdma_phase_ == RdmaPhase::AwaitWire)
+        self->try_finish_rdma_accept();
+}
+
+// The wire connection reaches the main thread's listener; it usually arrived before the
+// client's Hello (the client connects it first), else we look again every millisecond.
+void Session::try_finish_rdma_accept() {
+    UniqueFd wire = worker_.rdma_shared().registry->take(wire_token_);
+    if (wire.valid()) {
+        wire_offered_ = false;  // take() used the offer up
+        finish_rdma_accept(std::move(wire));
+        return;
+    }
+    if (std::chrono::steady_clock::now() >= wire_deadline_) {
+        decline_rdma("the client's soft-device wire connection did not arrive");
+        return;
+    }
+    if (!wire_timer_)
+        wire_timer_.reset(evtimer_new(worker_.base(), wire_timer_cb, this));
+    evtimer_add(wire_timer_.get(), &kWireRetry);
+}
+
+void Session::finish_rdma_accept(UniqueFd wire) {
+    rdma::QpOptions qp_options;
+    qp_options.soft_wire_fd = wire.valid() ? wire.release() : -1;  // always taken over
+    rdma::Hello reply;
+    std::string error;
+    std::unique_ptr<rdma::ServerSession> channel =
+        worker_.rdma_endpoint()->accept(client_.get(), client_hello_, reply, qp_options, error);
+    if (channel == nullptr) {
+        decline_rdma("cannot set up the RDMA session: " + error);
+        return;
+    }
+    std::array<std::byte, 1 + rdma::kHelloSize> answer{};
+    answer[0] = protocol::kL5Accepted;
+    rdma::encode_hello(reply,
+                       std::span<std::byte, rdma::kHelloSize>(answer.data() + 1, rdma::kHelloSize));
+    rdma_phase_ = RdmaPhase::None;
+    rdma_ = std::move(channel);
+    worker_.set_polled(this, true);
+    if (!send_now(answer)) {
+        close("cannot answer the RDMA hello", true);
+        return;
+    }
+    metrics_.upgrade_accepted();
+    transport_ = Transport::Rdma;
+    set_event(client_read_.get(), true);  // doorbells and EOF from now on
+    spdlog::debug("session {}: upgraded to RDMA ({} device, rings {} / {} bytes)", id_,
+                  worker_.rdma_device_name(), reply.ring_size, client_hello_.ring_size);
+}
+
+void Session::close_on_channel_status(rdma::IoStatus status) {
+    if (status == rdma::IoStatus::Closed) {
+        flush_upstream();
+        close("client disconnected");
+    } else {
+        close(fmt::format("RDMA channel error: {}", rdma_ ? rdma_->error() : "?"), true);
+    }
+}
+
+void Session::on_rdma_socket() {
+    rdma_->on_socket_readable();
+    // EOF stays readable for ever: stop watching; read() reports Closed once everything
+    // the client sent has been read, from the polling loop.
+    if (rdma_->peer_closed())
+        set_event(client_read_.get(), false);
+    (void)poll_rdma();
+}
+
+bool Session::poll_rdma() {
+    if (state_ == SessionState::Closed)
+        return false;
+    (void)rdma_->progress();  // completions: doorbells owed, READ results; errors show below
+    switch (state_) {
+        case SessionState::Closed:
+        case SessionState::Connecting:
+            return false;
+        case SessionState::Startup: {
+            bool progress = false;
+            while (state_ == SessionState::Startup) {
+                const size_t before = startup_.size();
+                if (!read_startup_from_channel() || startup_.size() == before)
+                    break;
+                progress = true;
+                process_startup_buffer();
+            }
+            return progress;
+        }
+        case SessionState::Forwarding:
+            break;
+    }
+    bool moved = forward_channel_to_upstream();
+    if (state_ == SessionState::Forwarding && !to_client_.empty() &&
+        (!rdma_->write_blocked() || rdma_->writable())) {
+        const size_t before = to_client_.size();
+        flush_client_rdma();
+        moved = moved || (state_ != SessionState::Closed && to_client_.size() != before);
+    }
+    return moved;
+}
+
+bool Session::forward_channel_to_upstream() {
+    bool moved = false;
+    while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
+           to_upstream_.empty()) {
+        std::span<std::byte> space = to_upstream_.prepare(kChannelChunk);
+        const rdma::IoResult r = rdma_->read(space);
+        to_upstream_.commit(r.bytes);
+        if (r.bytes > 0) {
+            moved = true;
+            flush_upstream();  // counts the bytes; queues what the socket does not take
+            continue;
+        }
+        if (r.status == rdma::IoStatus::WouldBlock || r.status == rdma::IoStatus::Ok)
+            break;
+        close_on_channel_status(r.status);
+        return moved;
+    }
+    if (moved)
+        awaiting_upstream_ = true;
+    return moved;
+}
+
+void Session::flush_client_rdma() {
+    while (!to_client_.empty() && state_ != SessionState::Closed) {
+        const auto data = to_client_.front();
+        const rdma::IoResult r = rdma_->write(data);
+        if (r.bytes > 0) {
+            to_client_.consume(r.bytes);
+            metrics_.add_bytes(transport_, Direction::ServerToClient, r.bytes);
+        }
+        if (r.status == rdma::IoStatus::Closed || r.status == rdma::IoStatus::Error) {
+            close_on_channel_status(r.status);
+            return;
+        }
+        if (r.status == rdma::IoStatus::WouldBlock || r.bytes < data.size())
+            break;  // the client's ring is full: the polling loop retries when it drains
+    }
+    if (to_client_.empty() && close_when_flushed_) {
+        close(close_reason_);
+        return;
+    }
+    update_upstream_reading();
+}
+
+}  // namespace l5pg::daemon
