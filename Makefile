@@ -52,6 +52,8 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure
 	@echo "== integration tests (pytest, real PostgreSQL 15) =="
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	@echo "== RDMA on real hardware (verbs device; skipped without one) =="
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) tests/rdma/hw-test.sh
 
 demo: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/demo.py
