@@ -62,7 +62,7 @@ def parser():
     ap.add_argument("--clients", type=_int_list, help="client counts (default 1,2,4,8,16,32,64)")
     ap.add_argument("--workloads", type=_list, help=f"of {','.join(WORKLOADS)} (default all)")
     ap.add_argument("--targets", type=_list, default=list(TARGET_NAMES),
-                    help=f"of {','.join(TARGET_NAMES)} (default all; l5pgd-rdma only with a device)")
+                    help=f"of {','.join(TARGET_NAMES)} (default all; l5pgd-rdma-verbs with an RDMA device, else l5pgd-rdma-soft)")
     ap.add_argument("--placements", type=_list, default=list(PLACEMENT_NAMES),
                     help="default and/or pinned (default both)")
     ap.add_argument("--scale", type=int, help="pgbench scale (default max(10, most clients))")

@@ -10,7 +10,7 @@ METRICS = (
     ("cpu_per_tx.png", "CPU per transaction (client + proxy + Postgres)",
      ("cpu_median", None, None), "CPU µs / transaction"),
 )
-STYLE = {name: (f"C{i}", "os^vD<>p"[i]) for i, name in enumerate(TARGET_NAMES)}
+STYLE = {name: (f"C{i}", "os^vD<>pX*h"[i % 11]) for i, name in enumerate(TARGET_NAMES)}
 
 
 def _pyplot():

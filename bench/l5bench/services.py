@@ -6,8 +6,10 @@ from pathlib import Path
 from tests.harness import paths
 from tests.harness.cluster import PgCluster, _chown_postgres
 from tests.harness.l5pgd import L5pgd
+from tests.harness.rdma import rdma_overrides
 
 from .pgbouncer import PgBouncer
+from .targets import rdma_device_kind
 
 
 def shared_buffers_mb():
@@ -72,7 +74,8 @@ class Services:
 
     def start_l5pgd(self):
         self.l5pgd = L5pgd(self.work_dir / "l5pgd", self.cluster, workers=self.l5pgd_workers,
-                           extra_overrides=["logging.level=info"])
+                           extra_overrides=["logging.level=info",
+                                            *rdma_overrides(rdma_device_kind())])
         self.log(f"starting l5pgd (port {self.l5pgd.port}, {self.l5pgd_workers} workers)")
         self.l5pgd.start()
 

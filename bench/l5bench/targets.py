@@ -6,9 +6,11 @@ from typing import Optional
 
 from tests.harness.client import (Target, direct_tcp_target, direct_unix_target, shm_target,
                                   tcp_target, unix_target)
+from tests.harness.rdma import rdma_target
 
 TARGET_NAMES = ("direct-tcp", "direct-unix", "pgbouncer-tcp", "pgbouncer-unix",
-                "l5pgd-tcp", "l5pgd-unix", "l5pgd-shm", "l5pgd-rdma")
+                "l5pgd-tcp", "l5pgd-unix", "l5pgd-shm", "l5pgd-rdma-verbs", "l5pgd-rdma-soft")
+RDMA_TARGETS = {"l5pgd-rdma-verbs": "verbs", "l5pgd-rdma-soft": "soft"}
 DIRECT = ("direct-tcp", "direct-unix")
 RDMA_SYSFS = Path("/sys/class/infiniband")
 
@@ -35,31 +37,30 @@ def validate(names):
                          f"choose from {', '.join(TARGET_NAMES)}")
 
 
-def rdma_skip_reason():
-    """Why l5pgd-rdma cannot run here, or None if it can.
-
-    Hook: once l5pgd and libl5pg.so speak RDMA, return None when a device exists and fill in
-    rdma_target() below; the rest of the harness treats it like any other target."""
+def rdma_device_kind():
+    """The RDMA device l5pgd and the shim use in this run: verbs when the host has an RDMA
+    device (a NIC or Soft-RoCE), else l5pg's user-space soft device. The soft device's
+    numbers say nothing about RDMA speed; the target name says which one ran."""
     devices = sorted(p.name for p in RDMA_SYSFS.iterdir()) if RDMA_SYSFS.is_dir() else []
-    if not devices:
-        return f"no RDMA device ({RDMA_SYSFS} is empty or missing)"
-    return (f"RDMA device(s) {', '.join(devices)} present, but l5pgd/libl5pg.so have no RDMA "
-            "transport yet")
+    return "verbs" if devices else "soft"
 
 
-def rdma_target(l5pgd):
-    """The shim over RDMA to l5pgd's TCP endpoint (for when the RDMA transport exists)."""
-    return Target("l5pgd-rdma", l5pgd.host, l5pgd.port, preload=True, transport_off=False,
-                  extra={"L5PG_TRANSPORT": "rdma"})
+def rdma_skip_reason(name):
+    """Why the RDMA target `name` cannot run here, or None if it can."""
+    if RDMA_TARGETS[name] == rdma_device_kind():
+        return None
+    if name == "l5pgd-rdma-verbs":
+        return f"no RDMA device ({RDMA_SYSFS} is empty or missing); l5pgd-rdma-soft runs instead"
+    return "an RDMA device exists; l5pgd-rdma-verbs runs instead"
 
 
 def runnable(names):
     """(names that can run here, {name: reason} for those skipped)."""
     skipped = {}
-    if "l5pgd-rdma" in names:
-        reason = rdma_skip_reason()
+    for name in RDMA_TARGETS:
+        reason = rdma_skip_reason(name) if name in names else None
         if reason:
-            skipped["l5pgd-rdma"] = reason
+            skipped[name] = reason
     return [n for n in names if n not in skipped], skipped
 
 
@@ -78,6 +79,7 @@ def build(names, services):
         "l5pgd-tcp": lambda: _renamed(tcp_target(d), "l5pgd-tcp"),
         "l5pgd-unix": lambda: _renamed(unix_target(d), "l5pgd-unix"),
         "l5pgd-shm": lambda: _renamed(shm_target(d), "l5pgd-shm"),
-        "l5pgd-rdma": lambda: rdma_target(d),
+        "l5pgd-rdma-verbs": lambda: _renamed(rdma_target(d, "verbs"), "l5pgd-rdma-verbs"),
+        "l5pgd-rdma-soft": lambda: _renamed(rdma_target(d, "soft"), "l5pgd-rdma-soft"),
     }
     return [BenchTarget(n, makers[n](), proxy_of(n)) for n in names]
