@@ -14,12 +14,6 @@ void throw_errno(const std::string& what) {
     throw BenchError(what + ": " + std::strerror(errno));
 }
 
-void UniqueFd::reset(int fd) noexcept {
-    if (fd_ >= 0)
-        ::close(fd_);
-    fd_ = fd;
-}
-
 FdPair make_socketpair() {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "transport/unique_fd.hpp"
+
 namespace l5pg::microbench {
 
 // A failed measurement or setup step; the cell is reported as failed.
@@ -17,26 +19,7 @@ class BenchError : public std::runtime_error {
 // Throws BenchError("<what>: <strerror(errno)>").
 [[noreturn]] void throw_errno(const std::string& what);
 
-class UniqueFd {
-  public:
-    UniqueFd() = default;
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    UniqueFd& operator=(UniqueFd&& other) noexcept {
-        if (this != &other)
-            reset(std::exchange(other.fd_, -1));
-        return *this;
-    }
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-    ~UniqueFd() { reset(); }
-
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    void reset(int fd = -1) noexcept;
-
-  private:
-    int fd_ = -1;
-};
+using UniqueFd = l5pg::UniqueFd;
 
 // Both ends of a socketpair(2) or pipe(2).
 struct FdPair {

@@ -15,12 +15,6 @@ namespace l5pg::rdma::sys {
 
 static_assert(sizeof(unsigned long) >= sizeof(pthread_t));
 
-void UniqueFd::reset(int fd) noexcept {
-    if (fd_ >= 0)
-        ::close(fd_);
-    fd_ = fd;
-}
-
 ssize_t send_raw(int fd, const void* buf, size_t len, int flags) noexcept {
     return ::syscall(SYS_sendto, fd, buf, len, flags, nullptr, 0);
 }

@@ -13,30 +13,11 @@
 #include <string>
 #include <utility>
 
+#include "transport/unique_fd.hpp"
+
 namespace l5pg::rdma::sys {
 
-class UniqueFd {
-  public:
-    UniqueFd() = default;
-    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-    UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    UniqueFd& operator=(UniqueFd&& other) noexcept {
-        if (this != &other)
-            reset(std::exchange(other.fd_, -1));
-        return *this;
-    }
-    UniqueFd(const UniqueFd&) = delete;
-    UniqueFd& operator=(const UniqueFd&) = delete;
-    ~UniqueFd() { reset(); }
-
-    [[nodiscard]] int get() const noexcept { return fd_; }
-    [[nodiscard]] bool valid() const noexcept { return fd_ >= 0; }
-    [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
-    void reset(int fd = -1) noexcept;
-
-  private:
-    int fd_ = -1;
-};
+using UniqueFd = l5pg::UniqueFd;
 
 [[nodiscard]] ssize_t send_raw(int fd, const void* buf, size_t len, int flags) noexcept;
 [[nodiscard]] ssize_t recv_raw(int fd, void* buf, size_t len, int flags) noexcept;
