@@ -139,10 +139,14 @@ bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
            static_cast<uint64_t>(st.st_ino) == inode;
 }
 
-UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) noexcept {
+namespace {
+
+// Only a connection that starts with a startup packet is upgraded; cancel requests never
+// are (PQcancel runs in signal handlers and must stay a plain socket).
+bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexcept {
     if (protocol::is_cancel_request({first, len})) {
         debug_log().str("fd ").inum(fd).str(": cancel request, not upgraded").end();
-        return UpgradeResult::Plain;
+        return false;
     }
     if (!is_upgradable_first_packet(first, len)) {
         debug_log()
@@ -150,8 +154,16 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
             .inum(fd)
             .str(": first bytes are not a startup packet, not upgraded")
             .end();
-        return UpgradeResult::Plain;
+        return false;
     }
+    return true;
+}
+
+}  // namespace
+
+UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) noexcept {
+    if (!first_packet_may_upgrade(fd, first, len))
+        return UpgradeResult::Plain;
     const int saved_errno = errno;
     shm::SysError error;
     std::optional<shm::Segment> segment =
@@ -563,18 +575,8 @@ bool is_rdma_upgrade_target(const sockaddr* addr, socklen_t len) noexcept {
 
 UpgradeResult try_upgrade_rdma(int fd, const std::byte* first, size_t len,
                                Channel*& channel) noexcept {
-    if (protocol::is_cancel_request({first, len})) {
-        debug_log().str("fd ").inum(fd).str(": cancel request, not upgraded").end();
+    if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;
-    }
-    if (!is_upgradable_first_packet(first, len)) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": first bytes are not a startup packet, not upgraded")
-            .end();
-        return UpgradeResult::Plain;
-    }
     const int saved_errno = errno;
     try {
         return try_upgrade_rdma_impl(fd, channel, saved_errno);
