@@ -110,7 +110,7 @@ void ShmLink::recv(std::byte* out, size_t n) {
         RingStatus status;
         const size_t k = rx_.read({out + got, n - got}, status);
         if (status == RingStatus::Corrupt)
-            throw BenchError("ring corrupt: impossible write position or record length");
+            throw BenchError("ring corrupt: impossible record length");
         got += k;
         if (k > 0 && mode_ != ShmWait::Spin && rx_.writer_needs_wakeup())
             ring_doorbell();

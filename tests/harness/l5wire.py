@@ -1,7 +1,9 @@
 """A minimal pure-Python L5 SHM client, for driving l5pgd's shared-memory transport directly
 (well-behaved or hostile) from the test process without the shim.
 
-Layout: see transport/shm/layout.hpp and docs/wire-format.md.
+Layout: see transport/shm/layout.hpp and docs/wire-format.md. Layout version 2: records are
+[u32 length][payload][zero padding to 8], and the length word is the publication flag (0 =
+nothing published yet). The writer's position is private; only read_pos is shared.
 """
 import ctypes
 import fcntl
@@ -16,13 +18,14 @@ import time
 from . import pgwire
 
 L5_UPGRADE_CODE = (1234 << 16) | 5750
-L5_VERSION = 1
+L5_VERSION = 1          # upgrade-request version (protocol/startup.hpp kL5UpgradeVersion)
 L5_TRANSPORT_SHM = 1
 
 MAGIC = 0x314D485347503545
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2      # transport/shm/layout.hpp kLayoutVersion
 HEADER_SIZE = 4096
 RECORD_ALIGN = 8
+RECORD_HEADER = 4       # the u32 length word
 
 F_SEAL_SEAL = 1
 F_SEAL_SHRINK = 2
@@ -39,16 +42,20 @@ OFF_S2C_SIZE = 24
 OFF_CLIENT_CLOSED = 64
 OFF_SERVER_CLOSED = 128
 OFF_C2S = 192
-OFF_S2C = 448
-# Within a RingControl.
-RC_WRITE_POS = 0
-RC_READ_POS = 64
-RC_READER_WAITING = 128
-RC_WRITER_WAITING = 192
+OFF_S2C = 384
+# Within a RingControl (sizeof 192: one 64-byte line per field). There is no shared
+# write_pos: the records' length words publish the data.
+RC_READ_POS = 0
+RC_READER_WAITING = 64
+RC_WRITER_WAITING = 128
 
 
 def footprint(payload_len):
-    return (4 + payload_len + RECORD_ALIGN - 1) & ~(RECORD_ALIGN - 1)
+    return (RECORD_HEADER + payload_len + RECORD_ALIGN - 1) & ~(RECORD_ALIGN - 1)
+
+
+def max_record_payload(ring_size):
+    return ring_size // 2 - RECORD_HEADER
 
 
 def upgrade_packet(c2s, s2c, version=L5_VERSION, transport=L5_TRANSPORT_SHM):
@@ -113,7 +120,7 @@ class ShmClient:
         self.sock = None
         self.fd = None
         self.mm = None
-        self.c2s_write = 0      # our write_pos in c2s
+        self.c2s_write = 0      # our (private, never published) write position in c2s
         self.s2c_read = 0       # our read_pos in s2c
         self.eof = False        # socket EOF seen
         self.doorbells_sent = 0
@@ -163,10 +170,11 @@ class ShmClient:
         return False
 
     # ------------------------------------------------------------------ raw fields
-    # Positions and flags are std::atomic on the other side. struct.pack_into/unpack_from
-    # copy byte by byte, so l5pgd could see a torn position (e.g. 0xf8 -> 0x100 observed
-    # as 0x000) and rightly call it corrupt. A ctypes field access is one aligned native
-    # load or store, which is what the C++ side does on x86-64.
+    # Positions, flags and record length words are std::atomic on the other side.
+    # struct.pack_into/unpack_from copy byte by byte, so l5pgd could see a torn value
+    # (e.g. 0xf8 -> 0x100 observed as 0x000, or a half-written length) and rightly call
+    # it corrupt. A ctypes field access is one aligned native load or store, which is what
+    # the C++ side does on x86-64.
     def peek64(self, off):
         return ctypes.c_uint64.from_buffer(self.mm, off).value
 
@@ -201,6 +209,11 @@ class ShmClient:
         if first < len(data):
             rest = data[first:]
             self.mm[ring_base:ring_base + len(rest)] = rest
+
+    def ring_word_off(self, ring_base, size, pos):
+        """mmap offset of the (8-aligned, hence never wrapping) length word at pos."""
+        assert pos % RECORD_ALIGN == 0, pos
+        return ring_base + (pos & (size - 1))
 
     def ring_read(self, ring_base, size, pos, n):
         idx = pos & (size - 1)
@@ -254,14 +267,27 @@ class ShmClient:
         return True
 
     # ------------------------------------------------------------------ c2s writer
-    def write_record_raw(self, length_field, payload=b"", advance=None, ring=True):
-        """Hostile-capable: write [length_field][payload] at our write_pos and publish
-        write_pos + advance (default: the honest footprint)."""
-        rec = struct.pack("<I", length_field & 0xFFFFFFFF) + payload
-        self.ring_write(self.c2s_base, self.c2s_size, self.c2s_write, rec)
-        adv = footprint(len(payload)) if advance is None else advance
-        self.c2s_write += adv
-        self.poke64(OFF_C2S + RC_WRITE_POS, self.c2s_write)
+    def _publish_c2s(self, length_field, body):
+        """Writer protocol at our write position: body (payload + padding) after the
+        length word, zero the next record's length word, then publish with one aligned
+        4-byte store of the length word. Advances our private write position."""
+        pos = self.c2s_write
+        self.ring_write(self.c2s_base, self.c2s_size, pos + RECORD_HEADER, body)
+        nxt = pos + RECORD_HEADER + len(body)
+        self.poke32(self.ring_word_off(self.c2s_base, self.c2s_size, nxt), 0)
+        self.poke32(self.ring_word_off(self.c2s_base, self.c2s_size, pos), length_field)
+        self.c2s_write = nxt
+
+    def write_record_raw(self, length_field, payload=b"", ring=True):
+        """Hostile-capable: write payload (zero-padded to 8) at our write position, zero the
+        next length word, then store length_field (whatever it is) as this record's length
+        word. No space check. A length_field of 0 publishes nothing, so our write position
+        stays put and the next record overwrites this one."""
+        body = payload + b"\0" * (footprint(len(payload)) - RECORD_HEADER - len(payload))
+        pos = self.c2s_write
+        self._publish_c2s(length_field, body)
+        if length_field & 0xFFFFFFFF == 0:
+            self.c2s_write = pos
         if ring:
             self.doorbell()
 
@@ -270,13 +296,17 @@ class ShmClient:
         server's reader_waiting flag is set."""
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        maxrec = self.c2s_size // 2 - 4
+        maxrec = max_record_payload(self.c2s_size)
         off = 0
         while off < len(data):
             read_pos = self.peek64(OFF_C2S + RC_READ_POS)
+            if read_pos > self.c2s_write or read_pos % RECORD_ALIGN:
+                raise AssertionError(f"server published an impossible c2s read_pos {read_pos} "
+                                     f"(our write position {self.c2s_write})")
             free = self.c2s_size - (self.c2s_write - read_pos)
-            usable = free & ~(RECORD_ALIGN - 1)
-            n = min(len(data) - off, maxrec, max(usable - 4, 0))
+            # The last 8 free bytes are kept for the next record's length word.
+            usable = (free & ~(RECORD_ALIGN - 1)) - RECORD_ALIGN
+            n = min(len(data) - off, maxrec, max(usable - RECORD_HEADER, 0))
             if n <= 0:
                 # Ring full: ask for a doorbell when the server consumes, then wait.
                 self.poke32(OFF_C2S + RC_WRITER_WAITING, 1)
@@ -289,11 +319,7 @@ class ShmClient:
                     raise TimeoutError("c2s ring stayed full")
                 continue
             chunk = data[off:off + n]
-            rec = struct.pack("<I", n) + chunk
-            rec += b"\0" * (footprint(n) - len(rec))
-            self.ring_write(self.c2s_base, self.c2s_size, self.c2s_write, rec)
-            self.c2s_write += footprint(n)
-            self.poke64(OFF_C2S + RC_WRITE_POS, self.c2s_write)
+            self._publish_c2s(n, chunk + b"\0" * (footprint(n) - RECORD_HEADER - n))
             off += n
             if not self._ring_if_flag(OFF_C2S + RC_READER_WAITING):
                 raise PeerClosed("doorbell failed")
@@ -306,21 +332,22 @@ class ShmClient:
         if r:
             self.drain_socket()
 
+    def s2c_next_length(self):
+        """The length word at our s2c read position (one aligned 4-byte load)."""
+        return self.peek32(self.ring_word_off(self.s2c_base, self.s2c_size, self.s2c_read))
+
     def read_available(self):
         """Consume every complete record in the s2c ring; return the payload bytes."""
         out = b""
         size = self.s2c_size
         while True:
-            wpos = self.peek64(OFF_S2C + RC_WRITE_POS)
-            if wpos == self.s2c_read:
-                break
-            if wpos < self.s2c_read or wpos - self.s2c_read > size or wpos % RECORD_ALIGN:
-                raise AssertionError(f"server published an impossible s2c write_pos {wpos} "
+            length = self.s2c_next_length()
+            if length == 0:
+                break  # nothing published (yet)
+            if length > max_record_payload(size):
+                raise AssertionError(f"server wrote a corrupt s2c record length {length} "
                                      f"(our read_pos {self.s2c_read}, size {size})")
-            (length,) = struct.unpack("<I", self.ring_read(self.s2c_base, size, self.s2c_read, 4))
-            if length == 0 or length > size // 2 - 4 or footprint(length) > wpos - self.s2c_read:
-                raise AssertionError(f"server wrote a corrupt s2c record length {length}")
-            out += self.ring_read(self.s2c_base, size, self.s2c_read + 4, length)
+            out += self.ring_read(self.s2c_base, size, self.s2c_read + RECORD_HEADER, length)
             self.s2c_read += footprint(length)
             self.poke64(OFF_S2C + RC_READ_POS, self.s2c_read)
         if out:
@@ -351,7 +378,7 @@ class ShmClient:
                 break
             # Arm reader_waiting, re-check, then sleep on the socket.
             self.poke32(OFF_S2C + RC_READER_WAITING, 1)
-            if self.peek64(OFF_S2C + RC_WRITE_POS) != self.s2c_read:
+            if self.s2c_next_length() != 0:
                 self.poke32(OFF_S2C + RC_READER_WAITING, 0)
                 continue
             if now - last_progress > 1.0:

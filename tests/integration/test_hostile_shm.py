@@ -10,8 +10,7 @@ import pytest
 
 from tests.harness import l5wire, pgwire
 from tests.harness.client import tcp_target
-from tests.harness.l5wire import (OFF_C2S, OFF_S2C, RC_READ_POS, RC_WRITE_POS, ShmClient,
-                                  footprint)
+from tests.harness.l5wire import OFF_S2C, RC_READ_POS, ShmClient, max_record_payload
 
 RING = 4096  # small rings keep every test far from wrapping issues and make limits cheap
 
@@ -90,40 +89,35 @@ def test_python_shm_client_select_42(l5pgd, cluster, rings):
 
 # ---------------------------------------------------------------- 2. hostile writers
 
-def attack_backwards(c):
-    c.poke64(OFF_C2S + RC_WRITE_POS, c.c2s_write - 8)
+# The length word of a record is its publication flag: 0 = nothing published yet (not an
+# attack), otherwise it must be 1..size/2-4. Anything above is corrupt, and l5pgd must say
+# so before it touches [record, record + footprint).
+
+def attack_length_just_above_max(c):
+    c.write_record_raw(max_record_payload(c.c2s_size) + 1, ring=False)
 
 
-def attack_too_far_ahead(c):
-    read_pos = c.peek64(OFF_C2S + RC_READ_POS)
-    c.poke64(OFF_C2S + RC_WRITE_POS, read_pos + c.c2s_size + 8)
+def attack_length_above_half(c):
+    c.write_record_raw(c.c2s_size // 2 + 8, ring=False)
 
 
-def attack_misaligned(c):
-    # A valid-looking record, published with a misaligned position.
-    c.write_record_raw(4, b"\0\0\0\0", advance=5, ring=False)
+def attack_length_all_ones(c):
+    c.write_record_raw(0xFFFFFFFF, ring=False)
 
 
-def attack_zero_length(c):
-    c.write_record_raw(0, b"", advance=8, ring=False)
-
-
-def attack_too_long(c):
-    c.write_record_raw(c.c2s_size // 2 + 8, b"", advance=footprint(c.c2s_size // 2 + 8),
-                       ring=False)
-
-
-def attack_footprint_past_write_pos(c):
-    c.write_record_raw(100, b"Q", advance=8, ring=False)
+def attack_corrupt_length_after_valid_record(c):
+    # An honest record (the start of a Query message that never completes, so nothing
+    # reaches the backend), then a corrupt length in the next record slot, which the
+    # honest record's publication had zeroed.
+    c.write_record_raw(4, b"Q\0\0\0", ring=False)
+    c.write_record_raw(0x7FFFFFFF, ring=False)
 
 
 HOSTILE_WRITERS = {
-    "write_pos_backwards": attack_backwards,
-    "write_pos_beyond_ring": attack_too_far_ahead,
-    "write_pos_misaligned": attack_misaligned,
-    "record_length_zero": attack_zero_length,
-    "record_length_above_half": attack_too_long,
-    "record_footprint_past_write_pos": attack_footprint_past_write_pos,
+    "record_length_just_above_max": attack_length_just_above_max,
+    "record_length_above_half": attack_length_above_half,
+    "record_length_all_ones": attack_length_all_ones,
+    "corrupt_length_after_valid_record": attack_corrupt_length_after_valid_record,
 }
 
 
@@ -161,6 +155,33 @@ def test_hostile_writer(l5pgd, cluster, bystander, attack):
         c.close(clean=False)
 
 
+@pytest.mark.timeout(60)
+def test_unpublished_record_and_spurious_doorbells_are_harmless(l5pgd, cluster):
+    """A zero length word means "nothing published yet": payload bytes sitting behind it
+    and doorbells without data must neither kill the session nor be delivered."""
+    appname = app_name("unpublished")
+    c = started_client(l5pgd, appname)
+    try:
+        e0 = l5pgd.metric("l5pg_session_errors_total", transport="shm")
+        # Garbage where the next record will go, its length word left at 0.
+        garbage = b"\xff" * 64
+        c.ring_write(c.c2s_base, c.c2s_size, c.c2s_write + 4, garbage)
+        for _ in range(3):
+            assert c.doorbell()
+        time.sleep(0.3)
+        c.drain_socket()
+        assert not c.eof, "l5pgd closed the session over an unpublished record"
+        # The next honest record overwrites the garbage; the session works as before.
+        msgs = c.query("select 8")
+        assert [b for t, b in msgs if t == "D"][0].endswith(b"8"), msgs
+        assert backends(cluster, appname) == 1
+        assert l5pgd.metric("l5pg_session_errors_total", transport="shm") == e0
+    finally:
+        c.close()
+    assert wait_no_backend(cluster, appname), "backend left after a clean Terminate"
+    assert l5pgd.alive()
+
+
 # ---------------------------------------------------------------- 4. hostile reader
 
 @pytest.mark.timeout(60)
@@ -172,9 +193,10 @@ def test_hostile_reader_read_pos_beyond_write_pos(l5pgd, cluster, bystander):
         assert [b for t, b in msgs if t == "D"][0].endswith(b"7")
         e0 = l5pgd.metric("l5pg_session_errors_total", transport="shm")
         log0 = len(l5pgd.log_text())
-        server_wpos = c.peek64(OFF_S2C + RC_WRITE_POS)
-        # Far beyond anything the server will ever have written (and record-aligned).
-        c.poke64(OFF_S2C + RC_READ_POS, server_wpos + (1 << 40))
+        # The server's write position is private now, but it is at most one ring ahead
+        # of what we consumed: this is far beyond anything it will ever have written
+        # (and record-aligned, as s2c_read is).
+        c.poke64(OFF_S2C + RC_READ_POS, c.s2c_read + (1 << 40))
         # A response larger than half the ring forces the server to re-read read_pos.
         body = b"select repeat('y', 20000)\0"
         c.write_bytes(b"Q" + struct.pack("!I", len(body) + 4) + body)

@@ -16,14 +16,19 @@
 namespace l5pg::shm {
 
 inline constexpr uint64_t kMagic = 0x314d485347503545ull;  // "E5PGSHM1" little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kHeaderSize = 4096;
 inline constexpr size_t kMinRingSize = 4096;
 inline constexpr size_t kMaxRingSize = size_t{256} << 20;
 inline constexpr size_t kDefaultRingSize = size_t{1} << 20;
 
-// Records are [u32 payload length][payload][padding to kRecordAlign].
+// Records are [u32 payload length][payload][padding to kRecordAlign]. The length word is
+// also the publication flag (L5 §III-B-2): the reader polls the length of the next record
+// in the ring itself, so a message costs the reader one cache-line transfer fewer than
+// polling a separate position would. 0 means "not published yet": before publishing a
+// record the writer zeroes the length word that follows it, and it always keeps
+// kRecordAlign bytes free for that word.
 inline constexpr size_t kRecordHeaderSize = 4;
 inline constexpr size_t kRecordAlign = 8;
 
@@ -31,10 +36,10 @@ static_assert((kMinRingSize & (kMinRingSize - 1)) == 0);
 static_assert(kMinRingSize % kRecordAlign == 0);
 
 // Control block of one direction. Positions are monotonically increasing byte counts;
-// index into the ring = pos & (size - 1).
+// index into the ring = pos & (size - 1). The writer's position is not shared: the
+// records' length words publish the data, read_pos returns the space.
 struct RingControl {
-    alignas(kCacheLine) std::atomic<uint64_t> write_pos{0};  // producer-owned
-    alignas(kCacheLine) std::atomic<uint64_t> read_pos{0};   // consumer-owned
+    alignas(kCacheLine) std::atomic<uint64_t> read_pos{0};  // consumer-owned
     // Consumer is (about to be) blocked waiting for data: producer rings the doorbell.
     alignas(kCacheLine) std::atomic<uint32_t> reader_waiting{0};
     // Producer is (about to be) blocked waiting for space: consumer rings the doorbell.

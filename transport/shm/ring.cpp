@@ -5,6 +5,15 @@
 #include <cstring>
 
 namespace l5pg::shm {
+namespace {
+
+// A record's length word, written and polled by two processes, hence only ever accessed
+// atomically. Records are 8-aligned and the rings page-aligned, so the word is aligned.
+std::atomic_ref<uint32_t> length_word(std::byte* record) noexcept {
+    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(record));
+}
+
+}  // namespace
 
 const char* to_string(RingStatus status) noexcept {
     switch (status) {
@@ -35,12 +44,14 @@ bool RingWriter::refresh_read_pos() noexcept {
     return true;
 }
 
+// The last kRecordAlign free bytes are never handed out: the length word of the record
+// after the one being written lives there and must be zero when that record is published.
 size_t RingWriter::payload_that_fits() const noexcept {
     const size_t free = size_ - static_cast<size_t>(write_pos_ - cached_read_pos_);
     const size_t usable = free & ~(kRecordAlign - 1);
-    if (usable <= kRecordHeaderSize)
+    if (usable <= kRecordAlign + kRecordHeaderSize)
         return 0;
-    return std::min(usable - kRecordHeaderSize, max_record_payload(size_));
+    return std::min(usable - kRecordAlign - kRecordHeaderSize, max_record_payload(size_));
 }
 
 RingStatus RingWriter::reserve(size_t want, std::span<std::byte>& out) noexcept {
@@ -62,11 +73,13 @@ void RingWriter::commit(size_t n) noexcept {
     reserved_ = 0;
     if (n == 0)
         return;
-    const uint32_t length = static_cast<uint32_t>(n);
-    std::memcpy(data_ + (write_pos_ & (size_ - 1)), &length, sizeof length);
+    std::byte* record = data_ + (write_pos_ & (size_ - 1));
+    // The next record's length word still holds whatever an earlier lap left there; it
+    // must read 0 before the reader can get to it, i.e. before this record is published.
+    length_word(record + record_footprint(n)).store(0, std::memory_order_relaxed);
+    // Release: the payload and the zero above are visible before the length is.
+    length_word(record).store(static_cast<uint32_t>(n), std::memory_order_release);
     write_pos_ += record_footprint(n);
-    // Release: the payload and length above become visible before the new position.
-    control_->write_pos.store(write_pos_, std::memory_order_release);
 }
 
 size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& status) noexcept {
@@ -96,8 +109,8 @@ bool RingWriter::empty() noexcept {
     return refresh_read_pos() && cached_read_pos_ == write_pos_;
 }
 
-// Dekker with RingReader::arm(): our write_pos store, fence, read of the flag; the
-// reader's flag store, fence, read of write_pos. One of the two sees the other.
+// Dekker with RingReader::arm(): our store of the length word, fence, read of the flag;
+// the reader's flag store, fence, read of the length word. One of the two sees the other.
 bool RingWriter::reader_needs_wakeup() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (control_->reader_waiting.load(std::memory_order_relaxed) == 0)
@@ -119,32 +132,25 @@ bool RingWriter::disarm() noexcept {
 RingReader::RingReader(RingControl& control, std::byte* data, size_t size) noexcept
     : control_(&control), data_(data), size_(size) {}
 
-// The writer's position is untrusted: monotonic, at most one ring ahead of us, aligned.
-RingStatus RingReader::refresh_write_pos() noexcept {
-    const uint64_t pos = control_->write_pos.load(std::memory_order_acquire);
-    if (pos < cached_write_pos_ || pos < read_pos_ || pos - read_pos_ > size_ ||
-        pos % kRecordAlign != 0)
-        return RingStatus::Corrupt;
-    cached_write_pos_ = pos;
-    return pos == read_pos_ ? RingStatus::Empty : RingStatus::Ok;
+// Acquire: pairs with the writer's release store of the length, so the payload is
+// visible once a non-zero length is.
+uint32_t RingReader::poll_length() const noexcept {
+    return length_word(data_ + (read_pos_ & (size_ - 1))).load(std::memory_order_acquire);
 }
 
 RingStatus RingReader::peek(std::span<const std::byte>& out) noexcept {
-    if (cached_write_pos_ == read_pos_) {
-        const RingStatus status = refresh_write_pos();
-        if (status != RingStatus::Ok)
-            return status;
-    }
-    const std::byte* record = data_ + (read_pos_ & (size_ - 1));
     if (record_length_ == 0) {
         // Read the length once into private memory: the writer may scribble on it later.
-        uint32_t length;
-        std::memcpy(&length, record, sizeof length);
-        if (length == 0 || length > max_record_payload(size_) ||
-            record_footprint(length) > cached_write_pos_ - read_pos_)
+        // The bound keeps [record, record + footprint) inside the double mapping; what the
+        // payload holds is the writer's business.
+        const uint32_t length = poll_length();
+        if (length == 0)
+            return RingStatus::Empty;
+        if (length > max_record_payload(size_))
             return RingStatus::Corrupt;
         record_length_ = length;
     }
+    const std::byte* record = data_ + (read_pos_ & (size_ - 1));
     out = {record + kRecordHeaderSize + record_offset_, size_t{record_length_} - record_offset_};
     return RingStatus::Ok;
 }
@@ -181,10 +187,7 @@ size_t RingReader::read(std::span<std::byte> out, RingStatus& status) noexcept {
 }
 
 bool RingReader::has_data() noexcept {
-    if (cached_write_pos_ != read_pos_)
-        return true;
-    // Corrupt counts as "data": the caller's next peek() reports it.
-    return refresh_write_pos() != RingStatus::Empty;
+    return record_length_ != 0 || poll_length() != 0;
 }
 
 bool RingReader::writer_needs_wakeup() noexcept {

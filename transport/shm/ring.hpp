@@ -1,9 +1,10 @@
 // Single-producer single-consumer record ring over shared memory (L5 §III).
 //
-// Each endpoint keeps its own position privately and only ever *reads* the peer's
-// position from shared memory; a peer position that is impossible (behind what was
-// already seen, beyond the ring, misaligned) or a record length that does not fit makes
-// the call return Corrupt, and the caller closes that one session.
+// Each endpoint keeps its own position privately. The reader learns about new records by
+// polling the next record's length word in the ring; the writer learns about free space
+// from the reader's published read_pos. A read position that is impossible (behind what
+// was already seen, beyond what was written, misaligned) or a record length that does
+// not fit makes the call return Corrupt, and the caller closes that one session.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +30,8 @@ class RingWriter {
     // Full: not even one byte fits. Corrupt: the reader's position is impossible.
     // The cached reader position is refreshed only when short of space.
     [[nodiscard]] RingStatus reserve(size_t want, std::span<std::byte>& out) noexcept;
-    // Publishes the reserved record with `n` (1..reserved) payload bytes: writes the
-    // length, then a release store of write_pos.
+    // Publishes the reserved record with `n` (1..reserved) payload bytes: zeroes the
+    // length word after it, then stores its own length word (release).
     void commit(size_t n) noexcept;
     // Copies as much of `bytes` as fits into one or more records. Returns bytes written
     // (0 when full); Corrupt is reported through `status`.
@@ -78,7 +79,8 @@ class RingReader {
     void consume(size_t n) noexcept;
     // Copies up to out.size() bytes across records. Returns bytes copied.
     [[nodiscard]] size_t read(std::span<std::byte> out, RingStatus& status) noexcept;
-    // True when a published record is waiting (acquire load of write_pos, validated).
+    // True when a published record is waiting (acquire load of its length word). A
+    // corrupt length counts as data: the next peek() reports it.
     [[nodiscard]] bool has_data() noexcept;
 
     // After consuming: seq_cst fence, then if the writer armed writer_waiting, clear it
@@ -95,12 +97,11 @@ class RingReader {
     RingControl* control_ = nullptr;
     std::byte* data_ = nullptr;
     size_t size_ = 0;
-    uint64_t read_pos_ = 0;          // start of the current record, private copy
-    uint32_t record_length_ = 0;     // validated payload length of it, 0 = not read yet
-    uint32_t record_offset_ = 0;     // payload bytes of the current record consumed
-    uint64_t cached_write_pos_ = 0;  // last validated writer position
+    uint64_t read_pos_ = 0;       // start of the current record, private copy
+    uint32_t record_length_ = 0;  // validated payload length of it, 0 = not read yet
+    uint32_t record_offset_ = 0;  // payload bytes of the current record consumed
 
-    [[nodiscard]] RingStatus refresh_write_pos() noexcept;
+    [[nodiscard]] uint32_t poll_length() const noexcept;  // the current record's length word
 };
 
 }  // namespace l5pg::shm

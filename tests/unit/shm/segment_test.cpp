@@ -81,7 +81,6 @@ TEST_CASE("Segment: create sets up header, fd and seals", "[shm][segment]") {
     CHECK(h.s2c_size == 4096);
     CHECK(h.client_closed.load() == 0);
     CHECK(h.server_closed.load() == 0);
-    CHECK(h.c2s.write_pos.load() == 0);
     CHECK(h.c2s.read_pos.load() == 0);
     CHECK(h.s2c.reader_waiting.load() == 0);
     CHECK(h.s2c.writer_waiting.load() == 0);
@@ -126,8 +125,8 @@ TEST_CASE("Segment: create + attach round trip", "[shm][segment]") {
     CHECK(b->header().magic == kMagic);
 
     // Shared: writes on one side show up on the other, through every mapping.
-    a.header().c2s.write_pos.store(4242);
-    CHECK(b->header().c2s.write_pos.load() == 4242);
+    a.header().c2s.read_pos.store(4242);
+    CHECK(b->header().c2s.read_pos.load() == 4242);
     b->header().server_closed.store(1);
     CHECK(a.header().server_closed.load() == 1);
     for (size_t i = 0; i < 8192; i += 511) {
@@ -145,7 +144,7 @@ TEST_CASE("Segment: create + attach round trip", "[shm][segment]") {
     CHECK(a.fd() == -1);
     b->c2s_data()[0] = std::byte{0x5a};
     CHECK(b->c2s_data()[8192] == std::byte{0x5a});
-    CHECK(b->header().c2s.write_pos.load() == 4242);
+    CHECK(b->header().c2s.read_pos.load() == 4242);
 }
 
 TEST_CASE("Segment: double mapping of both rings", "[shm][segment]") {

@@ -382,7 +382,7 @@ TEST_CASE("Ring: two-process stress with tiny spin budgets", "[shm][stress]") {
     CHECK(expected.records() == kRecords);
     CHECK(expected.trailer() == expected.checksum());
     CHECK(seg.header().client_closed.load() == 1);
-    CHECK(r.position() == seg.header().c2s.write_pos.load());
+    CHECK(r.position() == seg.header().c2s.read_pos.load());
     std::span<const std::byte> rest;
     CHECK(r.peek(rest) == RingStatus::Empty);
     ::close(sock);
