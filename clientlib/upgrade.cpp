@@ -1,29 +1,22 @@
 #include "clientlib/upgrade.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
-#include <memory>
-#include <string>
 
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
+#include "clientlib/upgrade_common.hpp"
 #include "protocol/startup.hpp"
-#include "transport/rdma/channel/client.hpp"
-#include "transport/rdma/channel/exchange.hpp"
-#include "transport/rdma/channel/offer.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -81,33 +74,6 @@ bool send_upgrade_request(int fd, const shm::Segment& segment) noexcept {
 
 // Waits for l5pgd's one-byte answer, whether or not the socket is non-blocking.
 // Returns the byte, or 0 with errno set.
-char await_answer(int fd) noexcept {
-    int remaining_ms = settings().upgrade_timeout_ms;
-    for (;;) {
-        pollfd p{fd, POLLIN, 0};
-        const int rc = real().poll(&p, 1, remaining_ms);
-        if (rc == 0) {
-            errno = ETIMEDOUT;
-            return 0;
-        }
-        if (rc < 0 && errno == EINTR)
-            continue;  // the timeout restarts: still bounded
-        if (rc < 0)
-            return 0;
-        char answer = 0;
-        const ssize_t n = real().recv(fd, &answer, 1, MSG_DONTWAIT);
-        if (n == 1)
-            return answer;
-        if (n == 0) {
-            errno = ECONNRESET;
-            return 0;
-        }
-        if (errno != EAGAIN && errno != EINTR)
-            return 0;
-        remaining_ms = std::max(remaining_ms / 2, 1);
-    }
-}
-
 bool is_upgradable_first_packet(const std::byte* first, size_t len) noexcept {
     if (len < protocol::kMinStartupPacketLength)
         return false;
@@ -139,8 +105,6 @@ bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
            static_cast<uint64_t>(st.st_ino) == inode;
 }
 
-namespace {
-
 // Only a connection that starts with a startup packet is upgraded; cancel requests never
 // are (PQcancel runs in signal handlers and must stay a plain socket).
 bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexcept {
@@ -159,7 +123,32 @@ bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexce
     return true;
 }
 
-}  // namespace
+char await_answer(int fd) noexcept {
+    int remaining_ms = settings().upgrade_timeout_ms;
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        const int rc = real().poll(&p, 1, remaining_ms);
+        if (rc == 0) {
+            errno = ETIMEDOUT;
+            return 0;
+        }
+        if (rc < 0 && errno == EINTR)
+            continue;  // the timeout restarts: still bounded
+        if (rc < 0)
+            return 0;
+        char answer = 0;
+        const ssize_t n = real().recv(fd, &answer, 1, MSG_DONTWAIT);
+        if (n == 1)
+            return answer;
+        if (n == 0) {
+            errno = ECONNRESET;
+            return 0;
+        }
+        if (errno != EAGAIN && errno != EINTR)
+            return 0;
+        remaining_ms = std::max(remaining_ms / 2, 1);
+    }
+}
 
 UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) noexcept {
     if (!first_packet_may_upgrade(fd, first, len))
@@ -228,371 +217,6 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
         .end();
     errno = saved_errno;
     return UpgradeResult::Upgraded;
-}
-
-}  // namespace l5pg::shim
-
-// ---------------------------------------------------------------- RDMA (wire-format.md 5)
-
-namespace l5pg::shim {
-namespace {
-
-// One RDMA device per process, opened on the first RDMA upgrade. Never destroyed (queue
-// pairs of live channels refer to it; at exit the process goes away anyway). A failure
-// is remembered, so a host without a device pays for the attempt once.
-pthread_mutex_t g_rdma_mutex = PTHREAD_MUTEX_INITIALIZER;
-rdma::Device* g_rdma_device = nullptr;
-bool g_rdma_failed = false;
-char g_rdma_failure[256] = {};
-
-rdma::Device* rdma_device() noexcept {
-    ::pthread_mutex_lock(&g_rdma_mutex);
-    if (g_rdma_device == nullptr && !g_rdma_failed) {
-        try {
-            const Settings& s = settings();
-            rdma::DeviceOptions options;
-            options.device_name = s.rdma_device_name;
-            options.port = s.rdma_device_port;
-            options.gid_index = s.rdma_gid_index;
-            std::string error;
-            std::unique_ptr<rdma::Device> device = rdma::open_device(s.rdma_device, options, error);
-            if (device != nullptr) {
-                g_rdma_device = device.release();
-            } else {
-                g_rdma_failed = true;
-                std::strncpy(g_rdma_failure, error.c_str(), sizeof g_rdma_failure - 1);
-            }
-        } catch (...) {
-            g_rdma_failed = true;
-            std::strncpy(g_rdma_failure, "out of memory", sizeof g_rdma_failure - 1);
-        }
-    }
-    rdma::Device* device = g_rdma_device;
-    ::pthread_mutex_unlock(&g_rdma_mutex);
-    return device;
-}
-
-bool send_all(int fd, const std::byte* data, size_t len) noexcept {
-    size_t sent = 0;
-    int remaining_ms = settings().upgrade_timeout_ms;
-    while (sent < len) {
-        const ssize_t n = real().send(fd, data + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            sent += static_cast<size_t>(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN)
-            return false;
-        pollfd p{fd, POLLOUT, 0};
-        const int rc = real().poll(&p, 1, remaining_ms);
-        if (rc == 0) {
-            errno = ETIMEDOUT;
-            return false;
-        }
-        if (rc < 0 && errno != EINTR)
-            return false;
-        remaining_ms = std::max(remaining_ms / 2, 1);
-    }
-    return true;
-}
-
-bool recv_exact(int fd, std::byte* out, size_t len) noexcept {
-    size_t got = 0;
-    int remaining_ms = settings().upgrade_timeout_ms;
-    while (got < len) {
-        const ssize_t n = real().recv(fd, out + got, len - got, MSG_DONTWAIT);
-        if (n > 0) {
-            got += static_cast<size_t>(n);
-            continue;
-        }
-        if (n == 0) {
-            errno = ECONNRESET;
-            return false;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN)
-            return false;
-        pollfd p{fd, POLLIN, 0};
-        const int rc = real().poll(&p, 1, remaining_ms);
-        if (rc == 0) {
-            errno = ETIMEDOUT;
-            return false;
-        }
-        if (rc < 0 && errno != EINTR)
-            return false;
-        remaining_ms = std::max(remaining_ms / 2, 1);
-    }
-    return true;
-}
-
-// Opens the soft device's wire: a second TCP connection to the same l5pgd host, at the
-// port from its offer, greeted with the offer's token. Returns the fd or -1.
-int connect_wire(int session_fd, const rdma::Offer& offer, const char*& why) noexcept {
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    if (::getpeername(session_fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
-        why = "getpeername failed";
-        return -1;
-    }
-    if (peer.ss_family == AF_INET)
-        reinterpret_cast<sockaddr_in*>(&peer)->sin_port = htons(offer.soft_port);
-    else if (peer.ss_family == AF_INET6)
-        reinterpret_cast<sockaddr_in6*>(&peer)->sin6_port = htons(offer.soft_port);
-    else {
-        why = "the session is not a TCP connection";
-        return -1;
-    }
-    const int wire = ::socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (wire < 0) {
-        why = "socket() failed";
-        return -1;
-    }
-    // The real connect: ours would consider the wire for an upgrade itself.
-    if (real().connect(wire, reinterpret_cast<const sockaddr*>(&peer), len) != 0 &&
-        errno != EINPROGRESS) {
-        why = "cannot connect to l5pgd's soft wire port";
-        real().close(wire);
-        return -1;
-    }
-    pollfd p{wire, POLLOUT, 0};
-    int err = 0;
-    socklen_t errlen = sizeof err;
-    if (real().poll(&p, 1, settings().upgrade_timeout_ms) != 1 ||
-        ::getsockopt(wire, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0 || err != 0) {
-        why = "cannot connect to l5pgd's soft wire port";
-        real().close(wire);
-        return -1;
-    }
-    std::array<std::byte, rdma::kWireHelloSize> greeting{};
-    rdma::encode_wire_hello(offer.token, greeting);
-    if (!send_all(wire, greeting.data(), greeting.size())) {
-        why = "cannot send the soft wire greeting";
-        real().close(wire);
-        return -1;
-    }
-    return wire;
-}
-
-const char* answer_text(char answer) noexcept {
-    return answer == 'E' ? "an ErrorResponse: the server is not l5pgd (or l5pgd too old); list "
-                           "only l5pgd ports in L5PG_RDMA_PORTS"
-                         : "an unexpected byte";
-}
-
-// After l5pgd's offer we cannot simply stop: it waits for our Hello. An all-zero Hello
-// says "never mind"; l5pgd answers 'N' and the connection carries on as plain TCP.
-UpgradeResult abandon_rdma(int fd, const char* why, int saved_errno) noexcept {
-    debug_log()
-        .str("fd ")
-        .inum(fd)
-        .str(": RDMA upgrade abandoned (")
-        .str(why)
-        .str("), staying on TCP")
-        .end();
-    const std::array<std::byte, rdma::kHelloSize> zeros{};
-    if (!send_all(fd, zeros.data(), zeros.size()))
-        return UpgradeResult::Failed;
-    const char answer = await_answer(fd);
-    if (answer != 'N') {
-        if (answer != 0)
-            errno = ECONNRESET;
-        return UpgradeResult::Failed;
-    }
-    errno = saved_errno;
-    return UpgradeResult::Plain;
-}
-
-UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) {
-    const Settings& s = settings();
-    if (foreign_waiters_possible()) {
-        // The RDMA channel cannot yet keep the socket readable while received data sits
-        // unread ("poke", docs/wire-format.md section 5): an application that waits in
-        // its own epoll (psycopg 3, asyncio) could miss a response. Stay on TCP.
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(
-                ": the application waits in epoll, which the RDMA channel does not support "
-                "yet, staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
-    }
-    rdma::Device* device = rdma_device();
-    if (device == nullptr) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": no RDMA device (")
-            .str(g_rdma_failure)
-            .str("), staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
-    }
-    protocol::L5UpgradeRequest request;
-    request.transport = protocol::L5Transport::Rdma;
-    request.c2s_ring_size = s.ring_size;
-    request.s2c_ring_size = s.ring_size;
-    const auto packet = protocol::build_l5_upgrade_request(request);
-    if (!send_all(fd, packet.data(), packet.size())) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": sending the RDMA upgrade request failed: ")
-            .str(std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
-    }
-    char answer = await_answer(fd);
-    if (answer == 'N') {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": l5pgd declined the RDMA upgrade (see its log), staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
-    }
-    if (answer != static_cast<char>(rdma::kOfferTag)) {
-        if (answer != 0)
-            errno = ECONNRESET;
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": no valid answer to the RDMA upgrade request: ")
-            .str(answer != 0 ? answer_text(answer) : std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
-    }
-    std::array<std::byte, rdma::kOfferSize> offer_bytes{};
-    rdma::Offer offer;
-    if (!recv_exact(fd, offer_bytes.data(), offer_bytes.size())) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": reading l5pgd's RDMA offer failed: ")
-            .str(std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
-    }
-    if (!rdma::decode_offer(offer_bytes, offer))
-        return abandon_rdma(fd, "invalid offer from l5pgd", saved_errno);
-    if (offer.kind != device->kind()) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": l5pgd uses the ")
-            .str(rdma::to_string(offer.kind))
-            .str(" RDMA device, we the ")
-            .str(rdma::to_string(device->kind()))
-            .str(" one (L5PG_RDMA_DEVICE)")
-            .end();
-        return abandon_rdma(fd, "device kinds differ", saved_errno);
-    }
-    rdma::QpOptions qp_options;
-    if (offer.kind == rdma::DeviceKind::Soft) {
-        const char* why = "";
-        qp_options.soft_wire_fd = connect_wire(fd, offer, why);
-        if (qp_options.soft_wire_fd < 0)
-            return abandon_rdma(fd, why, saved_errno);
-    }
-    rdma::ClientOptions options;
-    options.c2s_ring_size = s.ring_size;
-    options.s2c_ring_size = s.ring_size;
-    options.budget = s.budget;
-    std::string error;
-    std::unique_ptr<rdma::ClientChannel> rdma =
-        rdma::ClientChannel::create(*device, fd, options, qp_options, error);  // takes the wire
-    if (rdma == nullptr) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": cannot create the RDMA channel: ")
-            .str(error.c_str())
-            .end();
-        return abandon_rdma(fd, "no channel", saved_errno);
-    }
-    std::array<std::byte, rdma::kHelloSize> hello{};
-    rdma::encode_hello(rdma->hello(), hello);
-    if (!send_all(fd, hello.data(), hello.size()))
-        return UpgradeResult::Failed;
-    answer = await_answer(fd);
-    if (answer == 'N') {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": l5pgd declined the RDMA upgrade after our hello (see its log), staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
-    }
-    rdma::Hello server;
-    if (answer != static_cast<char>(protocol::kL5Accepted) ||
-        !rdma::recv_hello(fd, server, std::chrono::milliseconds(s.upgrade_timeout_ms), error) ||
-        !rdma->connect(server, error)) {
-        if (answer != static_cast<char>(protocol::kL5Accepted))
-            error = answer != 0 ? "unexpected answer" : std::strerror(errno);
-        debug_log().str("fd ").inum(fd).str(": RDMA upgrade failed: ").str(error.c_str()).end();
-        errno = ECONNRESET;
-        return UpgradeResult::Failed;
-    }
-    const int fl = real().fcntl(fd, F_GETFL);
-    channel = channel_acquire_rdma(rdma.get(), fl >= 0 && (fl & O_NONBLOCK));
-    if (channel == nullptr) {
-        debug_log().str("fd ").inum(fd).str(": too many upgraded connections").end();
-        errno = EMFILE;
-        return UpgradeResult::Failed;
-    }
-    (void)rdma.release();  // the channel owns it now
-    debug_log()
-        .str("fd ")
-        .inum(fd)
-        .str(": upgraded to rdma (")
-        .str(rdma::to_string(offer.kind))
-        .str(" device, rings of ")
-        .num(s.ring_size)
-        .str(" bytes each way)")
-        .end();
-    errno = saved_errno;
-    return UpgradeResult::Upgraded;
-}
-
-}  // namespace
-
-bool is_rdma_upgrade_target(const sockaddr* addr, socklen_t len) noexcept {
-    if (addr == nullptr || settings().mode != TransportMode::Rdma)
-        return false;
-    if (addr->sa_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in)))
-        return is_rdma_port(ntohs(reinterpret_cast<const sockaddr_in*>(addr)->sin_port));
-    if (addr->sa_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6)))
-        return is_rdma_port(ntohs(reinterpret_cast<const sockaddr_in6*>(addr)->sin6_port));
-    return false;
-}
-
-UpgradeResult try_upgrade_rdma(int fd, const std::byte* first, size_t len,
-                               Channel*& channel) noexcept {
-    if (!first_packet_may_upgrade(fd, first, len))
-        return UpgradeResult::Plain;
-    const int saved_errno = errno;
-    try {
-        return try_upgrade_rdma_impl(fd, channel, saved_errno);
-    } catch (...) {  // std::bad_alloc; the handshake may be half done
-        debug_log().str("fd ").inum(fd).str(": out of memory during the RDMA upgrade").end();
-        errno = ENOMEM;
-        return UpgradeResult::Failed;
-    }
-}
-
-void rdma_forget_after_fork() noexcept {
-    // The parent's device (and any lock another thread held at fork()) stay behind; a
-    // child that upgrades a connection of its own opens a device of its own.
-    g_rdma_device = nullptr;
-    g_rdma_failed = false;
-    ::pthread_mutex_init(&g_rdma_mutex, nullptr);
 }
 
 }  // namespace l5pg::shim
