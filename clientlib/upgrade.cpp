@@ -123,18 +123,23 @@ bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexce
     return true;
 }
 
+bool wait_for(int fd, short events, int& remaining_ms) noexcept {
+    pollfd p{fd, events, 0};
+    const int rc = real().poll(&p, 1, remaining_ms);
+    if (rc == 0) {
+        errno = ETIMEDOUT;
+        return false;
+    }
+    if (rc < 0 && errno != EINTR)
+        return false;
+    remaining_ms = std::max(remaining_ms / 2, 1);
+    return true;
+}
+
 char await_answer(int fd) noexcept {
     int remaining_ms = settings().upgrade_timeout_ms;
     for (;;) {
-        pollfd p{fd, POLLIN, 0};
-        const int rc = real().poll(&p, 1, remaining_ms);
-        if (rc == 0) {
-            errno = ETIMEDOUT;
-            return 0;
-        }
-        if (rc < 0 && errno == EINTR)
-            continue;  // the timeout restarts: still bounded
-        if (rc < 0)
+        if (!wait_for(fd, POLLIN, remaining_ms))
             return 0;
         char answer = 0;
         const ssize_t n = real().recv(fd, &answer, 1, MSG_DONTWAIT);
@@ -146,7 +151,6 @@ char await_answer(int fd) noexcept {
         }
         if (errno != EAGAIN && errno != EINTR)
             return 0;
-        remaining_ms = std::max(remaining_ms / 2, 1);
     }
 }
 

@@ -76,15 +76,8 @@ bool send_all(int fd, const std::byte* data, size_t len) noexcept {
             continue;
         if (n < 0 && errno != EAGAIN)
             return false;
-        pollfd p{fd, POLLOUT, 0};
-        const int rc = real().poll(&p, 1, remaining_ms);
-        if (rc == 0) {
-            errno = ETIMEDOUT;
+        if (!wait_for(fd, POLLOUT, remaining_ms))
             return false;
-        }
-        if (rc < 0 && errno != EINTR)
-            return false;
-        remaining_ms = std::max(remaining_ms / 2, 1);
     }
     return true;
 }
@@ -106,15 +99,8 @@ bool recv_exact(int fd, std::byte* out, size_t len) noexcept {
             continue;
         if (errno != EAGAIN)
             return false;
-        pollfd p{fd, POLLIN, 0};
-        const int rc = real().poll(&p, 1, remaining_ms);
-        if (rc == 0) {
-            errno = ETIMEDOUT;
+        if (!wait_for(fd, POLLIN, remaining_ms))
             return false;
-        }
-        if (rc < 0 && errno != EINTR)
-            return false;
-        remaining_ms = std::max(remaining_ms / 2, 1);
     }
     return true;
 }
