@@ -221,6 +221,12 @@ def _bad_magic(tmp_path):
     return RING, RING, l5wire.make_memfd(RING, RING, magic=0x1122334455667788)
 
 
+def _old_layout(tmp_path):
+    # A shim from before ring layout 2 (the reader polled write_pos): l5pgd must decline
+    # rather than misread its rings; the client then carries on over the socket.
+    return RING, RING, l5wire.make_memfd(RING, RING, layout_version=1)
+
+
 def _not_power_of_two(tmp_path):
     return 5000, RING, l5wire.make_memfd(5000, RING)
 
@@ -237,10 +243,14 @@ def _regular_file(tmp_path):
     return RING, RING, l5wire.make_regular_file(RING, RING, dir=str(tmp_path))
 
 
+# What l5pgd logs when it declines (checked where the reason is specific to the case).
+REFUSAL_LOG = {"old_layout_version": "unsupported segment layout version"}
+
 REFUSALS = {
     "unsealed_memfd": _unsealed,
     "wrong_size": _wrong_size,
     "bad_magic": _bad_magic,
+    "old_layout_version": _old_layout,
     "ring_not_power_of_two": _not_power_of_two,
     "ring_above_max": _above_max,
     "no_fd": _no_fd,
@@ -252,6 +262,7 @@ REFUSALS = {
 @pytest.mark.parametrize("case", list(REFUSALS), ids=list(REFUSALS))
 def test_upgrade_declined_then_plain_session(l5pgd, tmp_path, case):
     d0 = l5pgd.metric("l5pg_upgrades_total", result="declined")
+    log0 = len(l5pgd.log_text())
     c2s, s2c, fd = REFUSALS[case](tmp_path)
     try:
         with l5wire.connect_unix(l5pgd.socket_path) as s:
@@ -270,4 +281,6 @@ def test_upgrade_declined_then_plain_session(l5pgd, tmp_path, case):
         if fd is not None:
             os.close(fd)
     assert l5pgd.metric("l5pg_upgrades_total", result="declined") > d0
+    if case in REFUSAL_LOG:
+        assert REFUSAL_LOG[case] in l5pgd.log_text()[log0:], l5pgd.log_tail()
     assert l5pgd.alive()
