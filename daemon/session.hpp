@@ -69,6 +69,9 @@ class Session {
     bool read_startup_from_socket();
     bool read_startup_from_ring();
     void process_startup_buffer();
+    // Reads with `read` and processes startup packets until none is complete or the session
+    // leaves Startup; several may be queued (SSLRequest, then StartupMessage).
+    bool drain_startup(bool (Session::*read)());
     void handle_startup_packet(const protocol::StartupPacket& packet, size_t length);
     void handle_upgrade(const protocol::StartupPacket& packet);
     [[nodiscard]] std::optional<std::string> try_attach(const protocol::L5UpgradeRequest& req);

@@ -48,18 +48,8 @@ bool Session::poll_shm() {
         case SessionState::Closed:
         case SessionState::Connecting:
             return false;
-        case SessionState::Startup: {
-            bool progress = false;
-            // Several startup packets may be queued (SSLRequest, then StartupMessage).
-            while (state_ == SessionState::Startup) {
-                const size_t before = startup_.size();
-                if (!read_startup_from_ring() || startup_.size() == before)
-                    break;
-                progress = true;
-                process_startup_buffer();
-            }
-            return progress;
-        }
+        case SessionState::Startup:
+            return drain_startup(&Session::read_startup_from_ring);
         case SessionState::Forwarding:
             break;
     }

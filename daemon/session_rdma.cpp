@@ -208,17 +208,8 @@ bool Session::poll_rdma() {
         case SessionState::Closed:
         case SessionState::Connecting:
             return false;
-        case SessionState::Startup: {
-            bool progress = false;
-            while (state_ == SessionState::Startup) {
-                const size_t before = startup_.size();
-                if (!read_startup_from_channel() || startup_.size() == before)
-                    break;
-                progress = true;
-                process_startup_buffer();
-            }
-            return progress;
-        }
+        case SessionState::Startup:
+            return drain_startup(&Session::read_startup_from_channel);
         case SessionState::Forwarding:
             break;
     }

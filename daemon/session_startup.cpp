@@ -133,6 +133,18 @@ bool Session::read_startup_from_channel() {
     }
 }
 
+bool Session::drain_startup(bool (Session::*read)()) {
+    bool progress = false;
+    while (state_ == SessionState::Startup) {
+        const size_t before = startup_.size();
+        if (!(this->*read)() || startup_.size() == before)
+            break;
+        progress = true;
+        process_startup_buffer();
+    }
+    return progress;
+}
+
 void Session::process_startup_buffer() {
     const protocol::StartupParse parse = protocol::parse_startup_packet(startup_);
     if (parse.status == protocol::ParseStatus::NeedMore)
