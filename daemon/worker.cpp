@@ -240,6 +240,11 @@ bool Worker::spinning_pays_off() const noexcept {
                        [](const Session* session) { return !session->awaiting_upstream(); });
 }
 
+bool Worker::any_awaiting_upstream() const noexcept {
+    return std::any_of(polled_.begin(), polled_.end(),
+                       [](const Session* session) { return session->awaiting_upstream(); });
+}
+
 // Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)
 // and only then sleeps in epoll; a client that publishes after our re-check sees the
 // flag and writes a doorbell byte, which wakes the epoll.
@@ -283,10 +288,14 @@ void Worker::run() {
             idle_ = IdleStretch{};
             continue;
         }
+        const bool upstream_pending = any_awaiting_upstream();
         const bool progress = poll_sessions();
         // Spinning is for the rings; sockets (Postgres, doorbells, new sessions) are
-        // checked every kSocketCheckInterval spin rounds, not with a syscall per round.
-        if (progress || idle_.yielding || idle_.rounds++ % kSocketCheckInterval == 0)
+        // checked every kSocketCheckInterval spin rounds, not with a syscall per round,
+        // and after a busy round only if Postgres already owed an answer before it: a
+        // query forwarded just now cannot have been answered yet.
+        if ((progress && upstream_pending) || idle_.yielding ||
+            ++idle_.rounds % kSocketCheckInterval == 0)
             event_base_loop(base_.get(), EVLOOP_NONBLOCK);
         reap();
         if (progress || activity_)

@@ -79,6 +79,7 @@ class Worker {
     void adopt_handed_over();
     bool poll_sessions();
     [[nodiscard]] bool spinning_pays_off() const noexcept;
+    [[nodiscard]] bool any_awaiting_upstream() const noexcept;
     void end_idle_stretch() noexcept;
     void idle_round();
     void block_until_event();
