@@ -5,8 +5,14 @@
 // from the reader's published read_pos. A read position that is impossible (behind what
 // was already seen, beyond what was written, misaligned) or a record length that does
 // not fit makes the call return Corrupt, and the caller closes that one session.
+//
+// The per-message steps (reserve, commit, peek, consume, has_data) are defined inline
+// below: they run once per message in the callers' spin loops, and a call into another
+// translation unit per step measurably costs ping-pong rate (docs/performance.md).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -103,5 +109,105 @@ class RingReader {
 
     [[nodiscard]] uint32_t poll_length() const noexcept;  // the current record's length word
 };
+
+// ---------------------------------------------------------------- inline hot paths
+
+namespace detail {
+
+// A record's length word, written and polled by two processes, hence only ever accessed
+// atomically. Records are 8-aligned and the rings page-aligned, so the word is aligned.
+inline std::atomic_ref<uint32_t> length_word(std::byte* record) noexcept {
+    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(record));
+}
+
+}  // namespace detail
+
+// The reader's position is untrusted: it must never go backwards, never pass what we
+// published, and stay record-aligned. Anything else is a corrupt (or hostile) peer.
+inline bool RingWriter::refresh_read_pos() noexcept {
+    const uint64_t pos = control_->read_pos.load(std::memory_order_acquire);
+    if (pos < cached_read_pos_ || pos > write_pos_ || pos % kRecordAlign != 0)
+        return false;
+    cached_read_pos_ = pos;
+    return true;
+}
+
+// The last kRecordAlign free bytes are never handed out: the length word of the record
+// after the one being written lives there and must be zero when that record is published.
+inline size_t RingWriter::payload_that_fits() const noexcept {
+    const size_t free = size_ - static_cast<size_t>(write_pos_ - cached_read_pos_);
+    const size_t usable = free & ~(kRecordAlign - 1);
+    if (usable <= kRecordAlign + kRecordHeaderSize)
+        return 0;
+    return std::min(usable - kRecordAlign - kRecordHeaderSize, max_record_payload(size_));
+}
+
+inline RingStatus RingWriter::reserve(size_t want, std::span<std::byte>& out) noexcept {
+    want = std::clamp<size_t>(want, 1, max_record_payload(size_));
+    if (payload_that_fits() < want && !refresh_read_pos())
+        return RingStatus::Corrupt;
+    const size_t n = std::min(want, payload_that_fits());
+    if (n == 0)
+        return RingStatus::Full;
+    // The double mapping makes [offset, offset + footprint) contiguous even across the end.
+    std::byte* record = data_ + (write_pos_ & (size_ - 1));
+    out = {record + kRecordHeaderSize, n};
+    reserved_ = n;
+    return RingStatus::Ok;
+}
+
+inline void RingWriter::commit(size_t n) noexcept {
+    n = std::min(n, reserved_);
+    reserved_ = 0;
+    if (n == 0)
+        return;
+    std::byte* record = data_ + (write_pos_ & (size_ - 1));
+    // The next record's length word still holds whatever an earlier lap left there; it
+    // must read 0 before the reader can get to it, i.e. before this record is published.
+    detail::length_word(record + record_footprint(n)).store(0, std::memory_order_relaxed);
+    // Release: the payload and the zero above are visible before the length is.
+    detail::length_word(record).store(static_cast<uint32_t>(n), std::memory_order_release);
+    write_pos_ += record_footprint(n);
+}
+
+// Acquire: pairs with the writer's release store of the length, so the payload is
+// visible once a non-zero length is.
+inline uint32_t RingReader::poll_length() const noexcept {
+    return detail::length_word(data_ + (read_pos_ & (size_ - 1))).load(std::memory_order_acquire);
+}
+
+inline RingStatus RingReader::peek(std::span<const std::byte>& out) noexcept {
+    if (record_length_ == 0) {
+        // Read the length once into private memory: the writer may scribble on it later.
+        // The bound keeps [record, record + footprint) inside the double mapping; what the
+        // payload holds is the writer's business.
+        const uint32_t length = poll_length();
+        if (length == 0)
+            return RingStatus::Empty;
+        if (length > max_record_payload(size_))
+            return RingStatus::Corrupt;
+        record_length_ = length;
+    }
+    const std::byte* record = data_ + (read_pos_ & (size_ - 1));
+    out = {record + kRecordHeaderSize + record_offset_, size_t{record_length_} - record_offset_};
+    return RingStatus::Ok;
+}
+
+inline void RingReader::consume(size_t n) noexcept {
+    if (record_length_ == 0)
+        return;
+    record_offset_ += static_cast<uint32_t>(std::min<size_t>(n, record_length_ - record_offset_));
+    if (record_offset_ < record_length_)
+        return;
+    read_pos_ += record_footprint(record_length_);
+    record_length_ = 0;
+    record_offset_ = 0;
+    // Release: our reads of the record happen before the writer may reuse its space.
+    control_->read_pos.store(read_pos_, std::memory_order_release);
+}
+
+inline bool RingReader::has_data() noexcept {
+    return record_length_ != 0 || poll_length() != 0;
+}
 
 }  // namespace l5pg::shm
