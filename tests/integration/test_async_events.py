@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from tests.harness.cancel import PQCANCEL_SCRIPT, stop_process, wait_for_backend
 from tests.harness.client import LineReader, PYTHON, popen, psql_cmd, run_python_json
 
 LISTENER = r'''
@@ -28,15 +29,6 @@ asyncio.run(main())
 '''
 
 
-def _stop(p):
-    if p.poll() is None:
-        p.kill()
-    try:
-        p.wait(timeout=10)
-    except Exception:
-        pass
-
-
 @pytest.mark.timeout(60)
 def test_listen_notify(target, cluster):
     p = popen([PYTHON, "-u", "-c", LISTENER], target, text=True)
@@ -54,21 +46,7 @@ def test_listen_notify(target, cluster):
         assert out.wait_for(lambda s: s == "done", 5)
         assert p.wait(timeout=5) == 0
     finally:
-        _stop(p)
-
-
-def wait_for_backend(cluster, appname, timeout=15):
-    """pid of the backend running pg_sleep for the given application_name."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = cluster.sql(
-            "select pid from pg_stat_activity where application_name = "
-            f"'{appname}' and state = 'active' and query like '%pg_sleep%'")
-        if pid:
-            return int(pid.splitlines()[0])
-        time.sleep(0.05)
-    raise AssertionError(f"no active backend for application_name={appname}: "
-                         + cluster.sql("select application_name, state, query from pg_stat_activity"))
+        stop_process(p)
 
 
 @pytest.mark.timeout(60)
@@ -85,43 +63,12 @@ def test_cancel_backend(target, cluster):
         assert "canceling statement due to user request" in err, err
         assert elapsed < 1.0, f"client saw the cancel after {elapsed:.2f}s"
     finally:
-        _stop(p)
-
-
-PQCANCEL = r'''
-import json, threading, time, psycopg2, psycopg2.extensions
-conn = psycopg2.connect("")
-cur = conn.cursor()
-state = {}
-def canceller():
-    time.sleep(0.5)
-    state["t_cancel"] = time.monotonic()
-    conn.cancel()
-th = threading.Thread(target=canceller)
-th.start()
-out = {}
-try:
-    cur.execute("select pg_sleep(60)")
-    out["result"] = "completed"
-except psycopg2.extensions.QueryCanceledError as e:
-    out["result"] = "canceled"
-    out["message"] = str(e)
-except Exception as e:
-    out["result"] = type(e).__name__
-    out["message"] = str(e)
-t_end = time.monotonic()
-th.join()
-out["after_cancel"] = t_end - state["t_cancel"]
-conn.rollback()
-cur.execute("select 5")
-out["after"] = cur.fetchone()[0]
-print(json.dumps(out))
-'''
+        stop_process(p)
 
 
 @pytest.mark.timeout(60)
 def test_pqcancel(target):
-    out, _ = run_python_json(target, PQCANCEL, timeout=30)
+    out, _ = run_python_json(target, PQCANCEL_SCRIPT, timeout=30)
     assert out["result"] == "canceled", out
     assert "canceling statement due to user request" in out["message"]
     assert out["after_cancel"] < 1.0, out
@@ -154,4 +101,4 @@ def test_sigkill_client_rolls_back(target, cluster):
         notes = cluster.sql(f"select note from kill_t where note like '%-{tag}' order by id").splitlines()
         assert notes == [f"committed-{tag}"]
     finally:
-        _stop(p)
+        stop_process(p)

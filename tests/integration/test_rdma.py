@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.client import (PYTHON, Target, pgbench, popen, psql, psql_cmd, run,
+from tests.harness.cancel import PQCANCEL_SCRIPT, stop_process, wait_for_backend
+from tests.harness.client import (Target, pgbench, popen, psql, psql_cmd, run,
                                   run_python_json, shim_debug_lines, tcp_target)
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_device, rdma_env, rdma_overrides, rdma_target, upgraded_rdma
@@ -131,27 +132,6 @@ def test_copy_round_trip(rdma, cluster, l5pgd_rdma, tmp_path):
                              direction="server_to_client") - out0 >= size
 
 
-def wait_for_backend(cluster, appname, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = cluster.sql(
-            "select pid from pg_stat_activity where application_name = "
-            f"'{appname}' and state = 'active' and query like '%pg_sleep%'")
-        if pid:
-            return int(pid.splitlines()[0])
-        time.sleep(0.05)
-    raise AssertionError(f"no active backend for application_name={appname}")
-
-
-def _stop(p):
-    if p.poll() is None:
-        p.kill()
-    try:
-        p.wait(timeout=10)
-    except Exception:
-        pass
-
-
 @pytest.mark.timeout(60)
 def test_cancel_backend(rdma, cluster):
     app = f"l5pg-rdma-cancel-{uuid.uuid4().hex[:8]}"
@@ -165,7 +145,7 @@ def test_cancel_backend(rdma, cluster):
         assert "canceling statement due to user request" in err, err
         assert time.monotonic() - t0 < 2.0
     finally:
-        _stop(p)
+        stop_process(p)
 
 
 @pytest.mark.timeout(60)
@@ -183,40 +163,12 @@ def test_cancel_psql_sigint(rdma, cluster):
         assert "canceling statement due to user request" in err, err
         assert time.monotonic() - t0 < 2.0
     finally:
-        _stop(p)
-
-
-PQCANCEL = r'''
-import json, threading, time, psycopg2, psycopg2.extensions
-conn = psycopg2.connect("")
-cur = conn.cursor()
-state = {}
-def canceller():
-    time.sleep(0.5)
-    state["t_cancel"] = time.monotonic()
-    conn.cancel()
-th = threading.Thread(target=canceller)
-th.start()
-out = {}
-try:
-    cur.execute("select pg_sleep(60)")
-    out["result"] = "completed"
-except psycopg2.extensions.QueryCanceledError as e:
-    out["result"] = "canceled"
-    out["message"] = str(e)
-t_end = time.monotonic()
-th.join()
-out["after_cancel"] = t_end - state["t_cancel"]
-conn.rollback()
-cur.execute("select 5")
-out["after"] = cur.fetchone()[0]
-print(json.dumps(out))
-'''
+        stop_process(p)
 
 
 @pytest.mark.timeout(60)
 def test_cancel_psycopg2(rdma):
-    out, _ = run_python_json(rdma, PQCANCEL, timeout=30)
+    out, _ = run_python_json(rdma, PQCANCEL_SCRIPT, timeout=30)
     assert out["result"] == "canceled", out
     assert "canceling statement due to user request" in out["message"]
     assert out["after_cancel"] < 2.0, out
@@ -390,7 +342,7 @@ def test_idle_session_costs_no_cpu(rdma, l5pgd_rdma):
         pid, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
     finally:
-        _stop(p)
+        stop_process(p)
     assert p.returncode == 0
     client_cpu = usage.ru_utime + usage.ru_stime
     server_cpu = _cpu_seconds(l5pgd_rdma.proc.pid) - d0
@@ -438,4 +390,4 @@ def test_sigkill_client_frees_session(rdma, l5pgd_rdma, cluster):
             assert time.monotonic() < deadline, "RDMA session of the killed client still active"
             time.sleep(0.05)
     finally:
-        _stop(p)
+        stop_process(p)

@@ -127,17 +127,8 @@ IoResult ClientChannel::write(std::span<const std::byte> bytes) {
 IoResult ClientChannel::read(std::span<std::byte> out) {
     if (!connected_)
         return {0, IoStatus::Error};
-    if (out.empty())
-        return {0, IoStatus::Ok};
-    // Records that landed before a failure or the end of the session are still valid.
-    RecordState state;
-    const size_t n = link_.read(out, state);
-    if (n > 0)
-        return {n, IoStatus::Ok};
-    if (state == RecordState::Corrupt)
-        return {0, IoStatus::Error};
-    const IoStatus s = link_.failure_status();
-    return {0, s == IoStatus::Ok ? IoStatus::WouldBlock : s};
+    RecordState state = RecordState::Empty;
+    return link_.read_some(out, state);
 }
 
 bool ClientChannel::readable() {

@@ -287,6 +287,18 @@ size_t Link::read(std::span<std::byte> out, RecordState& state) {
     return n;
 }
 
+IoResult Link::read_some(std::span<std::byte> out, RecordState& state) {
+    if (out.empty())
+        return {0, IoStatus::Ok};
+    const size_t n = read(out, state);
+    if (n > 0)
+        return {n, IoStatus::Ok};
+    if (state == RecordState::Corrupt)
+        return {0, IoStatus::Error};
+    const IoStatus s = failure_status();
+    return {0, s == IoStatus::Ok ? IoStatus::WouldBlock : s};
+}
+
 void Link::wake_peer_reader() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     std::atomic<uint8_t>& flag = control().peer_rx_waiting;

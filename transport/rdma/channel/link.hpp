@@ -110,6 +110,11 @@ class Link {
     // Reads from our ring; wakes a peer waiting for space when a record was consumed;
     // fails the link on a corrupt record.
     [[nodiscard]] size_t read(std::span<std::byte> out, RecordState& state);
+    // read() as a byte-stream result. Records that landed before a failure or the end of
+    // the session are still delivered; then Error for a corrupt record, the failure
+    // status once the link is broken or closed, else WouldBlock (`state` says whether a
+    // record is in flight).
+    [[nodiscard]] IoResult read_some(std::span<std::byte> out, RecordState& state);
 
     // ---- session socket
     void ring_doorbell() noexcept;

@@ -156,17 +156,10 @@ ServerSession::~ServerSession() {
 }
 
 IoResult ServerSession::read(std::span<std::byte> out) {
-    if (out.empty())
-        return {0, IoStatus::Ok};
-    // Records that landed before a failure or the end of the session are still valid.
-    RecordState state;
-    const size_t n = link_.read(out, state);
-    if (n > 0)
-        return {n, IoStatus::Ok};
-    if (state == RecordState::Corrupt)
-        return {0, IoStatus::Error};
-    if (const IoStatus s = link_.failure_status(); s != IoStatus::Ok)
-        return {0, s};
+    RecordState state = RecordState::Empty;
+    const IoResult result = link_.read_some(out, state);
+    if (result.status != IoStatus::WouldBlock)
+        return result;
     if (state == RecordState::InFlight) {
         // RC order: a record being written when mailbox observation e had been made is
         // complete before any mailbox WRITE that can cause observation e + 2 (the one
