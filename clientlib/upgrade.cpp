@@ -162,47 +162,22 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
     std::optional<shm::Segment> segment =
         shm::Segment::create(settings().ring_size, settings().ring_size, error);
     if (!segment) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": cannot create shared memory (")
-            .str(error.what)
-            .str(": ")
-            .str(std::strerror(error.err))
-            .str("), staying on the socket")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
+        return stay_plain(fd, saved_errno, ": cannot create shared memory (", error.what, ": ",
+                          std::strerror(error.err), "), staying on the socket");
     }
     if (!send_upgrade_request(fd, *segment)) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": sending the upgrade request failed: ")
-            .str(std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
+        return upgrade_failed(fd, ": sending the upgrade request failed: ", std::strerror(errno));
     }
     const char answer = await_answer(fd);
     if (answer == 'N') {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": l5pgd declined the upgrade (see its log), staying on the socket")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
+        return stay_plain(fd, saved_errno,
+                          ": l5pgd declined the upgrade (see its log), staying on the socket");
     }
     if (answer != 'L') {
         if (answer != 0)
             errno = ECONNRESET;
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": no valid answer to the upgrade request: ")
-            .str(std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
+        return upgrade_failed(fd,
+                              ": no valid answer to the upgrade request: ", std::strerror(errno));
     }
     const int fl = real().fcntl(fd, F_GETFL);
     const size_t ring = segment->c2s_size();

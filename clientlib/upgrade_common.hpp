@@ -1,7 +1,11 @@
 // Pieces both upgrade handshakes (upgrade.cpp: SHM, upgrade_rdma.cpp: RDMA) share.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
+
+#include "clientlib/debug_log.hpp"
+#include "clientlib/upgrade.hpp"
 
 namespace l5pg::shim {
 
@@ -17,5 +21,32 @@ namespace l5pg::shim {
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for l5pgd's one-byte answer to an upgrade
 // request. 0 with errno set on timeout, EOF or error.
 [[nodiscard]] char await_answer(int fd) noexcept;
+
+// Logs "fd N<parts...>" (L5PG_DEBUG) and leaves errno as it was before logging.
+template <class... Parts>
+void log_fd(int fd, const Parts*... parts) noexcept {
+    const int saved = errno;
+    DebugLine line = debug_log();
+    line.str("fd ").inum(fd);
+    (line.str(parts), ...);
+    line.end();
+    errno = saved;
+}
+
+// The connection stays as it is: logs why, restores the errno the application's call
+// must see and returns Plain.
+template <class... Parts>
+[[nodiscard]] UpgradeResult stay_plain(int fd, int saved_errno, const Parts*... parts) noexcept {
+    log_fd(fd, parts...);
+    errno = saved_errno;
+    return UpgradeResult::Plain;
+}
+
+// The handshake failed: logs why and returns Failed with the failure's errno.
+template <class... Parts>
+[[nodiscard]] UpgradeResult upgrade_failed(int fd, const Parts*... parts) noexcept {
+    log_fd(fd, parts...);
+    return UpgradeResult::Failed;
+}
 
 }  // namespace l5pg::shim

@@ -188,27 +188,15 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
         // The RDMA channel cannot yet keep the socket readable while received data sits
         // unread ("poke", docs/wire-format.md section 5): an application that waits in
         // its own epoll (psycopg 3, asyncio) could miss a response. Stay on TCP.
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(
-                ": the application waits in epoll, which the RDMA channel does not support "
-                "yet, staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
+        return stay_plain(
+            fd, saved_errno,
+            ": the application waits in epoll, which the RDMA channel does not support "
+            "yet, staying on TCP");
     }
     rdma::Device* device = rdma_device();
     if (device == nullptr) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": no RDMA device (")
-            .str(g_rdma_failure)
-            .str("), staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
+        return stay_plain(fd, saved_errno, ": no RDMA device (", g_rdma_failure,
+                          "), staying on TCP");
     }
     protocol::L5UpgradeRequest request;
     request.transport = protocol::L5Transport::Rdma;
@@ -216,45 +204,24 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
     request.s2c_ring_size = s.ring_size;
     const auto packet = protocol::build_l5_upgrade_request(request);
     if (!send_all(fd, packet.data(), packet.size())) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": sending the RDMA upgrade request failed: ")
-            .str(std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
+        return upgrade_failed(fd,
+                              ": sending the RDMA upgrade request failed: ", std::strerror(errno));
     }
     char answer = await_answer(fd);
     if (answer == 'N') {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": l5pgd declined the RDMA upgrade (see its log), staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
+        return stay_plain(fd, saved_errno,
+                          ": l5pgd declined the RDMA upgrade (see its log), staying on TCP");
     }
     if (answer != static_cast<char>(rdma::kOfferTag)) {
         if (answer != 0)
             errno = ECONNRESET;
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": no valid answer to the RDMA upgrade request: ")
-            .str(answer != 0 ? answer_text(answer) : std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
+        return upgrade_failed(fd, ": no valid answer to the RDMA upgrade request: ",
+                              answer != 0 ? answer_text(answer) : std::strerror(errno));
     }
     std::array<std::byte, rdma::kOfferSize> offer_bytes{};
     rdma::Offer offer;
     if (!recv_exact(fd, offer_bytes.data(), offer_bytes.size())) {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": reading l5pgd's RDMA offer failed: ")
-            .str(std::strerror(errno))
-            .end();
-        return UpgradeResult::Failed;
+        return upgrade_failed(fd, ": reading l5pgd's RDMA offer failed: ", std::strerror(errno));
     }
     if (!rdma::decode_offer(offer_bytes, offer))
         return abandon_rdma(fd, "invalid offer from l5pgd", saved_errno);
@@ -299,13 +266,9 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
         return UpgradeResult::Failed;
     answer = await_answer(fd);
     if (answer == 'N') {
-        debug_log()
-            .str("fd ")
-            .inum(fd)
-            .str(": l5pgd declined the RDMA upgrade after our hello (see its log), staying on TCP")
-            .end();
-        errno = saved_errno;
-        return UpgradeResult::Plain;
+        return stay_plain(
+            fd, saved_errno,
+            ": l5pgd declined the RDMA upgrade after our hello (see its log), staying on TCP");
     }
     rdma::Hello server;
     if (answer != static_cast<char>(protocol::kL5Accepted) ||
