@@ -25,23 +25,6 @@ const char* to_string(RingStatus status) noexcept {
 RingWriter::RingWriter(RingControl& control, std::byte* data, size_t size) noexcept
     : control_(&control), data_(data), size_(size) {}
 
-size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& status) noexcept {
-    size_t written = 0;
-    status = RingStatus::Ok;
-    while (written < bytes.size()) {
-        std::span<std::byte> space;
-        status = reserve(bytes.size() - written, space);
-        if (status != RingStatus::Ok)
-            break;
-        std::memcpy(space.data(), bytes.data() + written, space.size());
-        commit(space.size());
-        written += space.size();
-    }
-    if (status == RingStatus::Full && written > 0)
-        status = RingStatus::Ok;
-    return written;
-}
-
 size_t RingWriter::free_bytes() noexcept {
     if (!refresh_read_pos())
         return 0;
@@ -74,24 +57,6 @@ bool RingWriter::disarm() noexcept {
 
 RingReader::RingReader(RingControl& control, std::byte* data, size_t size) noexcept
     : control_(&control), data_(data), size_(size) {}
-
-size_t RingReader::read(std::span<std::byte> out, RingStatus& status) noexcept {
-    size_t copied = 0;
-    status = RingStatus::Ok;
-    while (copied < out.size()) {
-        std::span<const std::byte> data;
-        status = peek(data);
-        if (status != RingStatus::Ok)
-            break;
-        const size_t n = std::min(data.size(), out.size() - copied);
-        std::memcpy(out.data() + copied, data.data(), n);
-        consume(n);
-        copied += n;
-    }
-    if (status == RingStatus::Empty && copied > 0)
-        status = RingStatus::Ok;
-    return copied;
-}
 
 bool RingReader::writer_needs_wakeup() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -6,7 +6,7 @@
 // was already seen, beyond what was written, misaligned) or a record length that does
 // not fit makes the call return Corrupt, and the caller closes that one session.
 //
-// The per-message steps (reserve, commit, peek, consume, has_data) are defined inline
+// The per-message steps (write, reserve, commit, read, peek, consume, has_data) are inline
 // below: they run once per message in the callers' spin loops, and a call into another
 // translation unit per step measurably costs ping-pong rate (docs/performance.md).
 #pragma once
@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "transport/shm/layout.hpp"
@@ -68,6 +69,7 @@ class RingWriter {
     size_t reserved_ = 0;
 
     [[nodiscard]] bool refresh_read_pos() noexcept;  // false: impossible position
+    void commit_copy(std::span<const std::byte> payload) noexcept;
     [[nodiscard]] size_t payload_that_fits() const noexcept;
 };
 
@@ -170,6 +172,29 @@ inline void RingWriter::commit(size_t n) noexcept {
     write_pos_ += record_footprint(n);
 }
 
+// Copies a reserved record's payload in and publishes it, writing the cache line the reader
+// is polling (the one holding the length word) last. Filled front to back, that line would
+// be stolen back by the polling reader right after its first payload bytes land and would
+// cross between the cores again for the length store; written last, its payload bytes and
+// length word leave the store buffer together (x86 commits stores in program order).
+inline void RingWriter::commit_copy(std::span<const std::byte> payload) noexcept {
+    const size_t n = std::min(payload.size(), reserved_);
+    reserved_ = 0;
+    if (n == 0)
+        return;
+    const size_t offset = write_pos_ & (size_ - 1);
+    std::byte* record = data_ + offset;
+    const size_t first_line_end = (offset | (kCacheLine - 1)) + 1;
+    const size_t head = std::min(n, first_line_end - offset - kRecordHeaderSize);
+    std::memcpy(record + kRecordHeaderSize + head, payload.data() + head, n - head);
+    detail::length_word(record + record_footprint(n)).store(0, std::memory_order_relaxed);
+    // Compiler barrier only: keep the polled line's stores after the ones above.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    std::memcpy(record + kRecordHeaderSize, payload.data(), head);
+    detail::length_word(record).store(static_cast<uint32_t>(n), std::memory_order_release);
+    write_pos_ += record_footprint(n);
+}
+
 // Acquire: pairs with the writer's release store of the length, so the payload is
 // visible once a non-zero length is.
 inline uint32_t RingReader::poll_length() const noexcept {
@@ -206,8 +231,49 @@ inline void RingReader::consume(size_t n) noexcept {
     control_->read_pos.store(read_pos_, std::memory_order_release);
 }
 
+// While polling, also pull in the line after the polled one: a small record's payload runs
+// on into it, and the writer fills it before the polled line (commit_copy), so fetching
+// both lines in the same spin round overlaps the two transfers instead of queueing them.
 inline bool RingReader::has_data() noexcept {
-    return record_length_ != 0 || poll_length() != 0;
+    if (record_length_ != 0)
+        return true;
+    const size_t offset = read_pos_ & (size_ - 1);
+    __builtin_prefetch(data_ + (offset | (kCacheLine - 1)) + 1);
+    return poll_length() != 0;
+}
+
+inline size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& status) noexcept {
+    size_t written = 0;
+    status = RingStatus::Ok;
+    while (written < bytes.size()) {
+        std::span<std::byte> space;
+        status = reserve(bytes.size() - written, space);
+        if (status != RingStatus::Ok)
+            break;
+        commit_copy(bytes.subspan(written, space.size()));
+        written += space.size();
+    }
+    if (status == RingStatus::Full && written > 0)
+        status = RingStatus::Ok;
+    return written;
+}
+
+inline size_t RingReader::read(std::span<std::byte> out, RingStatus& status) noexcept {
+    size_t copied = 0;
+    status = RingStatus::Ok;
+    while (copied < out.size()) {
+        std::span<const std::byte> data;
+        status = peek(data);
+        if (status != RingStatus::Ok)
+            break;
+        const size_t n = std::min(data.size(), out.size() - copied);
+        std::memcpy(out.data() + copied, data.data(), n);
+        consume(n);
+        copied += n;
+    }
+    if (status == RingStatus::Empty && copied > 0)
+        status = RingStatus::Ok;
+    return copied;
 }
 
 }  // namespace l5pg::shm
