@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 BINARY = "l5pg-microbench"
-TRANSPORT_ORDER = ("cacheline", "shm-spin", "shm", "shm-block", "unix", "tcp", "pipe")
+TRANSPORT_ORDER = ("cacheline", "shm-spin", "shm", "shm-block", "shm-local", "unix", "tcp",
+                   "pipe")
 TRANSPORT_LABEL = {
     "cacheline": "cache line (floor)",
     "shm-spin": "SHM ring, pure spin",
     "shm": "SHM ring, spin/yield/doorbell",
     "shm-block": "SHM ring, always doorbell",
+    "shm-local": "SHM ring code alone, one thread",
     "unix": "Unix socket pair",
     "tcp": "TCP loopback",
     "pipe": "pipe pair",
@@ -34,6 +36,8 @@ TRANSPORT_NOTE = {
            "then arm + poll() on the doorbell socket",
     "shm-block": "l5pg_shm rings with zero spin/yield budget: each wait sleeps in poll() until "
                  "a doorbell byte arrives",
+    "shm-local": "both ring ends and the echo in one thread, so no cache line crosses cores: "
+                 "what the ring code and the echo checks cost per round trip",
     "unix": "AF_UNIX SOCK_STREAM socketpair, blocking read/write",
     "tcp": "127.0.0.1, TCP_NODELAY, blocking read/write",
     "pipe": "two pipes, blocking read/write",
@@ -266,6 +270,25 @@ def pingpong_table(inv: Invocation) -> List[str]:
     return out
 
 
+def ring_cost_bound(inv: Invocation) -> List[str]:
+    """An SHM round trip pays the line transfers (at best the floor's) plus the ring code
+    (shm-local): floor time / (floor time + ring time) bounds its fraction of the floor."""
+    floor = stat(inv.rows, "pingpong", "cacheline")
+    out = []
+    for m in sorted({r.msg_bytes for r in inv.rows
+                     if r.kind == "pingpong" and r.transport == "shm-local"}):
+        local = stat(inv.rows, "pingpong", "shm-local", m)
+        shm = stat(inv.rows, "pingpong", "shm", m)
+        if not (floor and local):
+            continue
+        floor_us, ring_us = 1e6 / floor.median, 1e6 / local.median
+        reached = f"; measured: {100 * shm.median / floor.median:.0f}%" if shm else ""
+        out.append(f"- {m} B: ring code {ring_us:.3f} µs per round trip without transfers; "
+                   f"added to the floor's {floor_us:.3f} µs, an SHM round trip can reach at most "
+                   f"{100 * floor_us / (floor_us + ring_us):.0f}% of the floor rate{reached}")
+    return out
+
+
 def placement_table(invocations: List[Invocation]) -> List[str]:
     invs = [i for i in invocations if any(r.kind == "pingpong" for r in i.rows)]
     head = "| transport | message | " + " | ".join(
@@ -346,6 +369,12 @@ def markdown(invocations: List[Invocation], plots: Dict[str, Optional[str]],
     for t in TRANSPORT_ORDER:
         md.append(f"- *{TRANSPORT_LABEL[t]}*: {TRANSPORT_NOTE[t]}")
     md.append("")
+    bound = ring_cost_bound(main)
+    if bound:
+        md.append("Where an SHM round trip's time goes beyond the floor's:")
+        md.append("")
+        md.extend(bound)
+        md.append("")
     if len([i for i in invocations if any(r.kind == 'pingpong' for r in i.rows)]) > 1:
         md.append("### Ping-pong by placement (median round trips/s and µs per round trip)")
         md.append("")

@@ -22,6 +22,7 @@ Two processes (fork), each pinned to its own CPU, measure:
   * ping-pong round trips/s (64 B and 100 B) over the SHM ring (adaptive wait like the
     shim's channel, pure spinning, always-block), a Unix socket pair, TCP loopback
     (TCP_NODELAY), a pipe pair, and a raw cache-line ping-pong (the physical floor);
+    shm-local runs both ring ends in one process: the ring code's own cost;
   * one-way SHM ring bandwidth, chunk size x ring size, against single-thread memcpy.
 
 options:
@@ -35,7 +36,7 @@ options:
   --no-pin           do not pin: the scheduler places both processes
   --only WHAT        pingpong or bandwidth (default: both)
   --transports LIST  ping-pong transports, comma-separated, from:
-                     cacheline,shm-spin,shm,shm-block,unix,tcp,pipe
+                     cacheline,shm-spin,shm,shm-block,shm-local,unix,tcp,pipe
   --msg-sizes LIST   ping-pong message sizes in bytes (default 64,100; >= 16)
   --pingpong-ring N  SHM ring size per direction for ping-pong (default 1048576)
   --chunks LIST      bandwidth chunk sizes in bytes (default 4K..1M)

@@ -7,7 +7,7 @@
 namespace l5pg::microbench {
 
 std::vector<std::string> pingpong_transports() {
-    return {"cacheline", "shm-spin", "shm", "shm-block", "unix", "tcp", "pipe"};
+    return {"cacheline", "shm-spin", "shm", "shm-block", "shm-local", "unix", "tcp", "pipe"};
 }
 
 bool is_pingpong_transport(const std::string& name) {
@@ -32,6 +32,8 @@ std::string transport_description(const std::string& name) {
         return "SHM rings, the channel's wait: spin, sched_yield, then doorbell + poll";
     if (name == "shm-block")
         return "SHM rings, spin and yield budgets 0: every wait sleeps in poll on the doorbell";
+    if (name == "shm-local")
+        return "SHM rings, both ends in one thread: the ring code's cost, no cross-core transfer";
     if (name == "unix")
         return "AF_UNIX SOCK_STREAM socketpair, blocking read/write";
     if (name == "tcp")
@@ -53,6 +55,8 @@ PingPongRun run_pingpong(const PingPongCell& cell, const Timing& timing,
     if (t == "shm-block")
         return pingpong_shm(false, cell.msg_bytes, cell.ring_bytes, shm::WaitBudget{{}, {}}, timing,
                             placement);
+    if (t == "shm-local")
+        return pingpong_shm_local(cell.msg_bytes, cell.ring_bytes, cell.budget, timing);
     if (t == "unix")
         return pingpong_fd(FdKind::Unix, cell.msg_bytes, timing, placement);
     if (t == "tcp")

@@ -35,7 +35,7 @@ struct PingPongCell {
     shm::WaitBudget budget;
 };
 
-// In report order: cacheline, shm-spin, shm, shm-block, unix, tcp, pipe.
+// In report order: cacheline, shm-spin, shm, shm-block, shm-local, unix, tcp, pipe.
 [[nodiscard]] std::vector<std::string> pingpong_transports();
 [[nodiscard]] bool is_pingpong_transport(const std::string& name);
 [[nodiscard]] bool transport_uses_ring(const std::string& name);
@@ -54,5 +54,8 @@ enum class FdKind { Unix, Tcp, Pipe };
 [[nodiscard]] PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
                                        shm::WaitBudget budget, const Timing& timing,
                                        const Placement& placement);
+// Both ends in the calling thread: the ring's own cost per round trip, no cross-core traffic.
+[[nodiscard]] PingPongRun pingpong_shm_local(size_t msg_bytes, size_t ring_bytes,
+                                             shm::WaitBudget budget, const Timing& timing);
 
 }  // namespace l5pg::microbench

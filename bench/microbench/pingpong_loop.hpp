@@ -73,18 +73,41 @@ PingPongRun timed_loop(RoundTrip&& round_trip, const Timing& timing, uint64_t& s
     return run;
 }
 
-// Client side over a byte-stream link with send(const byte*, n) and recv(byte*, n).
+// One client round trip over a byte-stream link with send(const byte*, n) and
+// recv(byte*, n): stamp, send, `in_between()` (the server's turn when both ends run in
+// one thread), receive and compare the whole reply.
+template <class Link, class InBetween>
+void echo_round_trip(Link& link, std::vector<std::byte>& sent, std::vector<std::byte>& reply,
+                     uint64_t seq, InBetween&& in_between) {
+    stamp_message(sent.data(), sent.size(), seq);
+    link.send(sent.data(), sent.size());
+    in_between();
+    link.recv(reply.data(), reply.size());
+    if (std::memcmp(sent.data(), reply.data(), sent.size()) != 0)
+        throw BenchError("reply " + std::to_string(seq) + " differs from the request");
+}
+
+// Server turn: receives one message, checks its sequence against `expect`, echoes it.
+// Returns the sequence it carried (kStopSeq ends the session).
+template <class Link>
+uint64_t echo_once(Link& link, std::vector<std::byte>& buf, uint64_t expect) {
+    link.recv(buf.data(), buf.size());
+    uint64_t seq = 0;
+    if (!read_stamp(buf.data(), buf.size(), seq))
+        throw BenchError("server: torn message (head and tail sequence differ)");
+    if (seq != expect && seq != kStopSeq)
+        throw BenchError("server: got message " + std::to_string(seq) + ", expected " +
+                         std::to_string(expect));
+    link.send(buf.data(), buf.size());
+    return seq;
+}
+
+// Client side: timed round trips, then the stop message.
 template <class Link>
 PingPongRun echo_client(Link& link, size_t msg_bytes, const Timing& timing) {
     std::vector<std::byte> sent(msg_bytes), reply(msg_bytes);
     fill_pattern(sent.data(), msg_bytes);
-    auto round_trip = [&](uint64_t seq) {
-        stamp_message(sent.data(), msg_bytes, seq);
-        link.send(sent.data(), msg_bytes);
-        link.recv(reply.data(), msg_bytes);
-        if (std::memcmp(sent.data(), reply.data(), msg_bytes) != 0)
-            throw BenchError("reply " + std::to_string(seq) + " differs from the request");
-    };
+    auto round_trip = [&](uint64_t seq) { echo_round_trip(link, sent, reply, seq, [] {}); };
     uint64_t seq = 0;
     PingPongRun run = timed_loop(round_trip, timing, seq);
     round_trip(kStopSeq);
@@ -96,15 +119,7 @@ template <class Link>
 int echo_server(Link& link, size_t msg_bytes, ChildReport& report) {
     std::vector<std::byte> buf(msg_bytes);
     for (uint64_t expect = 0;; ++expect) {
-        link.recv(buf.data(), msg_bytes);
-        uint64_t seq = 0;
-        if (!read_stamp(buf.data(), msg_bytes, seq))
-            throw BenchError("server: torn message (head and tail sequence differ)");
-        if (seq != expect && seq != kStopSeq)
-            throw BenchError("server: got message " + std::to_string(seq) + ", expected " +
-                             std::to_string(expect));
-        link.send(buf.data(), msg_bytes);
-        if (seq == kStopSeq) {
+        if (echo_once(link, buf, expect) == kStopSeq) {
             report.count[0].store(expect);
             return kChildOk;
         }

@@ -101,6 +101,26 @@ void Results::print_pingpong(const std::vector<std::string>& transports,
                        s->failed ? fmt::format("  ({} failed)", s->failed) : "");
         }
     }
+    print_ring_cost_bound(msg_sizes, ring_bytes);
+}
+
+// An SHM round trip pays the line transfers (at best the floor's) plus the ring code
+// (shm-local), so floor time / (floor time + ring time) bounds its fraction of the floor.
+void Results::print_ring_cost_bound(const std::vector<size_t>& msg_sizes, size_t ring_bytes) const {
+    const auto floor = summary("pingpong", "cacheline", kCacheLineMessage, 0);
+    if (!floor)
+        return;
+    for (size_t m : msg_sizes) {
+        const auto local = summary("pingpong", "shm-local", m, ring_bytes);
+        if (!local)
+            continue;
+        const double floor_us = 1e6 / floor->median;
+        const double ring_us = 1e6 / local->median;
+        fmt::print(
+            "{}: ring code {:.3f} us per round trip without transfers (shm-local); on top of "
+            "the floor's {:.3f} us an SHM round trip reaches at most {:.0f}% of the floor rate\n",
+            format_bytes(m), ring_us, floor_us, 100 * floor_us / (floor_us + ring_us));
+    }
 }
 
 void Results::print_bandwidth(const std::vector<size_t>& chunks, const std::vector<size_t>& rings,

@@ -46,6 +46,8 @@ class Results {
                          size_t memcpy_dram_bytes, size_t memcpy_cached_bytes) const;
 
   private:
+    void print_ring_cost_bound(const std::vector<size_t>& msg_sizes, size_t ring_bytes) const;
+
     std::string placement_;
     std::vector<Sample> samples_;
 };
