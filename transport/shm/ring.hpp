@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 
 #include "transport/shm/layout.hpp"
 
@@ -70,6 +71,8 @@ class RingWriter {
 
     [[nodiscard]] bool refresh_read_pos() noexcept;  // false: impossible position
     void commit_copy(std::span<const std::byte> payload) noexcept;
+    template <class FillPolledLine>
+    void publish(size_t n, FillPolledLine&& fill_polled_line) noexcept;
     [[nodiscard]] size_t payload_that_fits() const noexcept;
 };
 
@@ -158,18 +161,26 @@ inline RingStatus RingWriter::reserve(size_t want, std::span<std::byte>& out) no
     return RingStatus::Ok;
 }
 
-inline void RingWriter::commit(size_t n) noexcept {
-    n = std::min(n, reserved_);
-    reserved_ = 0;
-    if (n == 0)
-        return;
+// Zeroes the next record's length word, lets `fill_polled_line` write the payload bytes
+// that share a cache line with this record's length word, then publishes the length.
+template <class FillPolledLine>
+inline void RingWriter::publish(size_t n, FillPolledLine&& fill_polled_line) noexcept {
     std::byte* record = data_ + (write_pos_ & (size_ - 1));
     // The next record's length word still holds whatever an earlier lap left there; it
     // must read 0 before the reader can get to it, i.e. before this record is published.
     detail::length_word(record + record_footprint(n)).store(0, std::memory_order_relaxed);
+    // Compiler barrier only: keep the polled line's stores after the ones above.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    fill_polled_line(record + kRecordHeaderSize);
     // Release: the payload and the zero above are visible before the length is.
     detail::length_word(record).store(static_cast<uint32_t>(n), std::memory_order_release);
     write_pos_ += record_footprint(n);
+}
+
+inline void RingWriter::commit(size_t n) noexcept {
+    n = std::min(n, std::exchange(reserved_, 0));
+    if (n > 0)
+        publish(n, [](std::byte*) {});
 }
 
 // Copies a reserved record's payload in and publishes it, writing the cache line the reader
@@ -178,21 +189,15 @@ inline void RingWriter::commit(size_t n) noexcept {
 // cross between the cores again for the length store; written last, its payload bytes and
 // length word leave the store buffer together (x86 commits stores in program order).
 inline void RingWriter::commit_copy(std::span<const std::byte> payload) noexcept {
-    const size_t n = std::min(payload.size(), reserved_);
-    reserved_ = 0;
+    const size_t n = std::min(payload.size(), std::exchange(reserved_, 0));
     if (n == 0)
         return;
     const size_t offset = write_pos_ & (size_ - 1);
-    std::byte* record = data_ + offset;
     const size_t first_line_end = (offset | (kCacheLine - 1)) + 1;
     const size_t head = std::min(n, first_line_end - offset - kRecordHeaderSize);
-    std::memcpy(record + kRecordHeaderSize + head, payload.data() + head, n - head);
-    detail::length_word(record + record_footprint(n)).store(0, std::memory_order_relaxed);
-    // Compiler barrier only: keep the polled line's stores after the ones above.
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    std::memcpy(record + kRecordHeaderSize, payload.data(), head);
-    detail::length_word(record).store(static_cast<uint32_t>(n), std::memory_order_release);
-    write_pos_ += record_footprint(n);
+    std::byte* payload_area = data_ + offset + kRecordHeaderSize;
+    std::memcpy(payload_area + head, payload.data() + head, n - head);
+    publish(n, [&](std::byte* polled) { std::memcpy(polled, payload.data(), head); });
 }
 
 // Acquire: pairs with the writer's release store of the length, so the payload is
