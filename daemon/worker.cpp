@@ -183,8 +183,8 @@ void Worker::reap() {
     retired_.clear();
 }
 
-bool Worker::poll_sessions() {
-    bool progress = false;
+Worker::PollRound Worker::poll_sessions() {
+    PollRound round;
     if (rdma_endpoint_ && rdma_endpoint_->sessions() > 0) {
         // Clears the mailbox bytes (hints; every polled session is looked at below) and
         // counts the observations the endpoint's torn-record detection relies on.
@@ -195,10 +195,13 @@ bool Worker::poll_sessions() {
     // Index loop: a session may close (and leave polled_) while being polled.
     for (size_t i = 0; i < polled_.size(); ++i) {
         Session* session = polled_[i];
+        // Read before the poll: whether Postgres owed this session an answer already.
+        if (session->awaiting_upstream())
+            round.upstream_pending = true;
         if (session->poll_shm())
-            progress = true;
+            round.progress = true;
     }
-    return progress;
+    return round;
 }
 
 // Ends an idle stretch: AdaptiveSpin learns how long it lasted.
@@ -238,11 +241,6 @@ bool Worker::spinning_pays_off() const noexcept {
         return true;
     return std::any_of(polled_.begin(), polled_.end(),
                        [](const Session* session) { return !session->awaiting_upstream(); });
-}
-
-bool Worker::any_awaiting_upstream() const noexcept {
-    return std::any_of(polled_.begin(), polled_.end(),
-                       [](const Session* session) { return session->awaiting_upstream(); });
 }
 
 // Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)
@@ -288,8 +286,7 @@ void Worker::run() {
             idle_ = IdleStretch{};
             continue;
         }
-        const bool upstream_pending = any_awaiting_upstream();
-        const bool progress = poll_sessions();
+        const auto [progress, upstream_pending] = poll_sessions();
         // Spinning is for the rings; sockets (Postgres, doorbells, new sessions) are
         // checked every kSocketCheckInterval spin rounds, not with a syscall per round,
         // and after a busy round only if Postgres already owed an answer before it: a

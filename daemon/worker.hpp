@@ -77,9 +77,12 @@ class Worker {
     void open_rdma();
     void run();
     void adopt_handed_over();
-    bool poll_sessions();
+    struct PollRound {
+        bool progress = false;          // some session moved bytes
+        bool upstream_pending = false;  // some session awaited Postgres before its poll
+    };
+    PollRound poll_sessions();
     [[nodiscard]] bool spinning_pays_off() const noexcept;
-    [[nodiscard]] bool any_awaiting_upstream() const noexcept;
     void end_idle_stretch() noexcept;
     void idle_round();
     void block_until_event();
