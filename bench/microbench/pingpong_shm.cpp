@@ -21,13 +21,10 @@ PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
     shm::Segment seg = make_segment(ring_bytes, ring_bytes);
     FdPair doorbell = make_socketpair();
     const ShmWait mode = spin_only ? ShmWait::Spin : ShmWait::Adaptive;
-    shm::Header& h = seg.header();
 
     auto server = [&](ChildReport& report) {
         doorbell.a.reset();
-        ShmLink link(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
-                     shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell.b.get(), mode,
-                     budget);
+        ShmLink link = server_end(seg, doorbell.b.get(), mode, budget);
         const int code = echo_server(link, msg_bytes, report);
         report.count[1].store(link.polls());
         report.count[2].store(link.doorbells());
@@ -36,9 +33,7 @@ PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
     PingPongRun run;
     auto client = [&] {
         doorbell.b.reset();
-        ShmLink link(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
-                     shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell.a.get(), mode,
-                     budget);
+        ShmLink link = client_end(seg, doorbell.a.get(), mode, budget);
         run = echo_client(link, msg_bytes, timing);
         run.polls = link.polls();
         run.doorbells = link.doorbells();
@@ -51,13 +46,8 @@ PingPongRun pingpong_shm_local(size_t msg_bytes, size_t ring_bytes, shm::WaitBud
                                const Timing& timing) {
     shm::Segment seg = make_segment(ring_bytes, ring_bytes);
     FdPair doorbell = make_socketpair();
-    shm::Header& h = seg.header();
-    ShmLink client(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
-                   shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell.a.get(),
-                   ShmWait::Adaptive, budget);
-    ShmLink server(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
-                   shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell.b.get(),
-                   ShmWait::Adaptive, budget);
+    ShmLink client = client_end(seg, doorbell.a.get(), ShmWait::Adaptive, budget);
+    ShmLink server = server_end(seg, doorbell.b.get(), ShmWait::Adaptive, budget);
     std::vector<std::byte> sent(msg_bytes), reply(msg_bytes), echoed(msg_bytes);
     fill_pattern(sent.data(), msg_bytes);
     uint64_t expect = 0;

@@ -22,6 +22,18 @@ shm::Segment make_segment(size_t c2s_bytes, size_t s2c_bytes) {
     return std::move(*seg);
 }
 
+ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode, shm::WaitBudget budget) {
+    shm::Header& h = seg.header();
+    return ShmLink(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
+                   shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell, mode, budget);
+}
+
+ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode, shm::WaitBudget budget) {
+    shm::Header& h = seg.header();
+    return ShmLink(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
+                   shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell, mode, budget);
+}
+
 void StallGuard::tick() {
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::steady_clock::now().time_since_epoch())

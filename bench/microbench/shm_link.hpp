@@ -67,4 +67,11 @@ class ShmLink {
     uint64_t doorbells_ = 0;
 };
 
+// The two ends of a segment's ring pair, as in a session: the client writes client->server
+// and reads server->client, the server the other way round.
+[[nodiscard]] ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode,
+                                 shm::WaitBudget budget);
+[[nodiscard]] ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode,
+                                 shm::WaitBudget budget);
+
 }  // namespace l5pg::microbench
