@@ -12,9 +12,10 @@ from .targets import TARGET_NAMES
 from .workloads import WORKLOADS
 
 FULL = {"clients": [1, 2, 4, 8, 16, 32, 64], "workloads": list(WORKLOADS), "duration": 5}
-# 7 targets × 2 client counts × 2 placements × 2 workloads × 3 runs = 168 cells. At 2 s each plus
-# ~0.5 s of start/settle per cell that is ~7 min, plus ~1 min of setup and the idle check:
-# under 10 minutes on 2 cores. (3 s per cell would already be ~10 min.)
+# 8 targets × 2 client counts × 2 placements × 2 workloads × 3 runs = 192 cells, plus 9 cells of
+# the `shared` placement (placement.QUICK_SHARED_SCOPE). At 2 s each plus ~0.6 s of start/settle
+# per cell that is ~8.7 min, plus setup, the idle check and the microbenchmarks: under 10
+# minutes on 2 cores. (3 s per cell would already be over.)
 QUICK = {"clients": [1, 8], "workloads": ["point-read", "tpcb-like"], "duration": 2}
 RESULTS_DIR = REPO / "bench" / "results"
 
@@ -64,7 +65,8 @@ def parser():
     ap.add_argument("--targets", type=_list, default=list(TARGET_NAMES),
                     help=f"of {','.join(TARGET_NAMES)} (default all; l5pgd-rdma-verbs with an RDMA device, else l5pgd-rdma-soft)")
     ap.add_argument("--placements", type=_list, default=list(PLACEMENT_NAMES),
-                    help="default and/or pinned (default both)")
+                    help="of default,pinned,shared (default all; the quick matrix runs shared "
+                         "only for point reads at 1 client over direct-tcp, direct-unix, l5pgd-shm)")
     ap.add_argument("--scale", type=int, help="pgbench scale (default max(10, most clients))")
     ap.add_argument("--l5pgd-workers", type=int, default=2, help="l5pgd worker threads (default 2)")
     ap.add_argument("--idle-seconds", type=float, default=10.0,

@@ -5,6 +5,11 @@
 CPUs>`; every thread of every Postgres process (postmaster and all its children, and backends
 forked later inherit it), of PgBouncer and of l5pgd (acceptor and workers) gets
 sched_setaffinity(<server CPUs>). On 2 cores: pgbench on CPU 0, everything else on CPU 1.
+`shared`: pgbench and every server-side thread on one CPU (the first server CPU). A hand-off
+between the client and its backend is then a context switch instead of a cross-core wake-up,
+which on small virtual machines makes it the fastest direct configuration for one client
+(L5-NOTES.md), so the yardstick must include it. Spinning cannot pay there: the peer needs
+the very CPU the spinner holds.
 """
 import os
 from dataclasses import dataclass
@@ -12,7 +17,7 @@ from typing import Optional, Tuple
 
 from . import cpuacct
 
-PLACEMENT_NAMES = ("default", "pinned")
+PLACEMENT_NAMES = ("default", "pinned", "shared")
 
 
 def cpu_list(cpus):
@@ -54,7 +59,8 @@ class Placement:
         if not self.pinned:
             return ("default: nothing pinned; pgbench, Postgres, PgBouncer and l5pgd may run on any "
                     f"of CPUs {cpu_list(self.all_cpus)}")
-        return (f"pinned: pgbench under `taskset -c {cpu_list(self.client_cpus)}`; "
+        where = "shared, one CPU for everything" if self.name == "shared" else "pinned"
+        return (f"{where}: pgbench under `taskset -c {cpu_list(self.client_cpus)}`; "
                 f"sched_setaffinity({{{cpu_list(self.server_cpus)}}}) on every thread of the "
                 "postmaster and all its children (new backends inherit it), of PgBouncer, "
                 "and of l5pgd (acceptor and worker threads)")
@@ -79,6 +85,9 @@ def make_placements(names, client_cpus=None, server_cpus=None):
         elif name == "pinned":
             out.append(Placement("pinned", all_cpus, tuple(client_cpus or default_client),
                                  tuple(server_cpus or default_server)))
+        elif name == "shared":
+            one = (tuple(server_cpus or default_server)[0],)
+            out.append(Placement("shared", all_cpus, one, one))
         else:
             raise ValueError(f"unknown placement {name!r}; choose from {', '.join(PLACEMENT_NAMES)}")
     return out
@@ -106,3 +115,16 @@ def apply_server_placement(placement, server_roots):
     for root in server_roots:
         if root is not None:
             set_tree_affinity(root, cpus)
+
+
+# The quick matrix runs `shared` only for the cells whose yardstick it decides (target 2: point
+# reads, one client) and with l5pgd over SHM beside the direct targets.
+QUICK_SHARED_SCOPE = {"workloads": ("point-read",), "clients": (1,),
+                      "targets": ("direct-tcp", "direct-unix", "l5pgd-shm")}
+
+
+def in_quick_scope(placement, workload, clients, target):
+    if placement.name != "shared":
+        return True
+    scope = QUICK_SHARED_SCOPE
+    return workload in scope["workloads"] and clients in scope["clients"] and target in scope["targets"]

@@ -38,12 +38,17 @@ def _series(stats, workload, placement, target, clients, attrs, dodge=1.0):
 def _subplot(ax, stats, rows, workload, placement, attrs, ylabel):
     clients = st.ordered_values(rows, "clients")
     present = [t for t in TARGET_NAMES if t in st.ordered_values(rows, "target")]
+    plotted = 0
     for i, target in enumerate(present):
         dodge = 2 ** (0.03 * (i - (len(present) - 1) / 2))
         xs, ys, err = _series(stats, workload, placement, target, clients, attrs, dodge)
         if xs:
             color, marker = STYLE[target]
             ax.errorbar(xs, ys, yerr=err, label=target, color=color, marker=marker, capsize=3)
+            plotted += 1
+    if not plotted:  # e.g. the quick matrix runs the `shared` placement for point reads only
+        ax.text(0.5, 0.5, "not measured in this run", transform=ax.transAxes, ha="center",
+                va="center", color="gray")
     ax.set_xscale("log", base=2)
     ax.set_xticks(clients)
     ax.set_xticklabels([str(c) for c in clients])
@@ -65,7 +70,11 @@ def plot_metric(plt, out_dir, rows, stats, metric):
     for i, w in enumerate(workloads):
         for j, p in enumerate(placements):
             _subplot(axes[i][j], stats, rows, w, p, attrs, ylabel)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    legend = {}  # label -> handle, over every subplot (some may lack a target)
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    handles, labels = list(legend.values()), list(legend.keys())
     fig.suptitle(title, y=1 - 0.1 / height, va="top")
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.4 / height),
                ncol=min(len(labels), 4) or 1, frameon=False)

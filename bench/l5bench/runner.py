@@ -41,6 +41,7 @@ class Run:
         self.meta = self._initial_meta()
         self.failed_cells = 0
         self.keep_logs = opts.keep_workdir
+        self.keep_cell = placement.in_quick_scope if opts.quick else None
 
     # -- metadata ----------------------------------------------------------
     def _initial_meta(self):
@@ -56,8 +57,10 @@ class Run:
         }
 
     def cell_count(self):
-        return len(self.target_names) * len(self.opts.clients) * len(self.placements) \
-            * len(self.workloads) * self.opts.runs
+        per_run = sum(1 for p in self.placements for w in self.workloads for c in self.opts.clients
+                      for t in self.target_names
+                      if self.keep_cell is None or self.keep_cell(p, w.name, c, t))
+        return per_run * self.opts.runs
 
     def estimate_minutes(self):
         per_cell = self.opts.duration + SETTLE_OVERHEAD_S
@@ -116,7 +119,7 @@ class Run:
 
     def run_matrix(self, bench_targets, csv_writer):
         cells = schedule.build(self.opts.runs, self.placements, self.workloads, self.opts.clients,
-                               bench_targets, self.opts.seed)
+                               bench_targets, self.opts.seed, self.keep_cell)
         applied, t0 = None, time.monotonic()
         for seq, c in enumerate(cells, 1):
             if c.placement is not applied:

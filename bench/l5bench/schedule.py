@@ -17,7 +17,8 @@ class Cell:
     target: object     # targets.BenchTarget
 
 
-def build(runs, placements, workloads, clients, targets, seed):
+def build(runs, placements, workloads, clients, targets, seed, keep=None):
+    """keep(placement, workload name, clients, target name) -> bool drops cells (None: all)."""
     rng = random.Random(seed)
     cells = []
     for run in range(1, runs + 1):
@@ -26,5 +27,6 @@ def build(runs, placements, workloads, clients, targets, seed):
                 for c in clients:
                     order = list(targets)
                     rng.shuffle(order)
-                    cells += [Cell(run, placement, workload, c, t) for t in order]
+                    cells += [Cell(run, placement, workload, c, t) for t in order
+                              if keep is None or keep(placement, workload.name, c, t.name)]
     return cells

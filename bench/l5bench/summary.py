@@ -53,7 +53,7 @@ def method_section(meta):
         "ones included (postmaster's cutime+cstime).",
         f"- Ratios compare median tps with `{REFERENCE}` in the same placement (and, for l5pgd "
         f"targets, with `{PROXY_REFERENCE}`); the yardstick is the best direct configuration "
-        "(either direct target, either placement) for that workload and client count.",
+        "(either direct target, any placement) for that workload and client count.",
         "", "Workloads:", ""]
     lines += [f"- `{k}`: {v}" for k, v in meta["workloads"].items()]
     lines += ["", "Placements:", ""]

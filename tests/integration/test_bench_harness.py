@@ -1,7 +1,7 @@
 """The `make bench` harness on a tiny matrix: it runs end to end and writes what it promises.
 
-Not a benchmark: one workload, three targets, one client, 1 s per cell, one repetition, both
-placements, into a temporary directory. The harness starts its own cluster, PgBouncer and l5pgd.
+Not a benchmark: one workload, three targets, one client, 1 s per cell, one repetition, all
+three placements, into a temporary directory. The harness starts its own cluster, PgBouncer and l5pgd.
 """
 import csv
 import os
@@ -15,7 +15,7 @@ from tests.harness import paths
 REPO = paths.REPO
 COLUMNS = ["workload", "target", "placement", "clients", "run", "tps", "latency_ms", "cpu_us_per_tx"]
 TARGETS = ["direct-unix", "pgbouncer-unix", "l5pgd-shm"]
-PLACEMENTS = ["default", "pinned"]
+PLACEMENTS = ["default", "pinned", "shared"]
 
 
 def run_bench(out_dir, *extra):
@@ -58,9 +58,26 @@ def test_csv_has_the_columns_and_one_row_per_cell(bench_run):
 @pytest.mark.timeout(120)
 def test_summary_plots_and_idle_check(bench_run):
     summary = (bench_run / "summary.md").read_text()
-    for needle in ("## Machine", "PgBouncer 1.", "## point-read, placement pinned", "l5pgd-shm",
+    for needle in ("## Machine", "PgBouncer 1.", "## point-read, placement pinned",
+                   "## point-read, placement shared", "one CPU for everything", "l5pgd-shm",
                    "vs direct-unix", "## Idle CPU", "taskset -c"):
         assert needle in summary, needle
     assert "microbenchmarks skipped" in summary
     pngs = list(bench_run.glob("*.png"))
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+
+
+def test_quick_matrix_runs_shared_only_where_it_sets_the_yardstick():
+    sys.path.insert(0, str(REPO / "bench"))
+    from l5bench import placement, schedule, targets, workloads
+
+    places = placement.make_placements(list(placement.PLACEMENT_NAMES))
+    assert [p.name for p in places] == ["default", "pinned", "shared"]
+    shared = places[2]
+    assert shared.client_cpus == shared.server_cpus and len(shared.client_cpus) == 1
+    fake = [targets.BenchTarget(n, None, None) for n in ("direct-unix", "l5pgd-shm", "pgbouncer-unix")]
+    cells = schedule.build(1, places, workloads.get(["point-read", "tpcb-like"]), [1, 8], fake, 1,
+                           placement.in_quick_scope)
+    in_shared = {(c.workload.name, c.clients, c.target.name) for c in cells if c.placement is shared}
+    assert in_shared == {("point-read", 1, "direct-unix"), ("point-read", 1, "l5pgd-shm")}
+    assert len(cells) == 2 * 2 * 2 * 3 + 2
