@@ -9,18 +9,22 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "clientlib/channel_rdma.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
+#include "transport/shm/cpu_hint.hpp"
 #include "transport/shm/wait.hpp"
 
 namespace l5pg::shim {
 namespace {
 
 std::array<Channel, kMaxChannels> g_pool;
+// Process-wide: the threads of a client program rarely differ in affinity, and it is a hint.
+shm::SoleCpuHint g_sole_cpu;
 
 [[nodiscard]] bool would_block(const Channel& ch, int flags) noexcept {
     return (flags & MSG_DONTWAIT) != 0 || ch.nonblocking.load(std::memory_order_relaxed);
@@ -73,7 +77,7 @@ void prepare_return(Channel& ch, int fd) noexcept {
 template <class Ready>
 bool wait_until_unrecorded(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
     for (;;) {
-        if (shm::spin_then_yield(ready, ch.spin.budget(settings().budget)))
+        if (shm::spin_then_yield(ready, channel_wait_budget(ch, true)))
             return true;
         if (for_write)
             ch.tx.arm();
@@ -165,6 +169,19 @@ ssize_t fail(int err) noexcept {
 }
 
 }  // namespace
+
+shm::WaitBudget channel_wait_budget(Channel& ch, bool only_session) noexcept {
+    if (ch.kind == ChannelKind::Shm) {
+        timespec now{};
+        ::clock_gettime(CLOCK_MONOTONIC, &now);
+        const uint32_t mine = g_sole_cpu.current(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec);
+        shm::Header& header = ch.segment->header();
+        if (shm::publish_and_compare(header.client_sole_cpu, header.server_sole_cpu, mine) &&
+            only_session)
+            return shm::WaitBudget::none();
+    }
+    return ch.spin.budget(settings().budget);
+}
 
 // ---------------------------------------------------------------- pool
 

@@ -67,7 +67,7 @@ bool wait_for(Channel& ch, int fd, bool for_write) noexcept {
     const auto start = clock::now();
     bool ok = true;
     for (;;) {
-        if (shm::spin_then_yield(ready, ch.spin.budget(settings().budget)))
+        if (shm::spin_then_yield(ready, channel_wait_budget(ch, true)))
             break;
         if (!(for_write ? c.arm_write() : c.arm_read()))
             break;  // ready (or broken) after all

@@ -74,12 +74,14 @@ class MixedPoll {
         }
     }
 
-    // The configured budget if any upgraded fd's recent waits were short enough for
-    // spinning to pay (see shm::AdaptiveSpin), cut to the caller's timeout.
+    // The largest budget any upgraded fd earned (channel_wait_budget), cut to the
+    // caller's timeout.
     shm::WaitBudget budget_within(int64_t deadline) noexcept {
+        size_t upgraded = 0;
+        for_each_upgraded([&upgraded](Channel&, short) { ++upgraded; });
         shm::WaitBudget budget = shm::WaitBudget::none();
-        for_each_upgraded([&budget](Channel& ch, short) {
-            const shm::WaitBudget b = ch.spin.budget(settings().budget);
+        for_each_upgraded([&budget, upgraded](Channel& ch, short) {
+            const shm::WaitBudget b = channel_wait_budget(ch, upgraded == 1);
             if (b.total() > budget.total())
                 budget = b;
         });

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/worker.hpp"
+#include "transport/shm/cpu_hint.hpp"
 #include "transport/shm/wait.hpp"
 
 namespace l5pg::daemon {
@@ -99,6 +100,14 @@ void Session::upstream_write_cb(int, short, void* arg) {
         self->on_upstream_connected();
     else
         self->on_upstream_writable();
+}
+
+bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
+    if (!segment_)
+        return false;
+    shm::Header& header = segment_->header();
+    return shm::publish_and_compare(header.server_sole_cpu, header.client_sole_cpu,
+                                    worker_sole_cpu);
 }
 
 bool Session::arm_before_block() {

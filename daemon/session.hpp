@@ -52,6 +52,10 @@ class Session {
     bool arm_before_block();
     void disarm_after_block();
 
+    // Publishes the worker's placement hint into an SHM session's header and tells whether
+    // the client is confined to that same single CPU (shm/cpu_hint.hpp); false for RDMA.
+    [[nodiscard]] bool client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept;
+
     [[nodiscard]] bool is_shm() const noexcept { return segment_.has_value(); }
     [[nodiscard]] bool is_rdma() const noexcept { return rdma_ != nullptr; }
     // True from forwarding client bytes upstream until Postgres's next bytes arrive:

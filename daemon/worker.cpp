@@ -214,9 +214,10 @@ void Worker::end_idle_stretch() noexcept {
 // One round with nothing to do: spin, yield, or block, depending on how long we have
 // been idle and whether spinning pays (see spinning_pays_off() and shm::AdaptiveSpin).
 void Worker::idle_round() {
-    const auto idle = clock::now() - idle_.since;
+    const auto now = clock::now();
+    const auto idle = now - idle_.since;
     const shm::WaitBudget budget =
-        spinning_pays_off() ? idle_spin_.budget(spin_budget_) : shm::WaitBudget::none();
+        spinning_pays_off(now) ? idle_spin_.budget(spin_budget_) : shm::WaitBudget::none();
     idle_.yielding = false;
     if (idle < budget.spin) {
         shm::cpu_relax();
@@ -235,12 +236,19 @@ void Worker::idle_round() {
 // busy session waits for Postgres, the backend is the one with work to do: on a machine
 // with few cores it may well need the very core we would spin on, and its answer wakes
 // our epoll through the upstream socket anyway. shm.spin_awaiting_upstream keeps the
-// spinning for hosts where the worker has a core of its own.
-bool Worker::spinning_pays_off() const noexcept {
-    if (config_.shm.spin_awaiting_upstream)
-        return true;
-    return std::any_of(polled_.begin(), polled_.end(),
-                       [](const Session* session) { return !session->awaiting_upstream(); });
+// spinning for hosts where the worker has a core of its own. A lone client confined to
+// the one CPU we are confined to cannot publish while we spin at all.
+bool Worker::spinning_pays_off(clock::time_point now) noexcept {
+    const uint32_t sole_cpu = sole_cpu_.current(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+    bool pays = false;
+    for (Session* session : polled_) {  // no early exit: every session learns our hint
+        // Acted upon for a lone session only, as by the shim (channel_wait_budget()).
+        const bool shares_cpu = session->client_shares_sole_cpu(sole_cpu) && polled_.size() == 1;
+        if (!shares_cpu && (config_.shm.spin_awaiting_upstream || !session->awaiting_upstream()))
+            pays = true;
+    }
+    return pays;
 }
 
 // Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)

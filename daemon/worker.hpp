@@ -2,8 +2,9 @@
 // it polls their rings in a loop (spin, then sched_yield); when idle past the budget it
 // arms every ring's wake-up flag and blocks in epoll until a doorbell, an upstream
 // socket or a new session wakes it (DESIGN.md "Waiting"). It does not spin at all while
-// every busy session waits for Postgres, or while its recent idle stretches outlasted
-// the budget (shm::AdaptiveSpin): then spinning only takes CPU from the backends.
+// every busy session waits for Postgres, while its recent idle stretches outlasted the
+// budget (shm::AdaptiveSpin), or while its clients are confined to the one CPU it is
+// confined to (shm/cpu_hint.hpp): then spinning only takes CPU from those it waits for.
 #pragma once
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "daemon/unique_fd.hpp"
 #include "transport/rdma/channel/server.hpp"
 #include "transport/rdma/device.hpp"
+#include "transport/shm/cpu_hint.hpp"
 #include "transport/shm/wait.hpp"
 
 namespace l5pg::daemon {
@@ -82,7 +84,7 @@ class Worker {
         bool upstream_pending = false;  // some session awaited Postgres before its poll
     };
     PollRound poll_sessions();
-    [[nodiscard]] bool spinning_pays_off() const noexcept;
+    [[nodiscard]] bool spinning_pays_off(std::chrono::steady_clock::time_point now) noexcept;
     void end_idle_stretch() noexcept;
     void idle_round();
     void block_until_event();
@@ -107,6 +109,7 @@ class Worker {
     };
     const shm::WaitBudget spin_budget_;  // shm.spin_us, shm.yield_us
     shm::AdaptiveSpin idle_spin_;        // whether idle stretches are worth spinning
+    shm::SoleCpuHint sole_cpu_;          // the one CPU this thread is confined to, if any
     IdleStretch idle_;
 
     std::mutex handover_mutex_;

@@ -169,8 +169,11 @@ def parse_pgbench(stdout, stderr="", returncode=0):
     return PgbenchResult(processed, expected, failed, tps, lat, stdout, stderr, returncode)
 
 
-def pgbench(target, args, timeout=300, check=True, env=None, dbname=None):
+def pgbench(target, args, timeout=300, check=True, env=None, dbname=None, cpu=None):
+    """pgbench through target; `cpu`: confined to that one CPU (taskset)."""
     cmd = [PGBENCH, *[str(a) for a in args]]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu)] + cmd
     if dbname:
         cmd.append(dbname)
     r = run(cmd, target, timeout=timeout, check=check, env=env)

@@ -60,9 +60,19 @@ struct Header {
     alignas(kCacheLine) std::atomic<uint32_t> server_closed{0};
     RingControl c2s;
     RingControl s2c;
+    // Placement hints (cpu_hint.hpp), each written by its side only: CPU + 1 when that
+    // side's waiting thread is confined to that one CPU, 0 otherwise. Advisory: they only
+    // decide whether the other side spins. Added after the rings so that layout-2 peers
+    // that predate them keep working (they leave theirs 0, "unknown").
+    alignas(kCacheLine) std::atomic<uint32_t> client_sole_cpu{0};
+    alignas(kCacheLine) std::atomic<uint32_t> server_sole_cpu{0};
 };
 
 static_assert(sizeof(Header) <= kHeaderSize);
+// Offsets documented in docs/wire-format.md (the Python test client relies on them too).
+static_assert(offsetof(Header, c2s) == 192 && offsetof(Header, s2c) == 384);
+static_assert(offsetof(Header, client_sole_cpu) == 576);
+static_assert(offsetof(Header, server_sole_cpu) == 640);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 

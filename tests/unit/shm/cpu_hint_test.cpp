@@ -1,0 +1,84 @@
+#include <sched.h>
+
+#include <atomic>
+#include <thread>
+
+#include "test_util.hpp"
+#include "transport/shm/cpu_hint.hpp"
+
+using namespace l5pg::shm;
+
+namespace {
+
+// Runs `fn` on a fresh thread whose affinity is `set` (the test's own thread stays as is).
+template <class Fn>
+void on_thread_with_affinity(const cpu_set_t& set, Fn fn) {
+    std::thread t([&] {
+        REQUIRE(::sched_setaffinity(0, sizeof set, &set) == 0);
+        fn();
+    });
+    t.join();
+}
+
+cpu_set_t allowed_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+    return set;
+}
+
+int first_cpu(const cpu_set_t& set) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &set))
+            return cpu;
+    return -1;
+}
+
+cpu_set_t only(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return set;
+}
+
+}  // namespace
+
+TEST_CASE("sole_cpu_of_this_thread names the one CPU a thread is confined to") {
+    const cpu_set_t all = allowed_cpus();
+    const int cpu = first_cpu(all);
+    on_thread_with_affinity(only(cpu),
+                            [&] { CHECK(sole_cpu_of_this_thread() == uint32_t(cpu) + 1); });
+    if (CPU_COUNT(&all) > 1)
+        on_thread_with_affinity(all, [] { CHECK(sole_cpu_of_this_thread() == 0); });
+}
+
+TEST_CASE("SoleCpuHint re-reads the affinity only once its reading is old") {
+    const cpu_set_t all = allowed_cpus();
+    if (CPU_COUNT(&all) < 2) {
+        WARN("SKIPPED: needs two CPUs to change the answer");
+        return;
+    }
+    const int cpu = first_cpu(all);
+    on_thread_with_affinity(only(cpu), [&] {
+        SoleCpuHint hint;
+        const uint32_t confined = uint32_t(cpu) + 1;
+        CHECK(hint.current(1000) == confined);
+        REQUIRE(::sched_setaffinity(0, sizeof all, &all) == 0);
+        CHECK(hint.current(1000 + SoleCpuHint::kRefreshNs - 1) == confined);  // cached
+        CHECK(hint.current(1000 + SoleCpuHint::kRefreshNs) == 0);             // re-read
+    });
+}
+
+TEST_CASE("publish_and_compare writes our hint and matches only the same CPU") {
+    std::atomic<uint32_t> mine{0}, peers{0};
+    CHECK_FALSE(publish_and_compare(mine, peers, 3));
+    CHECK(mine.load() == 3);
+    peers.store(3);
+    CHECK(publish_and_compare(mine, peers, 3));
+    peers.store(4);
+    CHECK_FALSE(publish_and_compare(mine, peers, 3));
+    // Not confined ("0") never matches, not even a peer that says 0 too.
+    peers.store(0);
+    CHECK_FALSE(publish_and_compare(mine, peers, 0));
+    CHECK(mine.load() == 0);
+}

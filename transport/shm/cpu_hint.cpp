@@ -1,0 +1,19 @@
+#include "transport/shm/cpu_hint.hpp"
+
+#include <sched.h>
+
+namespace l5pg::shm {
+
+uint32_t sole_cpu_of_this_thread() noexcept {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1)
+        return 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &set))
+            return static_cast<uint32_t>(cpu) + 1;
+    }
+    return 0;
+}
+
+}  // namespace l5pg::shm
