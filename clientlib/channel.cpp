@@ -9,7 +9,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 
 #include "clientlib/channel_rdma.hpp"
 #include "clientlib/debug_log.hpp"
@@ -172,9 +171,7 @@ ssize_t fail(int err) noexcept {
 
 shm::WaitBudget channel_wait_budget(Channel& ch, bool only_session) noexcept {
     if (ch.kind == ChannelKind::Shm) {
-        timespec now{};
-        ::clock_gettime(CLOCK_MONOTONIC, &now);
-        const uint32_t mine = g_sole_cpu.current(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec);
+        const uint32_t mine = g_sole_cpu.current(shm::SoleCpuHint::clock::now());
         shm::Header& header = ch.segment->header();
         if (shm::publish_and_compare(header.client_sole_cpu, header.server_sole_cpu, mine) &&
             only_session)

@@ -239,8 +239,7 @@ void Worker::idle_round() {
 // spinning for hosts where the worker has a core of its own. A lone client confined to
 // the one CPU we are confined to cannot publish while we spin at all.
 bool Worker::spinning_pays_off(clock::time_point now) noexcept {
-    const uint32_t sole_cpu = sole_cpu_.current(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+    const uint32_t sole_cpu = sole_cpu_.current(now);
     bool pays = false;
     for (Session* session : polled_) {  // no early exit: every session learns our hint
         // Acted upon for a lone session only, as by the shim (channel_wait_budget()).

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace l5pg::shm {
@@ -28,11 +29,13 @@ namespace l5pg::shm {
 // ping-pong measurably. Relaxed atomics: threads racing on a refresh only repeat it.
 class SoleCpuHint {
   public:
+    using clock = std::chrono::steady_clock;
     static constexpr int64_t kRefreshNs = 100'000'000;
 
-    // The hint, re-read first when the last reading is older than kRefreshNs at `now_ns`
-    // (a CLOCK_MONOTONIC time).
-    [[nodiscard]] uint32_t current(int64_t now_ns) noexcept {
+    // The hint, re-read first when the last reading is older than kRefreshNs at `now`.
+    [[nodiscard]] uint32_t current(clock::time_point now) noexcept {
+        const int64_t now_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
         const int64_t due = next_check_ns_.load(std::memory_order_relaxed);
         if (now_ns >= due) {
             next_check_ns_.store(now_ns + kRefreshNs, std::memory_order_relaxed);

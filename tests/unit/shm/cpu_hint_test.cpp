@@ -9,6 +9,12 @@
 using namespace l5pg::shm;
 
 namespace {
+SoleCpuHint::clock::time_point at_ns(int64_t ns) {
+    return SoleCpuHint::clock::time_point(std::chrono::nanoseconds(ns));
+}
+}  // namespace
+
+namespace {
 
 // Runs `fn` on a fresh thread whose affinity is `set` (the test's own thread stays as is).
 template <class Fn>
@@ -62,10 +68,10 @@ TEST_CASE("SoleCpuHint re-reads the affinity only once its reading is old") {
     on_thread_with_affinity(only(cpu), [&] {
         SoleCpuHint hint;
         const uint32_t confined = uint32_t(cpu) + 1;
-        CHECK(hint.current(1000) == confined);
+        CHECK(hint.current(at_ns(1000)) == confined);
         REQUIRE(::sched_setaffinity(0, sizeof all, &all) == 0);
-        CHECK(hint.current(1000 + SoleCpuHint::kRefreshNs - 1) == confined);  // cached
-        CHECK(hint.current(1000 + SoleCpuHint::kRefreshNs) == 0);             // re-read
+        CHECK(hint.current(at_ns(1000 + SoleCpuHint::kRefreshNs - 1)) == confined);  // cached
+        CHECK(hint.current(at_ns(1000 + SoleCpuHint::kRefreshNs)) == 0);             // re-read
     });
 }
 
