@@ -9,7 +9,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
   libibverbs-dev librdmacm-dev postgresql-15 postgresql-contrib pgbouncer \
   python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
-  python3-matplotlib
+  python3-matplotlib strace
 
 .PHONY: help deps build test unit-test integration-test demo bench format format-check clean
 
@@ -18,7 +18,7 @@ help:
 	@echo "make build             configure and build into $(BUILD_DIR)/ (l5pgd, libl5pg.so, tests)"
 	@echo "make test              build, then unit tests (ctest) and integration tests (pytest, real Postgres)"
 	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
-	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 2 placements) into bench/results/"
+	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 3 placements) into bench/results/"
 	@echo "                       QUICK=1: reduced matrix (<10 min on 2 cores); BENCH_ARGS='...' more options"
 	@echo "make format            clang-format all C++ sources"
 

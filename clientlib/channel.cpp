@@ -329,10 +329,16 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
             break;  // EOF (or the partial MSG_WAITALL result)
         }
         if (would_block(ch, flags)) {
-            drain_socket(ch, fd);  // a level-triggered poller must not see stale bytes
-            if (ch.peer_closed || ch.rx.has_data())
-                continue;
+            // A level-triggered epoll user must not find stale doorbell bytes on the
+            // socket, so drain them here. Interposed pollers need no drain (a stale byte
+            // costs them one extra round, and they drain after blocking), and libpq
+            // calls recv() on an empty ring once per response: the drain would be a
+            // system call on every round trip. (An l5pgd that died without flagging
+            // server_closed is then noticed by the next poll: the socket's EOF.)
             if (foreign_waiters_possible()) {
+                drain_socket(ch, fd);
+                if (ch.peer_closed || ch.rx.has_data())
+                    continue;
                 ch.rx.arm();  // an epoll user waiting for POLLIN then gets a doorbell
                 if (ch.rx.has_data())
                     continue;

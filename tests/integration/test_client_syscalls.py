@@ -1,0 +1,40 @@
+"""Over SHM a request and its answer travel through the rings, so a libpq client's round
+trips need no socket system calls at all: libpq's recv() on an empty ring answers EAGAIN
+without asking the kernel, and its poll() spins on the ring. Counted with strace, which
+sees every system call whoever makes it (libpq, the shim, libc).
+"""
+import re
+
+import pytest
+
+from tests.harness.client import PGBENCH, parse_pgbench, run, shm_target
+
+T = 2000  # transactions
+SOCKET_CALLS = ("recvfrom", "recvmsg", "recvmmsg", "sendto", "sendmsg", "sendmmsg")
+
+
+def strace_counts(path):
+    """{syscall: calls} from an `strace -c` summary."""
+    counts = {}
+    for line in path.read_text().splitlines():
+        # % time  seconds  usecs/call  calls  [errors]  syscall
+        m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
+        if m:
+            counts[m.group(2)] = int(m.group(1))
+    return counts
+
+
+@pytest.mark.timeout(120)
+def test_round_trips_make_no_socket_calls(l5pgd, pgbench_db, shim, tmp_path):
+    summary = tmp_path / "strace.txt"
+    cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-c", "-o", summary, "-e", "trace=" + ",".join(SOCKET_CALLS),
+           PGBENCH, "-S", "-M", "prepared", "-c", 1, "-t", T, "-n"]
+    # Spinning for up to 50 ms: no answer outlasts the budget and ends in a blocking poll
+    # (whose doorbell byte would be read with a recvfrom), however slow the machine.
+    r = run(cmd, shm_target(l5pgd), timeout=100, env={"L5PG_SPIN_US": "50000"})
+    result = parse_pgbench(r.stdout, r.stderr, r.returncode)
+    assert result.processed == T and result.failed == 0, r.stdout
+    counts = strace_counts(summary)
+    # Connecting and the SHM upgrade handshake take a few dozen; T round trips must add
+    # none (an earlier shim read the socket once per answer: >= T recvfrom calls).
+    assert sum(counts.get(c, 0) for c in SOCKET_CALLS) < 100, counts
