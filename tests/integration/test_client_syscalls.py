@@ -27,7 +27,8 @@ def strace_counts(path):
 @pytest.mark.timeout(120)
 def test_round_trips_make_no_socket_calls(l5pgd, pgbench_db, shim, tmp_path):
     summary = tmp_path / "strace.txt"
-    cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-c", "-o", summary, "-e", "trace=" + ",".join(SOCKET_CALLS),
+    cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-c", "-o", summary,
+           "-e", "trace=" + ",".join(SOCKET_CALLS),
            PGBENCH, "-S", "-M", "prepared", "-c", 1, "-t", T, "-n"]
     # Spinning for up to 50 ms: no answer outlasts the budget and ends in a blocking poll
     # (whose doorbell byte would be read with a recvfrom), however slow the machine.
