@@ -15,8 +15,8 @@ namespace l5pg::config {
 
 namespace {
 
-constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers",
-                                          "shm",    "rdma",    "limits",   "logging"};
+constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers", "shm",
+                                          "rdma",   "limits",  "logging",  "auth"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -165,6 +165,19 @@ std::string get_metrics_listen(const YAML::Node& node, const std::string& key) {
     return value;
 }
 
+AuthMethod get_auth_method(const YAML::Node& node, const std::string& key, bool local) {
+    const std::string value = get_string(node, key);
+    for (AuthMethod m :
+         {AuthMethod::Peer, AuthMethod::Trust, AuthMethod::Passthrough, AuthMethod::Reject}) {
+        if (value == to_string(m) && (local || m != AuthMethod::Peer)) {
+            return m;
+        }
+    }
+    fail(key, std::string("must be one of ") + (local ? "peer, " : "") +
+                  "trust, passthrough, reject (got " + describe(node) + ")" +
+                  (local ? "" : "; peer needs a Unix socket"));
+}
+
 using Setter = std::function<void(Config&, const YAML::Node&, const std::string&)>;
 
 // One entry per YAML key; the dotted key doubles as the override name.
@@ -222,7 +235,16 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.limits.max_sessions = get_uint<unsigned>(n, k, 1); }},
         {"limits.startup_timeout_ms",
          [](Config& c, N n, K k) { c.limits.startup_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"limits.max_startup_sessions",
+         [](Config& c, N n, K k) { c.limits.max_startup_sessions = get_uint<unsigned>(n, k, 1); }},
+        {"limits.max_startup_per_peer",
+         [](Config& c, N n, K k) { c.limits.max_startup_per_peer = get_uint<unsigned>(n, k, 1); }},
         {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
+        {"auth.local", [](Config& c, N n, K k) { c.auth.local = get_auth_method(n, k, true); }},
+        {"auth.tcp", [](Config& c, N n, K k) { c.auth.tcp = get_auth_method(n, k, false); }},
+        {"auth.ident_file", [](Config& c, N n, K k) { c.auth.ident_file = get_string(n, k); }},
+        {"auth.upstream_authenticates",
+         [](Config& c, N n, K k) { c.auth.upstream_authenticates = get_bool(n, k); }},
     };
     return table;
 }
@@ -365,6 +387,17 @@ void validate(const Config& config) {
              "needs the TCP listener (listen.tcp_address is empty): RDMA clients upgrade a TCP "
              "connection");
     }
+    for (const auto& [key, method] :
+         {std::pair{"auth.local", config.auth.local}, std::pair{"auth.tcp", config.auth.tcp}}) {
+        if (method == AuthMethod::Passthrough && !config.auth.upstream_authenticates) {
+            fail(key,
+                 "passthrough lets PostgreSQL authenticate clients, but PostgreSQL sees every "
+                 "client as l5pgd's own OS user, so a peer or trust rule in pg_hba.conf for that "
+                 "user would admit anyone as any role. Make pg_hba.conf require a password "
+                 "(scram-sha-256) for l5pgd's connections (e.g. upstream.host=127.0.0.1 with "
+                 "Debian's default rules), then set auth.upstream_authenticates=true");
+        }
+    }
     if (config.upstream.host.empty() && config.upstream.unix_socket_dir.empty()) {
         fail("upstream.unix_socket_dir",
              "may not be empty when upstream.host is empty (no way to reach PostgreSQL)");
@@ -413,6 +446,20 @@ bool all_digits(std::string_view s) {
 }
 
 }  // namespace
+
+std::string_view to_string(AuthMethod m) noexcept {
+    switch (m) {
+        case AuthMethod::Peer:
+            return "peer";
+        case AuthMethod::Trust:
+            return "trust";
+        case AuthMethod::Passthrough:
+            return "passthrough";
+        case AuthMethod::Reject:
+            return "reject";
+    }
+    return "?";
+}
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
     if (path.empty()) {

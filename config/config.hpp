@@ -21,7 +21,7 @@ struct ListenConfig {
     std::string unix_socket_dir = "/var/run/l5pg";  // "" disables the Unix listener
     uint16_t port = 6432;                           // .s.PGSQL.<port> and TCP port
     std::string tcp_address = "127.0.0.1";          // "" disables the TCP listener
-    int backlog = 128;
+    int backlog = 4096;  // the kernel caps it at net.core.somaxconn
     uint32_t unix_socket_mode = 0777;  // octal in YAML ("0770")
 };
 
@@ -73,6 +73,31 @@ struct MetricsConfig {
 struct LimitsConfig {
     unsigned max_sessions = 1000;
     uint32_t startup_timeout_ms = 10000;  // client must finish its startup packet by then
+    // Connections that have not yet sent a complete StartupMessage: in all, and from one
+    // peer (a Unix-socket uid or a TCP address). Further connections are refused at once,
+    // so idle sockets cannot keep other clients out.
+    unsigned max_startup_sessions = 500;
+    unsigned max_startup_per_peer = 100;
+};
+
+// Who may ask for which database role (README "Security model"). Postgres sees every
+// upstream connection as coming from l5pgd's own OS user, so its peer/trust rules for
+// that user would apply to every client: l5pgd must check the client first.
+enum class AuthMethod {
+    Peer,         // Unix/SHM: the role is the client's OS user name, or the ident map allows it
+    Trust,        // anyone may ask for any role (as if Postgres trusted them directly)
+    Passthrough,  // Postgres authenticates (password/SCRAM), l5pgd checks nothing
+    Reject,       // no client is served on these transports
+};
+[[nodiscard]] std::string_view to_string(AuthMethod m) noexcept;
+
+struct AuthConfig {
+    AuthMethod local = AuthMethod::Peer;  // Unix-socket and shared-memory clients
+    AuthMethod tcp = AuthMethod::Reject;  // TCP and RDMA clients (peer is not allowed)
+    std::string ident_file;               // "OS-user role" lines; "" = none
+    // The operator's statement that pg_hba.conf makes Postgres authenticate l5pgd's
+    // upstream connections (md5/scram-sha-256, no peer/trust): required by passthrough.
+    bool upstream_authenticates = false;
 };
 
 struct LoggingConfig {
@@ -88,6 +113,7 @@ struct Config {
     MetricsConfig metrics;
     LimitsConfig limits;
     LoggingConfig logging;
+    AuthConfig auth;
 };
 
 // Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted

@@ -58,6 +58,20 @@ std::string_view to_string(Transport t) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(ConnectionRefusal r) noexcept {
+    switch (r) {
+        case ConnectionRefusal::MaxSessions:
+            return "max_sessions";
+        case ConnectionRefusal::MaxStartupSessions:
+            return "max_startup_sessions";
+        case ConnectionRefusal::MaxStartupPerPeer:
+            return "max_startup_per_peer";
+        case ConnectionRefusal::ShuttingDown:
+            return "shutting_down";
+    }
+    return "unknown";
+}
+
 std::string_view to_string(Direction d) noexcept {
     switch (d) {
         case Direction::ClientToServer:
@@ -102,6 +116,12 @@ void Metrics::doorbell_sent() noexcept {
 void Metrics::worker_blocked() noexcept {
     bump(worker_blocks_);
 }
+void Metrics::auth_failed(Transport t, AuthFailure reason) noexcept {
+    bump(auth_failures_[idx(t)][static_cast<size_t>(reason)]);
+}
+void Metrics::connection_refused(ConnectionRefusal reason) noexcept {
+    bump(refusals_[static_cast<size_t>(reason)]);
+}
 
 std::string Metrics::render() const {
     std::string out;
@@ -139,7 +159,26 @@ std::string Metrics::render() const {
            read(doorbells_));
     scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
            read(worker_blocks_));
+    render_refusals(out);
     return out;
+}
+
+void Metrics::render_refusals(std::string& out) const {
+    header(out, "l5pg_auth_failures_total", "counter",
+           "StartupMessages refused by l5pgd's client check (auth.*), by reason.");
+    for (Transport t : kTransports) {
+        for (size_t r = 1; r < kAuthFailureCount; ++r)  // 0 is AuthFailure::None
+            fmt::format_to(std::back_inserter(out),
+                           "l5pg_auth_failures_total{{transport=\"{}\",reason=\"{}\"}} {}\n",
+                           to_string(t), to_string(static_cast<AuthFailure>(r)),
+                           read(auth_failures_[idx(t)][r]));
+    }
+    header(out, "l5pg_connections_refused_total", "counter",
+           "Connections refused before their startup packet was read, by limit.");
+    for (size_t r = 0; r < kConnectionRefusalCount; ++r)
+        fmt::format_to(std::back_inserter(out),
+                       "l5pg_connections_refused_total{{reason=\"{}\"}} {}\n",
+                       to_string(static_cast<ConnectionRefusal>(r)), read(refusals_[r]));
 }
 
 }  // namespace l5pg::daemon

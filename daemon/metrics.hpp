@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/auth_failure.hpp"
+
 namespace l5pg::daemon {
 
 enum class Transport { Tcp, Unix, Shm, Rdma };
@@ -16,6 +18,12 @@ inline constexpr size_t kTransportCount = 4;
 
 enum class Direction { ClientToServer, ServerToClient };
 [[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...
+
+// Why a connection was refused before its startup was read.
+enum class ConnectionRefusal { MaxSessions, MaxStartupSessions, MaxStartupPerPeer, ShuttingDown };
+inline constexpr size_t kConnectionRefusalCount = 4;
+// "max_sessions", "max_startup_sessions", "max_startup_per_peer", "shutting_down"
+[[nodiscard]] std::string_view to_string(ConnectionRefusal r) noexcept;
 
 class Metrics {
   public:
@@ -29,6 +37,8 @@ class Metrics {
     void startup_rejected() noexcept;  // garbage / oversized startup packet
     void doorbell_sent() noexcept;     // SHM wake-ups written to clients
     void worker_blocked() noexcept;    // a worker gave up spinning and blocked
+    void auth_failed(Transport t, AuthFailure reason) noexcept;
+    void connection_refused(ConnectionRefusal reason) noexcept;
 
     // Prometheus text exposition format 0.0.4, with HELP and TYPE lines:
     //   l5pg_sessions_total{transport}            counter
@@ -38,9 +48,12 @@ class Metrics {
     //   l5pg_upgrades_total{result="accepted|declined"} counter
     //   l5pg_upstream_connect_failures_total, l5pg_startup_rejected_total,
     //   l5pg_doorbells_total, l5pg_worker_blocks_total   counters
+    //   l5pg_auth_failures_total{transport,reason}        counter
+    //   l5pg_connections_refused_total{reason}            counter
     [[nodiscard]] std::string render() const;
 
   private:
+    void render_refusals(std::string& out) const;
     template <class T>
     using PerTransport = std::array<std::atomic<T>, kTransportCount>;
     PerTransport<uint64_t> sessions_total_{};
@@ -54,6 +67,9 @@ class Metrics {
     std::atomic<uint64_t> startup_rejected_{0};
     std::atomic<uint64_t> doorbells_{0};
     std::atomic<uint64_t> worker_blocks_{0};
+    std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
+        auth_failures_{};
+    std::array<std::atomic<uint64_t>, kConnectionRefusalCount> refusals_{};
 };
 
 }  // namespace l5pg::daemon

@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/upstream.hpp"
@@ -27,7 +30,7 @@ struct Server::Acceptor {
 };
 
 Server::Server(const config::Config& config, Metrics& metrics)
-    : config_(config), metrics_(metrics), base_(event_base_new()) {
+    : config_(config), metrics_(metrics), admission_(config), base_(event_base_new()) {
     if (!base_)
         throw std::runtime_error("cannot create the main libevent base");
     const auto& listen = config.listen;
@@ -44,7 +47,7 @@ Server::Server(const config::Config& config, Metrics& metrics)
         rdma = RdmaShared{&wire_registry_, soft_wire_->port()};
     }
     for (unsigned i = 0; i < config.workers.count; ++i)
-        workers_.push_back(std::make_unique<Worker>(i, config, metrics, rdma));
+        workers_.push_back(std::make_unique<Worker>(i, config, metrics, admission_, rdma));
     if (config.rdma.enabled && !workers_.empty()) {
         if (workers_.front()->rdma_endpoint() == nullptr)
             spdlog::warn("rdma: upgrades will be declined (clients stay on TCP): {}",
@@ -110,22 +113,56 @@ void Server::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* arg) {
 }
 
 void Server::accept_client(int fd, Transport transport) {
-    UniqueFd client(fd);
+    AcceptedClient client{
+        UniqueFd(fd), transport, identify_peer(fd, transport == Transport::Unix), {}};
     if (transport == Transport::Tcp) {
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    if (draining_ || active_sessions() >= config_.limits.max_sessions) {
-        const auto error = protocol::build_fatal(
-            draining_ ? protocol::kSqlstateCannotConnectNow : protocol::kSqlstateTooManyConnections,
-            draining_ ? "l5pgd is shutting down" : "l5pgd: too many sessions");
-        (void)!::send(fd, error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (const std::optional<ConnectionRefusal> refusal = admit(client)) {
+        refuse_connection(client, *refusal);
         return;
     }
     auto least_busy = std::min_element(
         workers_.begin(), workers_.end(),
         [](const auto& a, const auto& b) { return a->session_count() < b->session_count(); });
-    (*least_busy)->hand_over(std::move(client), transport);
+    (*least_busy)->hand_over(std::move(client));
+}
+
+// Checks the limits that apply before a byte is read; takes the client's startup slot.
+std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
+    if (draining_)
+        return ConnectionRefusal::ShuttingDown;
+    if (active_sessions() >= config_.limits.max_sessions)
+        return ConnectionRefusal::MaxSessions;
+    StartupLimiter::Refusal refusal = StartupLimiter::Refusal::None;
+    client.startup_slot = admission_.startup.try_acquire(client.peer.limit_key(), refusal);
+    if (refusal == StartupLimiter::Refusal::Total)
+        return ConnectionRefusal::MaxStartupSessions;
+    if (refusal == StartupLimiter::Refusal::PerPeer)
+        return ConnectionRefusal::MaxStartupPerPeer;
+    return std::nullopt;
+}
+
+// Answers with a PostgreSQL error (the socket is fresh: the whole message fits in its
+// buffer) and closes. Logged at most once a second, with a count of what was not.
+void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal) {
+    metrics_.connection_refused(refusal);
+    const bool shutting_down = refusal == ConnectionRefusal::ShuttingDown;
+    const std::string message =
+        shutting_down
+            ? "l5pgd is shutting down"
+            : fmt::format("l5pgd: too many connections (limits.{} reached)", to_string(refusal));
+    const auto error = protocol::build_fatal(
+        shutting_down ? protocol::kSqlstateCannotConnectNow : protocol::kSqlstateTooManyConnections,
+        message);
+    (void)!::send(client.fd.get(), error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (const std::optional<uint64_t> suppressed =
+            refusal_log_.admit(std::chrono::steady_clock::now()))
+        spdlog::warn("refused a connection from {} ({}): {}{}", client.peer.describe(),
+                     to_string(client.listener), message,
+                     *suppressed > 0 ? fmt::format(" ({} similar refusals not logged)", *suppressed)
+                                     : std::string());
 }
 
 size_t Server::active_sessions() const {

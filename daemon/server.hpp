@@ -5,11 +5,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/config.hpp"
+#include "daemon/admission.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/listener.hpp"
+#include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/rdma_wire.hpp"
 #include "daemon/worker.hpp"
@@ -35,12 +38,16 @@ class Server {
     static void signal_cb(int sig, short what, void* arg);
     static void drain_cb(int fd, short what, void* arg);
     void accept_client(int fd, Transport transport);
+    [[nodiscard]] std::optional<ConnectionRefusal> admit(AcceptedClient& client);
+    void refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal);
     void begin_graceful_shutdown();
     void stop_accepting();
     [[nodiscard]] size_t active_sessions() const;
 
     const config::Config& config_;
     Metrics& metrics_;
+    Admission admission_;
+    LogLimiter refusal_log_;
     EventBasePtr base_;
     std::unique_ptr<UnixListener> unix_listener_;
     std::unique_ptr<TcpListener> tcp_listener_;

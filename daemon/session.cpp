@@ -24,12 +24,14 @@ std::string_view to_string(SessionState s) noexcept {
     return "?";
 }
 
-Session::Session(Worker& worker, uint64_t id, UniqueFd client, Transport listener)
+Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
     : worker_(worker),
       metrics_(worker.metrics()),
       id_(id),
-      transport_(listener),
-      client_(std::move(client)) {}
+      transport_(client.listener),
+      peer_(std::move(client.peer)),
+      startup_slot_(std::move(client.startup_slot)),
+      client_(std::move(client.fd)) {}
 
 // The worker closes every session (close() retires it) before destroying it.
 Session::~Session() = default;
@@ -42,7 +44,8 @@ void Session::start() {
     timer_.reset(evtimer_new(base, timer_cb, this));
     set_event(client_read_.get(), true);
     arm_timer(worker_.config().limits.startup_timeout_ms);
-    spdlog::debug("session {}: accepted on {} listener", id_, to_string(transport_));
+    spdlog::debug("session {}: accepted on {} listener from {}", id_, to_string(transport_),
+                  peer_.describe());
 }
 
 void Session::set_event(event* ev, bool on) {
@@ -64,10 +67,10 @@ void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     if (self->state_ == SessionState::Startup)
         self->close("startup packet timeout", true);
+    else if (self->state_ == SessionState::Connecting && !self->upstream_.valid())
+        self->connect_upstream();  // the retry after EAGAIN
     else if (self->state_ == SessionState::Connecting)
-        self->fail_startup(protocol::kSqlstateConnectionFailure,
-                           "l5pgd: timeout connecting to the PostgreSQL server",
-                           "upstream connect timeout");
+        self->fail_upstream_connect(0);
 }
 
 void Session::client_read_cb(int, short, void* arg) {
@@ -146,6 +149,7 @@ void Session::close(std::string_view reason, bool error) {
             (void)shm::ring_doorbell(client_.get());
         worker_.set_polled(this, false);
     }
+    startup_slot_.release();
     if (rdma_) {
         // Let the client find every byte we wrote (bounded by the completion timeout).
         if (!error && !rdma_->broken() && !rdma_->peer_closed())

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/admission.hpp"
 #include "daemon/byte_queue.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
@@ -36,7 +37,7 @@ enum class SessionState { Startup, Connecting, Forwarding, Closed };
 
 class Session {
   public:
-    Session(Worker& worker, uint64_t id, UniqueFd client, Transport listener);
+    Session(Worker& worker, uint64_t id, AcceptedClient client);
     ~Session();
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
@@ -79,8 +80,12 @@ class Session {
     void handle_startup_packet(const protocol::StartupPacket& packet, size_t length);
     void handle_upgrade(const protocol::StartupPacket& packet);
     [[nodiscard]] std::optional<std::string> try_attach(const protocol::L5UpgradeRequest& req);
+    // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
+    [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
+    void connect_upstream();
     void on_upstream_connected();
+    void fail_upstream_connect(int err);  // err 0: timeout
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view log);
     bool read_startup_from_channel();
 
@@ -131,6 +136,8 @@ class Session {
     Metrics& metrics_;
     const uint64_t id_;
     Transport transport_;
+    const PeerIdentity peer_;
+    StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;             // included in sessions_active
     bool cancel_request_ = false;      // upstream leg only carries a CancelRequest
@@ -140,6 +147,8 @@ class Session {
     bool upstream_reading_ = false;    // upstream_read_ is added
     bool ring_full_ = false;           // server->client ring had no room
     bool awaiting_upstream_ = false;   // see awaiting_upstream()
+    std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
+    std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
 
     UniqueFd client_;
     UniqueFd upstream_;

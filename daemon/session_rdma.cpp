@@ -40,6 +40,10 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
         return "RDMA needs the TCP listener";
     if (!cfg.enabled)
         return "rdma.enabled is false";
+    // No client on TCP is served: allocate nothing for it (its StartupMessage, sent over
+    // TCP after the decline, is refused with 28000).
+    if (worker_.admission().auth.tcp == config::AuthMethod::Reject)
+        return "auth.tcp is reject";
     if (worker_.rdma_endpoint() == nullptr)
         return worker_.rdma_unavailable();
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/client_auth.hpp"
 #include "daemon/session.hpp"
 #include "daemon/upstream.hpp"
 #include "daemon/worker.hpp"
@@ -175,10 +177,14 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             handle_upgrade(packet);
             return;
         case StartupKind::CancelRequest:
+            // Postgres checks the cancel key itself; no role is involved.
+            startup_slot_.release();
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
         case StartupKind::Startup:
-            begin_upstream({startup_.data(), length}, /*cancel=*/false);
+            startup_slot_.release();
+            if (admit_startup(packet))
+                begin_upstream({startup_.data(), length}, /*cancel=*/false);
             return;
     }
 }
@@ -243,18 +249,65 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
     return std::nullopt;
 }
 
+namespace {
+
+constexpr std::chrono::milliseconds kFirstConnectRetry{2};
+constexpr std::chrono::milliseconds kMaxConnectRetry{100};
+
+std::string_view parameter(const protocol::StartupPacket& packet, std::string_view name) {
+    for (const auto& [key, value] : packet.parameters)
+        if (key == name)
+            return value;
+    return {};
+}
+
+}  // namespace
+
+bool Session::admit_startup(const protocol::StartupPacket& packet) {
+    const std::string_view role = parameter(packet, "user");
+    const std::string_view database = parameter(packet, "database");
+    AuthRequest request{peer_.local, peer_.uid, {}, role};
+    if (peer_.local)
+        request.os_user = os_user_name(peer_.uid);
+    const Admission& admission = worker_.admission();
+    const AuthVerdict verdict = check_client(admission.auth, admission.ident, request);
+    if (verdict.allowed()) {
+        spdlog::info("session {}: login: role \"{}\" database \"{}\" from {} over {}", id_, role,
+                     database.empty() ? role : database, peer_.describe(), to_string(transport_));
+        return true;
+    }
+    metrics_.auth_failed(transport_, verdict.failure);
+    spdlog::warn("session {}: refused {} over {} (role \"{}\" database \"{}\"): {}", id_,
+                 peer_.describe(), to_string(transport_), role, database, verdict.message);
+    fail_startup(protocol::kSqlstateInvalidAuthorization, verdict.message, "client refused");
+    return false;
+}
+
 void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel) {
-    const config::UpstreamConfig& cfg = worker_.config().upstream;
     cancel_request_ = cancel;
     to_upstream_.append(first_bytes);
     startup_.clear();
+    state_ = SessionState::Connecting;
+    upstream_deadline_ = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(worker_.config().upstream.connect_timeout_ms);
+    upstream_retry_delay_ = kFirstConnectRetry;
+    connect_upstream();
+}
+
+// One connect attempt. A Unix socket whose listen queue is full answers EAGAIN at once
+// (many clients connecting together): retry with a growing delay until the deadline,
+// as a TCP connect would wait in the kernel's SYN queue.
+void Session::connect_upstream() {
+    const config::UpstreamConfig& cfg = worker_.config().upstream;
     UpstreamConnect attempt = start_upstream_connect(cfg);
     if (!attempt.fd.valid()) {
-        metrics_.upstream_connect_failed();
-        fail_startup(protocol::kSqlstateConnectionFailure,
-                     fmt::format("l5pgd: could not connect to the PostgreSQL server at \"{}\": {}",
-                                 describe_upstream(cfg), std::strerror(attempt.error)),
-                     "upstream connect failed");
+        const auto now = std::chrono::steady_clock::now();
+        if (attempt.error == EAGAIN && now + upstream_retry_delay_ < upstream_deadline_) {
+            arm_timer(static_cast<uint32_t>(upstream_retry_delay_.count()));
+            upstream_retry_delay_ = std::min(upstream_retry_delay_ * 2, kMaxConnectRetry);
+            return;
+        }
+        fail_upstream_connect(attempt.error);
         return;
     }
     upstream_ = std::move(attempt.fd);
@@ -263,9 +316,10 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
         event_new(base, upstream_.get(), EV_READ | EV_PERSIST, upstream_read_cb, this));
     upstream_write_.reset(
         event_new(base, upstream_.get(), EV_WRITE | EV_PERSIST, upstream_write_cb, this));
-    state_ = SessionState::Connecting;
     if (attempt.in_progress) {
-        arm_timer(cfg.connect_timeout_ms);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            upstream_deadline_ - std::chrono::steady_clock::now());
+        arm_timer(static_cast<uint32_t>(std::max<int64_t>(left.count(), 1)));
         set_event(upstream_write_.get(), true);
         return;
     }
@@ -274,11 +328,7 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
 
 void Session::on_upstream_connected() {
     if (const int err = finish_upstream_connect(upstream_.get()); err != 0) {
-        metrics_.upstream_connect_failed();
-        fail_startup(protocol::kSqlstateConnectionFailure,
-                     fmt::format("l5pgd: could not connect to the PostgreSQL server at \"{}\": {}",
-                                 describe_upstream(worker_.config().upstream), std::strerror(err)),
-                     "upstream connect failed");
+        fail_upstream_connect(err);
         return;
     }
     evtimer_del(timer_.get());
@@ -293,6 +343,17 @@ void Session::on_upstream_connected() {
         finish_after_flush("cancel request forwarded");
     }
     flush_upstream();
+}
+
+// The client learns that Postgres could not be reached and why, not where it lives (the
+// socket path or address is for the operator's log).
+void Session::fail_upstream_connect(int err) {
+    metrics_.upstream_connect_failed();
+    fail_startup(
+        protocol::kSqlstateConnectionFailure,
+        fmt::format("l5pgd: could not connect to the PostgreSQL server: {}",
+                    err == 0 ? "timeout expired" : std::strerror(err)),
+        fmt::format("upstream connect to {} failed", describe_upstream(worker_.config().upstream)));
 }
 
 void Session::fail_startup(std::string_view sqlstate, std::string_view message,

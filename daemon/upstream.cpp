@@ -28,7 +28,7 @@ UpstreamConnect connect_unix(const config::UpstreamConfig& cfg) {
     result.fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!result.fd.valid() ||
         ::connect(result.fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-        // EAGAIN here means Postgres's listen backlog is full: report it as a failure.
+        // EAGAIN: Postgres's listen queue is full; Session::connect_upstream() retries.
         result.error = errno;
         result.fd.reset();
     }

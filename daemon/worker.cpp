@@ -50,10 +50,12 @@ void block_process_signals() {
 
 }  // namespace
 
-Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics, RdmaShared rdma)
+Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics, Admission& admission,
+               RdmaShared rdma)
     : index_(index),
       config_(config),
       metrics_(metrics),
+      admission_(admission),
       base_(make_worker_base()),
       spin_budget_{std::chrono::microseconds(config.shm.spin_us),
                    std::chrono::microseconds(config.shm.yield_us)},
@@ -132,10 +134,10 @@ void Worker::stop() {
     thread_.join();
 }
 
-void Worker::hand_over(UniqueFd client, Transport listener) {
+void Worker::hand_over(AcceptedClient client) {
     {
         std::lock_guard lock(handover_mutex_);
-        handed_over_.emplace_back(std::move(client), listener);
+        handed_over_.push_back(std::move(client));
     }
     session_count_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t one = 1;
@@ -149,13 +151,13 @@ void Worker::wake_cb(int fd, short, void* arg) {
 }
 
 void Worker::adopt_handed_over() {
-    std::vector<std::pair<UniqueFd, Transport>> batch;
+    std::vector<AcceptedClient> batch;
     {
         std::lock_guard lock(handover_mutex_);
         batch.swap(handed_over_);
     }
-    for (auto& [fd, transport] : batch) {
-        auto session = std::make_unique<Session>(*this, ++next_id_, std::move(fd), transport);
+    for (AcceptedClient& client : batch) {
+        auto session = std::make_unique<Session>(*this, ++next_id_, std::move(client));
         Session* raw = session.get();
         sessions_.emplace(raw, std::move(session));
         raw->start();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "daemon/admission.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
@@ -40,7 +41,8 @@ struct RdmaShared {
 
 class Worker {
   public:
-    Worker(unsigned index, const config::Config& config, Metrics& metrics, RdmaShared rdma = {});
+    Worker(unsigned index, const config::Config& config, Metrics& metrics, Admission& admission,
+           RdmaShared rdma = {});
     ~Worker();
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
@@ -48,8 +50,8 @@ class Worker {
     void start();
     // Closes every session and joins the thread.
     void stop();
-    // Thread-safe: queue an accepted client socket for this worker.
-    void hand_over(UniqueFd client, Transport listener);
+    // Thread-safe: queue an accepted client for this worker.
+    void hand_over(AcceptedClient client);
     [[nodiscard]] size_t session_count() const noexcept {
         return session_count_.load(std::memory_order_relaxed);
     }
@@ -58,6 +60,7 @@ class Worker {
     [[nodiscard]] event_base* base() const noexcept { return base_.get(); }
     [[nodiscard]] const config::Config& config() const noexcept { return config_; }
     [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
+    [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
     void note_activity() noexcept { activity_ = true; }
     // This worker's RDMA endpoint; null when RDMA is disabled or the device could not be
     // opened (rdma_unavailable() says why).
@@ -94,6 +97,7 @@ class Worker {
     const unsigned index_;
     const config::Config& config_;
     Metrics& metrics_;
+    Admission& admission_;
     EventBasePtr base_;
     UniqueFd wake_fd_;  // eventfd: new sessions and stop requests
     EventPtr wake_event_;
@@ -113,7 +117,7 @@ class Worker {
     IdleStretch idle_;
 
     std::mutex handover_mutex_;
-    std::vector<std::pair<UniqueFd, Transport>> handed_over_;  // guarded by the mutex
+    std::vector<AcceptedClient> handed_over_;  // guarded by the mutex
 
     // RDMA: declared before the sessions, which must go first (the endpoint outlives them).
     const RdmaShared rdma_shared_;

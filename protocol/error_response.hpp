@@ -12,6 +12,7 @@ inline constexpr std::string_view kSqlstateProtocolViolation = "08P01";
 inline constexpr std::string_view kSqlstateConnectionFailure = "08006";
 inline constexpr std::string_view kSqlstateCannotConnectNow = "57P03";
 inline constexpr std::string_view kSqlstateTooManyConnections = "53300";
+inline constexpr std::string_view kSqlstateInvalidAuthorization = "28000";
 
 struct ErrorFields {
     std::string_view severity = "FATAL";  // written as both S and V fields

@@ -1,5 +1,6 @@
 """Start and stop an l5pgd process in front of a PgCluster, read its log and metrics."""
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -34,13 +35,28 @@ def parse_prometheus(text):
     return out
 
 
+def harness_auth_overrides(base_dir, ident_rules=(("root", "postgres"),)):
+    """The client check the tests run under. Their clients run as root and ask for role
+    postgres: l5pgd's default (auth.local=peer) refuses that, as Postgres's peer rule would,
+    so an ident map grants exactly root -> postgres. TCP clients: the test cluster trusts
+    127.0.0.1 (initdb -A trust), so auth.tcp=trust grants no more than connecting directly."""
+    ident = Path(base_dir) / "ident.map"
+    ident.parent.mkdir(parents=True, exist_ok=True)
+    ident.write_text("".join(f"{os_user} {role}\n" for os_user, role in ident_rules))
+    return [f"auth.ident_file={ident}", "auth.tcp=trust"]
+
+
 class L5pgd:
     def __init__(self, base_dir, cluster, workers=2, extra_overrides=(), upstream_port=None,
-                 upstream_socket_dir=None, binary=None):
+                 upstream_socket_dir=None, binary=None, auth_overrides=None, user=None):
+        """auth_overrides: None for harness_auth_overrides(), or a list ([] = l5pgd's defaults).
+        user: run l5pgd as this OS user (as a deployment does: the README runs it as postgres)."""
         self.base_dir = Path(base_dir)
         self.cluster = cluster
         self.workers = workers
         self.extra_overrides = list(extra_overrides)
+        self.auth_overrides = (harness_auth_overrides(base_dir) if auth_overrides is None
+                               else list(auth_overrides))
         self.upstream_port = upstream_port if upstream_port is not None else cluster.port
         self.upstream_socket_dir = upstream_socket_dir or cluster.socket_dir
         self.binary = Path(binary or L5PGD)
@@ -50,6 +66,7 @@ class L5pgd:
         while self.metrics_port == self.port:
             self.metrics_port = free_port()
         self.host = "127.0.0.1"
+        self.user = user
         self.log_path = self.base_dir / "l5pgd.log"
         self.proc = None
         self._log_file = None
@@ -68,7 +85,7 @@ class L5pgd:
                "-o", f"metrics.listen=127.0.0.1:{self.metrics_port}",
                "-o", f"workers.count={self.workers}",
                "-o", "logging.level=debug"]
-        for o in self.extra_overrides:
+        for o in self.auth_overrides + self.extra_overrides:
             cmd += ["-o", o]
         return cmd
 
@@ -79,9 +96,14 @@ class L5pgd:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.socket_dir, 0o755)
+        as_user = {}
+        if self.user is not None:
+            pw = pwd.getpwnam(self.user)
+            os.chown(self.socket_dir, pw.pw_uid, pw.pw_gid)
+            as_user = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
         self._log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._log_file,
-                                     stderr=self._log_file, start_new_session=True)
+                                     stderr=self._log_file, start_new_session=True, **as_user)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

@@ -38,7 +38,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.listen.unix_socket_dir == "/var/run/l5pg");
     CHECK(c.listen.port == 6432);
     CHECK(c.listen.tcp_address == "127.0.0.1");
-    CHECK(c.listen.backlog == 128);
+    CHECK(c.listen.backlog == 4096);
     CHECK(c.listen.unix_socket_mode == 0777);
     CHECK(c.upstream.unix_socket_dir == "/var/run/postgresql");
     CHECK(c.upstream.host.empty());
@@ -301,4 +301,30 @@ rdma:
     CHECK_THAT(error_of("rdma:\n  enabled: true\nlisten:\n  tcp_address: \"\"\n"),
                StartsWith("rdma.enabled: needs the TCP listener"));
     CHECK(error_of("rdma:\n  enabled: false\nlisten:\n  tcp_address: \"\"\n").empty());
+}
+
+TEST_CASE("auth defaults are the safe ones") {
+    const Config c = load("", {});
+    CHECK(c.auth.local == l5pg::config::AuthMethod::Peer);
+    CHECK(c.auth.tcp == l5pg::config::AuthMethod::Reject);
+    CHECK(c.auth.ident_file.empty());
+    CHECK_FALSE(c.auth.upstream_authenticates);
+    CHECK(c.limits.max_startup_sessions == 500);
+    CHECK(c.limits.max_startup_per_peer == 100);
+}
+
+TEST_CASE("auth methods are validated per transport") {
+    CHECK(load("", {"auth.tcp=trust"}).auth.tcp == l5pg::config::AuthMethod::Trust);
+    CHECK(load("", {"auth.local=reject"}).auth.local == l5pg::config::AuthMethod::Reject);
+    CHECK_THAT(override_error("auth.tcp=peer"), Contains("peer needs a Unix socket"));
+    CHECK_THAT(override_error("auth.local=md5"),
+               Contains("must be one of peer, trust, passthrough, reject"));
+}
+
+TEST_CASE("passthrough needs the operator's word that Postgres authenticates l5pgd") {
+    CHECK_THAT(override_error("auth.local=passthrough"),
+               StartsWith("auth.local: passthrough lets PostgreSQL authenticate clients"));
+    CHECK_THAT(override_error("auth.tcp=passthrough"),
+               Contains("auth.upstream_authenticates=true"));
+    CHECK(error_of("auth:\n  tcp: passthrough\n  upstream_authenticates: true\n").empty());
 }

@@ -1,0 +1,35 @@
+// What l5pgd checks before it serves a client: the startup caps (taken by the acceptor)
+// and the auth rules with their ident map (applied by the session to its
+// StartupMessage). One per l5pgd, shared by the acceptor thread and the workers.
+#pragma once
+
+#include "config/config.hpp"
+#include "daemon/ident_map.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/peer.hpp"
+#include "daemon/startup_limiter.hpp"
+#include "daemon/unique_fd.hpp"
+
+namespace l5pg::daemon {
+
+struct Admission {
+    // Throws std::runtime_error when auth.ident_file cannot be read or parsed.
+    explicit Admission(const config::Config& config)
+        : auth(config.auth),
+          ident(IdentMap::load(config.auth.ident_file)),
+          startup(config.limits.max_startup_sessions, config.limits.max_startup_per_peer) {}
+
+    const config::AuthConfig& auth;
+    const IdentMap ident;
+    StartupLimiter startup;
+};
+
+// A client the acceptor let in, on its way to a worker.
+struct AcceptedClient {
+    UniqueFd fd;
+    Transport listener = Transport::Unix;
+    PeerIdentity peer;
+    StartupLimiter::Slot startup_slot;  // released once the StartupMessage is complete
+};
+
+}  // namespace l5pg::daemon

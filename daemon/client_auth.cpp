@@ -1,0 +1,51 @@
+#include "daemon/client_auth.hpp"
+
+#include <fmt/format.h>
+
+namespace l5pg::daemon {
+
+namespace {
+
+AuthVerdict refuse(AuthFailure failure, std::string message) {
+    return AuthVerdict{failure, std::move(message)};
+}
+
+// auth.local=peer: like Postgres's peer method, the role must be the client's OS user
+// name, or the ident map must list the pair. The map may name the uid in decimal instead:
+// a client in another container has a uid that l5pgd's /etc/passwd may not know.
+AuthVerdict check_peer(const IdentMap& ident, const AuthRequest& request) {
+    if (ident.allows(std::to_string(request.uid), request.role))
+        return {};
+    if (request.os_user.empty())
+        return refuse(AuthFailure::UnknownOsUser,
+                      fmt::format("l5pgd: peer authentication failed for user \"{}\": the "
+                                  "client's uid {} has no OS user name (rule auth.local=peer)",
+                                  request.role, request.uid));
+    if (request.role == request.os_user || ident.allows(request.os_user, request.role))
+        return {};
+    return refuse(AuthFailure::PeerMismatch,
+                  fmt::format("l5pgd: peer authentication failed for user \"{}\": OS user \"{}\" "
+                              "may not use this role (rule auth.local=peer, auth.ident_file)",
+                              request.role, request.os_user));
+}
+
+}  // namespace
+
+AuthVerdict check_client(const config::AuthConfig& cfg, const IdentMap& ident,
+                         const AuthRequest& request) {
+    const config::AuthMethod method = request.local ? cfg.local : cfg.tcp;
+    const std::string_view rule = request.local ? "auth.local" : "auth.tcp";
+    if (method == config::AuthMethod::Reject)
+        return refuse(AuthFailure::Rejected,
+                      fmt::format("l5pgd: {} clients are not accepted (rule {}=reject)",
+                                  request.local ? "local" : "TCP", rule));
+    if (request.role.empty())
+        return refuse(AuthFailure::NoRole,
+                      "l5pgd: no PostgreSQL user name specified in the "
+                      "startup packet");
+    if (method == config::AuthMethod::Peer)
+        return check_peer(ident, request);
+    return {};  // trust, or passthrough: Postgres authenticates
+}
+
+}  // namespace l5pg::daemon

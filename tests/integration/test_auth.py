@@ -1,0 +1,309 @@
+"""l5pgd's client check (auth.*, README "Security model") against a real Postgres set up like a
+Debian host: Debian's default pg_hba.conf peer rules, l5pgd running as the `postgres` OS user,
+and a second, unprivileged OS account created by this module. Through l5pgd that account may
+get exactly what Postgres would give it directly (its own role) plus what l5pgd's ident map
+lists, and never role postgres: not over the Unix socket, SHM, TCP or RDMA.
+
+Refusals are checked on the wire (SQLSTATE 28000 in l5pgd's ErrorResponse) and in Postgres's
+log: with log_connections on, a refused client must not have started a backend.
+"""
+import json
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import paths
+from tests.harness.client import shim_debug_lines, shim_preload, upgraded
+from tests.harness.cluster import PgCluster, _chown_postgres
+from tests.harness.l5pgd import L5pgd
+from tests.harness.rdma import rdma_env, rdma_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+ALICE = "l5pg_it_alice"    # OS account and role created here
+READER = "l5pg_it_reader"  # a role the ident map lets alice use
+OTHER = "l5pg_it_other"    # a role Postgres lets l5pgd's OS user open, but alice may not use
+ALICE_PASSWORD = "alice-secret-1"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="creates an OS account and runs l5pgd as postgres: needs root")
+
+# Debian's default rules, plus a map on the second line so that l5pgd (OS user postgres)
+# may open sessions for the roles it admits; every other OS user still maps to itself.
+PG_HBA = """\
+local   all   postgres                  peer
+local   all   all                       peer map=l5pgd
+host    all   all        127.0.0.1/32   scram-sha-256
+host    all   all        ::1/128        scram-sha-256
+"""
+PG_IDENT = f"""\
+l5pgd   /^(.*)$    \\1
+l5pgd   postgres   {ALICE}
+l5pgd   postgres   {READER}
+l5pgd   postgres   {OTHER}
+"""
+
+
+@pytest.fixture(scope="module")
+def alice():
+    """The second OS account; removed again if this module created it."""
+    created = False
+    try:
+        pwd.getpwnam(ALICE)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", ALICE],
+                       check=True, capture_output=True)
+        created = True
+    yield pwd.getpwnam(ALICE)
+    if created:
+        subprocess.run(["userdel", ALICE], capture_output=True)
+
+
+def sql_as_postgres(cluster, query):
+    r = subprocess.run([paths.PSQL, "-X", "-At", "-v", "ON_ERROR_STOP=1", "-c", query],
+                       env=cluster.env(), user="postgres", capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def peer_cluster(workdir, alice):
+    c = PgCluster(workdir / "pg-peer")
+    c.init()
+    for name, text in (("pg_hba.conf", PG_HBA), ("pg_ident.conf", PG_IDENT)):
+        (c.data_dir / name).write_text(text)
+        _chown_postgres(c.data_dir / name)
+    with open(c.data_dir / "postgresql.auto.conf", "a") as f:
+        f.write("log_connections = on\n")
+    try:
+        c.start()
+        for role in (ALICE, READER, OTHER):
+            sql_as_postgres(c, f"create role {role} login")
+        sql_as_postgres(c, f"alter role {ALICE} password '{ALICE_PASSWORD}'")
+        yield c
+    finally:
+        c.stop()
+
+
+def write_ident(path, rules):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{os_user} {role}\n" for os_user, role in rules))
+    os.chmod(path, 0o644)
+    return path
+
+
+@pytest.fixture(scope="module")
+def guarded(workdir, peer_cluster):
+    """l5pgd with its defaults (auth.local=peer, auth.tcp=reject), run as postgres, with an
+    ident map that lets root use postgres (the test's own client) and alice use READER."""
+    base = workdir / "l5pgd-auth"
+    ident = write_ident(base / "ident.map", [("root", "postgres"), (ALICE, READER)])
+    d = L5pgd(base, peer_cluster, user="postgres",
+              auth_overrides=[f"auth.ident_file={ident}"], extra_overrides=rdma_overrides("soft"))
+    d.start()
+    yield d
+    d.stop()
+
+
+def backends_started(cluster):
+    """Connections Postgres accepted so far (log_connections)."""
+    return cluster.log_path.read_text(errors="replace").count("connection received:")
+
+
+# A raw PG v3 client run as another OS user: prints the outcome of one login as JSON.
+PROBE = r"""
+import json, socket, sys
+sys.path.insert(0, sys.argv[1])
+from tests.harness import l5wire, pgwire
+kind, where, role = sys.argv[2], sys.argv[3], sys.argv[4]
+if kind == "shm":
+    client = l5wire.ShmClient(where)
+    assert client.upgrade() == b"L", "upgrade declined"
+    msgs, run = client.startup(user=role, database="postgres"), client.query
+else:
+    if kind == "unix":
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(where)
+    else:
+        s = pgwire.connect("127.0.0.1", int(where), timeout=10)
+    s.sendall(pgwire.startup_packet(user=role, database="postgres"))
+    msgs, run = pgwire.read_until_ready(s), lambda q: pgwire.query(s, q)
+errors = [pgwire.parse_fields(body) for t, body in msgs if t == "E"]
+if errors:
+    print(json.dumps({"sqlstate": errors[0].get("C"), "message": errors[0].get("M")}))
+else:
+    rows = [body for t, body in run("select current_user") if t == "D"]
+    print(json.dumps({"sqlstate": None, "current_user": rows[0][6:].decode()}))
+"""
+
+
+def probe_as(user, kind, where, role):
+    r = subprocess.run([sys.executable, "-c", PROBE, str(REPO), kind, str(where), role],
+                       user=user, capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def where(d, kind):
+    return d.port if kind == "tcp" else d.socket_path
+
+
+def psql_as(user, env, role, sql="select current_user", timeout=60):
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PG", "L5PG_")) and k != "LD_PRELOAD"}
+    full.update(HOME="/", PGUSER=role, PGDATABASE="postgres", PGCONNECT_TIMEOUT="10", **env)
+    return subprocess.run([paths.PSQL, "-X", "-At", "-c", sql], env=full, user=user,
+                          capture_output=True, text=True, timeout=timeout, cwd="/")
+
+
+def shm_env(d):
+    preload, extra = shim_preload()
+    return dict(PGHOST=str(d.socket_dir), PGPORT=str(d.port), LD_PRELOAD=preload,
+                L5PG_DEBUG="1", **extra)
+
+
+def test_directly_postgres_refuses_alice_as_postgres(peer_cluster, alice):
+    """The yardstick: Debian's peer rule lets alice be alice, never postgres."""
+    env = dict(PGHOST=str(peer_cluster.socket_dir), PGPORT=str(peer_cluster.port))
+    r = psql_as(ALICE, env, "postgres")
+    assert r.returncode != 0 and "Peer authentication failed" in r.stderr, r.stderr
+    r = psql_as(ALICE, env, ALICE)
+    assert r.returncode == 0 and r.stdout.strip() == ALICE, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["unix", "shm", "tcp"])
+def test_alice_cannot_become_postgres(guarded, peer_cluster, kind):
+    before = backends_started(peer_cluster)
+    transport = {"unix": "unix", "shm": "shm", "tcp": "tcp"}[kind]
+    reason = "rejected" if kind == "tcp" else "peer_mismatch"
+    failures = guarded.metric("l5pg_auth_failures_total", transport=transport, reason=reason)
+    out = probe_as(ALICE, kind, where(guarded, kind), "postgres")
+    assert out["sqlstate"] == "28000", out
+    rule = "auth.tcp=reject" if kind == "tcp" else "auth.local=peer"
+    assert rule in out["message"], out
+    assert backends_started(peer_cluster) == before, "a backend was started for a refused client"
+    assert guarded.metric("l5pg_auth_failures_total", transport=transport,
+                          reason=reason) == failures + 1
+    assert f"uid {alice_uid()}" in guarded.log_text()
+
+
+def alice_uid():
+    return pwd.getpwnam(ALICE).pw_uid
+
+
+def test_alice_cannot_become_postgres_with_psql_over_shm(guarded, peer_cluster):
+    """The same through the real shim: psql's connection is upgraded, then refused."""
+    before = backends_started(peer_cluster)
+    r = psql_as(ALICE, shm_env(guarded), "postgres")
+    assert r.returncode != 0, r.stdout
+    assert upgraded(r.stderr), shim_debug_lines(r.stderr)
+    assert "peer authentication failed" in r.stderr and "auth.local=peer" in r.stderr, r.stderr
+    assert backends_started(peer_cluster) == before
+
+
+def test_alice_cannot_become_postgres_over_rdma(guarded, peer_cluster):
+    """RDMA clients begin on TCP: under auth.tcp=reject the upgrade is declined before any
+    ring is allocated, and the StartupMessage is refused with 28000."""
+    before = backends_started(peer_cluster)
+    preload, extra = shim_preload()
+    env = dict(PGHOST=guarded.host, PGPORT=str(guarded.port), LD_PRELOAD=preload, L5PG_DEBUG="1",
+               **rdma_env(guarded, "soft"), **extra)
+    r = psql_as(ALICE, env, "postgres")
+    assert r.returncode != 0, r.stdout
+    assert "auth.tcp=reject" in r.stderr, r.stderr
+    assert backends_started(peer_cluster) == before
+    assert "RDMA upgrade declined: auth.tcp is reject" in guarded.log_text()
+
+
+@pytest.mark.parametrize("kind", ["unix", "shm"])
+def test_alice_gets_her_own_role(guarded, kind):
+    out = probe_as(ALICE, kind, where(guarded, kind), ALICE)
+    assert out == {"sqlstate": None, "current_user": ALICE}
+
+
+def test_alice_gets_her_own_role_with_psql_over_shm(guarded):
+    r = psql_as(ALICE, shm_env(guarded), ALICE)
+    assert r.returncode == 0 and r.stdout.strip() == ALICE, r.stderr
+    assert upgraded(r.stderr)
+
+
+def test_ident_map_grants_exactly_what_it_lists(guarded, peer_cluster):
+    assert probe_as(ALICE, "unix", guarded.socket_path, READER) == {
+        "sqlstate": None, "current_user": READER}
+    # Postgres would let l5pgd's OS user open OTHER (pg_ident.conf above); l5pgd's map does
+    # not list it for alice, so l5pgd refuses.
+    before = backends_started(peer_cluster)
+    out = probe_as(ALICE, "shm", guarded.socket_path, OTHER)
+    assert out["sqlstate"] == "28000", out
+    assert backends_started(peer_cluster) == before
+
+
+def test_passthrough_lets_postgres_authenticate_tcp_clients(workdir, peer_cluster):
+    """auth.tcp=passthrough with the upstream over TCP, where Debian's rules ask for SCRAM:
+    the exchange passes through l5pgd unchanged; no password, no session."""
+    base = workdir / "l5pgd-passthrough"
+    d = L5pgd(base, peer_cluster, user="postgres",
+              auth_overrides=["auth.tcp=passthrough", "auth.upstream_authenticates=true"],
+              extra_overrides=["upstream.host=127.0.0.1"])
+    with d:
+        env = dict(PGHOST=d.host, PGPORT=str(d.port))
+        r = psql_as(ALICE, env, "postgres")
+        assert r.returncode != 0 and "password" in r.stderr, r.stderr
+        r = psql_as(ALICE, dict(env, PGPASSWORD="wrong"), ALICE)
+        assert r.returncode != 0 and "password authentication failed" in r.stderr, r.stderr
+        r = psql_as(ALICE, dict(env, PGPASSWORD=ALICE_PASSWORD), ALICE)
+        assert r.returncode == 0 and r.stdout.strip() == ALICE, r.stderr
+
+
+def test_passthrough_needs_the_operators_word(l5pgd_binary):
+    r = subprocess.run([str(l5pgd_binary), "--check", "-o", "auth.local=passthrough"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "auth.local: passthrough" in r.stderr and "auth.upstream_authenticates" in r.stderr
+
+
+# Opens many Unix connections as alice that never send a byte, holds them until stdin closes.
+FLOOD = r"""
+import resource, socket, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+socks = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    try:
+        s.connect(sys.argv[1])
+        socks.append(s)
+    except OSError:
+        s.close()
+print(len(socks), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_idle_connection_flood_does_not_keep_others_out(guarded):
+    refused = guarded.metric("l5pg_connections_refused_total", reason="max_startup_per_peer")
+    flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(guarded.socket_path), "1200"],
+                             user=ALICE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             cwd="/")
+    try:
+        assert flood.stdout.readline().strip().isdigit()
+        started = time.monotonic()
+        r = psql_as("root", dict(PGHOST=str(guarded.socket_dir), PGPORT=str(guarded.port)),
+                    "postgres", "select 42", timeout=10)
+        elapsed = time.monotonic() - started
+        assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+        assert elapsed < 1.0, f"a normal client took {elapsed:.2f}s during the flood"
+        assert guarded.metric("l5pg_connections_refused_total",
+                              reason="max_startup_per_peer") > refused
+    finally:
+        flood.stdin.close()
+        flood.wait(timeout=30)
+    assert guarded.alive()

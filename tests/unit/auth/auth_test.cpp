@@ -1,0 +1,139 @@
+// l5pgd's client check (daemon/client_auth.hpp), its ident map and the startup caps.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "daemon/client_auth.hpp"
+#include "daemon/ident_map.hpp"
+#include "daemon/peer.hpp"
+#include "daemon/startup_limiter.hpp"
+
+using Catch::Matchers::Contains;
+using l5pg::config::AuthConfig;
+using l5pg::config::AuthMethod;
+using l5pg::daemon::AuthFailure;
+using l5pg::daemon::AuthRequest;
+using l5pg::daemon::check_client;
+using l5pg::daemon::IdentMap;
+using l5pg::daemon::StartupLimiter;
+
+namespace {
+
+AuthRequest local_request(std::string os_user, std::string_view role) {
+    return AuthRequest{true, 1000, std::move(os_user), role};
+}
+
+AuthRequest tcp_request(std::string_view role) {
+    return AuthRequest{false, 0, {}, role};
+}
+
+}  // namespace
+
+TEST_CASE("peer: a local client may use the role named like its OS user") {
+    const AuthConfig cfg;
+    CHECK(check_client(cfg, {}, local_request("alice", "alice")).allowed());
+}
+
+TEST_CASE("peer: any other role is refused, naming the rule") {
+    const auto verdict = check_client(AuthConfig{}, {}, local_request("alice", "postgres"));
+    CHECK(verdict.failure == AuthFailure::PeerMismatch);
+    CHECK_THAT(verdict.message, Contains("\"postgres\"") && Contains("OS user \"alice\"") &&
+                                    Contains("auth.local=peer"));
+}
+
+TEST_CASE("peer: the ident map grants exactly the pairs it lists") {
+    const IdentMap ident = IdentMap::parse("alice reader\n# comment\n  bob  writer # tail\n", "t");
+    CHECK(ident.size() == 2);
+    CHECK(check_client(AuthConfig{}, ident, local_request("alice", "reader")).allowed());
+    CHECK(check_client(AuthConfig{}, ident, local_request("bob", "writer")).allowed());
+    CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("alice", "writer")).allowed());
+    CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("bob", "reader")).allowed());
+    CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("reader", "alice")).allowed());
+}
+
+TEST_CASE("peer: the ident map may name a numeric uid (clients in other containers)") {
+    const IdentMap ident = IdentMap::parse("1000 app\n", "t");
+    CHECK(check_client(AuthConfig{}, ident, local_request("", "app")).allowed());
+    CHECK(check_client(AuthConfig{}, ident, local_request("alice", "app")).allowed());
+    CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("", "postgres")).allowed());
+}
+
+TEST_CASE("peer: a uid without a name is refused") {
+    const auto verdict = check_client(AuthConfig{}, {}, local_request("", "postgres"));
+    CHECK(verdict.failure == AuthFailure::UnknownOsUser);
+    CHECK_THAT(verdict.message, Contains("uid 1000"));
+}
+
+TEST_CASE("a StartupMessage without a role is refused") {
+    CHECK(check_client(AuthConfig{}, {}, local_request("alice", "")).failure ==
+          AuthFailure::NoRole);
+}
+
+TEST_CASE("TCP clients are refused by default, and served under trust or passthrough") {
+    AuthConfig cfg;
+    const auto verdict = check_client(cfg, {}, tcp_request("postgres"));
+    CHECK(verdict.failure == AuthFailure::Rejected);
+    CHECK_THAT(verdict.message, Contains("auth.tcp=reject"));
+    cfg.tcp = AuthMethod::Passthrough;
+    CHECK(check_client(cfg, {}, tcp_request("postgres")).allowed());
+    cfg.tcp = AuthMethod::Trust;
+    CHECK(check_client(cfg, {}, tcp_request("postgres")).allowed());
+}
+
+TEST_CASE("auth.local=reject refuses local clients, trust admits any role") {
+    AuthConfig cfg;
+    cfg.local = AuthMethod::Reject;
+    CHECK(check_client(cfg, {}, local_request("alice", "alice")).failure == AuthFailure::Rejected);
+    cfg.local = AuthMethod::Trust;
+    CHECK(check_client(cfg, {}, local_request("alice", "postgres")).allowed());
+}
+
+TEST_CASE("ident map: malformed lines name the file and line") {
+    CHECK_THROWS_WITH(IdentMap::parse("alice reader\nbob\n", "map"),
+                      Contains("map: line 2") && Contains("got 1 fields"));
+    CHECK_THROWS_WITH(IdentMap::parse("a b c\n", "map"), Contains("got 3 fields"));
+    CHECK_THROWS_WITH(IdentMap::load("/nonexistent/ident.map"), Contains("cannot read"));
+    CHECK(IdentMap::load("").size() == 0);
+}
+
+TEST_CASE("startup caps: per peer and in all; slots are returned when released") {
+    StartupLimiter limiter(3, 2);
+    StartupLimiter::Refusal why = StartupLimiter::Refusal::None;
+    auto a1 = limiter.try_acquire("uid 1", why);
+    auto a2 = limiter.try_acquire("uid 1", why);
+    CHECK(why == StartupLimiter::Refusal::None);
+    auto a3 = limiter.try_acquire("uid 1", why);
+    CHECK_FALSE(a3.held());
+    CHECK(why == StartupLimiter::Refusal::PerPeer);
+    auto b1 = limiter.try_acquire("uid 2", why);
+    CHECK(b1.held());
+    auto b2 = limiter.try_acquire("uid 2", why);
+    CHECK(why == StartupLimiter::Refusal::Total);
+    CHECK(limiter.in_startup() == 3);
+    a1.release();
+    a1.release();  // idempotent
+    CHECK(limiter.in_startup() == 2);
+    CHECK(limiter.try_acquire("uid 1", why).held());  // taken and returned at once
+    {
+        StartupLimiter::Slot moved = std::move(a2);
+        CHECK_FALSE(a2.held());
+    }
+    CHECK(limiter.in_startup() == 1);
+}
+
+TEST_CASE("peer identity of a Unix socket comes from the kernel") {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    const auto peer = l5pg::daemon::identify_peer(fds[0], true);
+    CHECK(peer.uid == ::getuid());
+    CHECK(peer.pid == ::getpid());
+    CHECK(peer.limit_key() == "uid " + std::to_string(::getuid()));
+    CHECK_THAT(peer.describe(), Contains("pid " + std::to_string(::getpid())));
+    CHECK(l5pg::daemon::os_user_name(0) == "root");
+    ::close(fds[0]);
+    ::close(fds[1]);
+}
