@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # Debian 12 packages l5pg needs to build, test, demo and benchmark.
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
-  libibverbs-dev librdmacm-dev postgresql-15 postgresql-contrib pgbouncer \
+  libibverbs-dev librdmacm-dev libssl-dev openssl postgresql-15 postgresql-contrib pgbouncer \
   python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
   python3-matplotlib strace
 

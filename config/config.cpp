@@ -16,7 +16,7 @@ namespace l5pg::config {
 namespace {
 
 constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers", "shm",
-                                          "rdma",   "limits",  "logging",  "auth"};
+                                          "rdma",   "limits",  "logging",  "auth",    "tls"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -178,6 +178,16 @@ AuthMethod get_auth_method(const YAML::Node& node, const std::string& key, bool 
                   (local ? "" : "; peer needs a Unix socket"));
 }
 
+TlsMode get_tls_mode(const YAML::Node& node, const std::string& key) {
+    const std::string value = get_string(node, key);
+    for (TlsMode m : {TlsMode::Disable, TlsMode::Allow, TlsMode::Require}) {
+        if (value == to_string(m)) {
+            return m;
+        }
+    }
+    fail(key, "must be one of disable, allow, require (got " + describe(node) + ")");
+}
+
 using Setter = std::function<void(Config&, const YAML::Node&, const std::string&)>;
 
 // One entry per YAML key; the dotted key doubles as the override name.
@@ -243,6 +253,10 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
         {"auth.local", [](Config& c, N n, K k) { c.auth.local = get_auth_method(n, k, true); }},
         {"auth.tcp", [](Config& c, N n, K k) { c.auth.tcp = get_auth_method(n, k, false); }},
         {"auth.ident_file", [](Config& c, N n, K k) { c.auth.ident_file = get_string(n, k); }},
+        {"tls.mode", [](Config& c, N n, K k) { c.tls.mode = get_tls_mode(n, k); }},
+        {"tls.cert_file", [](Config& c, N n, K k) { c.tls.cert_file = get_string(n, k); }},
+        {"tls.key_file", [](Config& c, N n, K k) { c.tls.key_file = get_string(n, k); }},
+        {"tls.ca_file", [](Config& c, N n, K k) { c.tls.ca_file = get_string(n, k); }},
         {"auth.upstream_authenticates",
          [](Config& c, N n, K k) { c.auth.upstream_authenticates = get_bool(n, k); }},
     };
@@ -398,6 +412,11 @@ void validate(const Config& config) {
                  "Debian's default rules), then set auth.upstream_authenticates=true");
         }
     }
+    if (config.tls.mode != TlsMode::Disable &&
+        (config.tls.cert_file.empty() || config.tls.key_file.empty())) {
+        fail("tls.mode",
+             std::string(to_string(config.tls.mode)) + " needs tls.cert_file and tls.key_file");
+    }
     if (config.upstream.host.empty() && config.upstream.unix_socket_dir.empty()) {
         fail("upstream.unix_socket_dir",
              "may not be empty when upstream.host is empty (no way to reach PostgreSQL)");
@@ -457,6 +476,18 @@ std::string_view to_string(AuthMethod m) noexcept {
             return "passthrough";
         case AuthMethod::Reject:
             return "reject";
+    }
+    return "?";
+}
+
+std::string_view to_string(TlsMode m) noexcept {
+    switch (m) {
+        case TlsMode::Disable:
+            return "disable";
+        case TlsMode::Allow:
+            return "allow";
+        case TlsMode::Require:
+            return "require";
     }
     return "?";
 }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,8 +22,8 @@ struct ListenConfig {
     std::string unix_socket_dir = "/var/run/l5pg";  // "" disables the Unix listener
     uint16_t port = 6432;                           // .s.PGSQL.<port> and TCP port
     std::string tcp_address = "127.0.0.1";          // "" disables the TCP listener
-    int backlog = 4096;  // the kernel caps it at net.core.somaxconn
-    uint32_t unix_socket_mode = 0777;  // octal in YAML ("0770")
+    int backlog = 4096;                             // the kernel caps it at net.core.somaxconn
+    uint32_t unix_socket_mode = 0777;               // octal in YAML ("0770")
 };
 
 struct UpstreamConfig {
@@ -104,6 +105,21 @@ struct LoggingConfig {
     std::string level = "info";  // trace, debug, info, warn, error, critical, off
 };
 
+// TLS for clients on the TCP listener (like PgBouncer's client_tls_*).
+enum class TlsMode {
+    Disable,  // SSLRequest answered 'N'
+    Allow,    // SSLRequest answered 'S'; plaintext clients served too
+    Require,  // TCP clients must use TLS; RDMA upgrades are declined (not inside TLS yet)
+};
+[[nodiscard]] std::string_view to_string(TlsMode m) noexcept;
+
+struct TlsConfig {
+    TlsMode mode = TlsMode::Disable;
+    std::string cert_file;  // PEM certificate chain; required unless mode is disable
+    std::string key_file;   // PEM private key
+    std::string ca_file;    // "": no client certificates; else clients must present one
+};
+
 struct Config {
     ListenConfig listen;
     UpstreamConfig upstream;
@@ -114,6 +130,7 @@ struct Config {
     LimitsConfig limits;
     LoggingConfig logging;
     AuthConfig auth;
+    TlsConfig tls;
 };
 
 // Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted

@@ -3,24 +3,33 @@
 // StartupMessage). One per l5pgd, shared by the acceptor thread and the workers.
 #pragma once
 
+#include <memory>
+
 #include "config/config.hpp"
 #include "daemon/ident_map.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
 #include "daemon/startup_limiter.hpp"
+#include "daemon/tls_context.hpp"
 #include "daemon/unique_fd.hpp"
 
 namespace l5pg::daemon {
 
 struct Admission {
-    // Throws std::runtime_error when auth.ident_file cannot be read or parsed.
+    // Throws std::runtime_error when auth.ident_file or the tls.* files cannot be loaded.
     explicit Admission(const config::Config& config)
         : auth(config.auth),
+          tls_mode(config.tls.mode),
           ident(IdentMap::load(config.auth.ident_file)),
+          tls(config.tls.mode == config::TlsMode::Disable
+                  ? nullptr
+                  : std::make_unique<TlsContext>(config.tls)),
           startup(config.limits.max_startup_sessions, config.limits.max_startup_per_peer) {}
 
     const config::AuthConfig& auth;
+    const config::TlsMode tls_mode;
     const IdentMap ident;
+    const std::unique_ptr<const TlsContext> tls;  // null when tls.mode is disable
     StartupLimiter startup;
 };
 

@@ -7,8 +7,8 @@
 
 namespace l5pg::daemon {
 
-enum class AuthFailure { None, Rejected, PeerMismatch, UnknownOsUser, NoRole };
-inline constexpr size_t kAuthFailureCount = 5;
+enum class AuthFailure { None, Rejected, PeerMismatch, UnknownOsUser, NoRole, TlsRequired };
+inline constexpr size_t kAuthFailureCount = 6;
 
 [[nodiscard]] constexpr std::string_view to_string(AuthFailure f) noexcept {
     switch (f) {
@@ -22,6 +22,8 @@ inline constexpr size_t kAuthFailureCount = 5;
             return "unknown_os_user";
         case AuthFailure::NoRole:
             return "no_role";
+        case AuthFailure::TlsRequired:
+            return "tls_required";
     }
     return "?";
 }

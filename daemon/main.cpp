@@ -14,7 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
-#include "daemon/ident_map.hpp"
+#include "daemon/admission.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
 #include "daemon/server.hpp"
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        (void)l5pg::daemon::IdentMap::load(config.auth.ident_file);
+        (void)l5pg::daemon::Admission(config);  // the ident map and TLS files load
     } catch (const std::exception& e) {
         std::fprintf(stderr, "l5pgd: invalid configuration: %s\n", e.what());
         return 2;

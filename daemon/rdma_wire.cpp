@@ -98,7 +98,7 @@ SoftWireListener::SoftWireListener(event_base* base, const std::string& address,
         throw std::runtime_error(std::string("getsockname: ") + std::strerror(errno));
     port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    evl_ = evconnlistener_new(base, accept_cb, this, LEV_OPT_CLOSE_ON_EXEC, -1, listener_.fd());
+    evl_ = evconnlistener_new(base, accept_cb, this, LEV_OPT_CLOSE_ON_EXEC, 0, listener_.fd());
     if (evl_ == nullptr)
         throw std::runtime_error("evconnlistener_new failed for the soft RDMA wire listener");
 }

@@ -64,8 +64,10 @@ Server::Server(const config::Config& config, Metrics& metrics)
     auto add_acceptor = [this](int fd, Transport transport) {
         auto acceptor = std::make_unique<Acceptor>(Acceptor{this, transport});
         // The listener fd stays owned by UnixListener/TcpListener (no LEV_OPT_CLOSE_ON_FREE).
+        // Backlog 0: the socket listens already with listen.backlog (-1 would make libevent
+        // call listen() again with its own 128).
         acceptor->listener = evconnlistener_new(base_.get(), accept_cb, acceptor.get(),
-                                                LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+                                                LEV_OPT_CLOSE_ON_EXEC, 0, fd);
         if (acceptor->listener == nullptr)
             throw std::runtime_error("evconnlistener_new failed");
         acceptors_.push_back(std::move(acceptor));

@@ -31,7 +31,8 @@ Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
       transport_(client.listener),
       peer_(std::move(client.peer)),
       startup_slot_(std::move(client.startup_slot)),
-      client_(std::move(client.fd)) {}
+      client_(std::move(client.fd)),
+      stream_(client_.get()) {}
 
 // The worker closes every session (close() retires it) before destroying it.
 Session::~Session() = default;
@@ -87,7 +88,11 @@ void Session::client_read_cb(int, short, void* arg) {
 }
 
 void Session::client_write_cb(int, short, void* arg) {
-    static_cast<Session*>(arg)->on_client_writable();
+    auto* self = static_cast<Session*>(arg);
+    if (self->stream_.tls() && !self->stream_.handshake_done())
+        self->continue_tls_handshake();
+    else
+        self->on_client_writable();
 }
 
 void Session::upstream_read_cb(int, short, void* arg) {
@@ -166,6 +171,7 @@ void Session::close(std::string_view reason, bool error) {
     }
     client_read_.reset();
     client_write_.reset();
+    stream_.say_goodbye();
     upstream_read_.reset();
     upstream_write_.reset();
     timer_.reset();

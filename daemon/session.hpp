@@ -17,6 +17,7 @@
 
 #include "daemon/admission.hpp"
 #include "daemon/byte_queue.hpp"
+#include "daemon/client_stream.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
@@ -72,6 +73,7 @@ class Session {
     // startup (session_startup.cpp)
     void on_startup_readable();
     bool read_startup_from_socket();
+    bool read_startup_from_tls(size_t want);
     bool read_startup_from_ring();
     void process_startup_buffer();
     // Reads with `read` and processes startup packets until none is complete or the session
@@ -79,6 +81,10 @@ class Session {
     bool drain_startup(bool (Session::*read)());
     void handle_startup_packet(const protocol::StartupPacket& packet, size_t length);
     void handle_upgrade(const protocol::StartupPacket& packet);
+    // SSLRequest on the TCP listener with tls.mode allow/require: 'S', then the handshake.
+    [[nodiscard]] bool can_start_tls() const noexcept;
+    void start_tls();
+    void continue_tls_handshake();
     [[nodiscard]] std::optional<std::string> try_attach(const protocol::L5UpgradeRequest& req);
     // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
@@ -151,6 +157,7 @@ class Session {
     std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
 
     UniqueFd client_;
+    ClientStream stream_;  // client_'s bytes, through TLS once started (socket clients)
     UniqueFd upstream_;
     UniqueFd passed_fd_;  // memfd received with an upgrade request
 

@@ -207,7 +207,7 @@ void Session::on_client_readable() {
     if (!upstream_.valid() || to_upstream_.size() >= kHighWater) {
         if (close_when_flushed_) {
             std::byte discard[4096];
-            if (::recv(client_.get(), discard, sizeof discard, MSG_DONTWAIT) == 0)
+            if (stream_.recv(discard, sizeof discard) == 0)
                 close("client disconnected");
             return;
         }
@@ -215,7 +215,7 @@ void Session::on_client_readable() {
         return;
     }
     std::span<std::byte> space = to_upstream_.prepare(kSocketChunk);
-    const ssize_t n = ::recv(client_.get(), space.data(), space.size(), MSG_DONTWAIT);
+    const ssize_t n = stream_.recv(space.data(), space.size());
     const int err = errno;
     to_upstream_.commit(n > 0 ? static_cast<size_t>(n) : 0);
     if (n == 0) {
@@ -299,8 +299,7 @@ void Session::flush_client() {
     }
     while (!to_client_.empty()) {
         const auto data = to_client_.front();
-        const ssize_t n =
-            ::send(client_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        const ssize_t n = stream_.send(data.data(), data.size());
         if (n > 0) {
             to_client_.consume(static_cast<size_t>(n));
             metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));

@@ -44,6 +44,9 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
     // TCP after the decline, is refused with 28000).
     if (worker_.admission().auth.tcp == config::AuthMethod::Reject)
         return "auth.tcp is reject";
+    // The upgrade's tokens and rkeys would cross in clear (RDMA inside TLS: not yet).
+    if (worker_.admission().tls_mode == config::TlsMode::Require)
+        return "tls.mode is require";
     if (worker_.rdma_endpoint() == nullptr)
         return worker_.rdma_unavailable();
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)

@@ -54,6 +54,15 @@ void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
 void Session::on_startup_readable() {
     if (rdma_phase_ == RdmaPhase::AwaitWire)
         return;  // the client waits for our answer; its socket is not watched meanwhile
+    if (stream_.tls()) {
+        // A packet's first bytes and the rest come out of one TLS record, the rest from
+        // OpenSSL's buffer, which no readiness event announces: read until nothing moves.
+        if (!stream_.handshake_done())
+            continue_tls_handshake();
+        else
+            (void)drain_startup(&Session::read_startup_from_socket);
+        return;
+    }
     if (!read_startup_from_socket())
         return;
     if (rdma_phase_ == RdmaPhase::AwaitHello) {
@@ -71,6 +80,8 @@ bool Session::read_startup_from_socket() {
                                                              : startup_bytes_wanted(startup_);
     if (want == 0)
         return true;
+    if (stream_.tls())
+        return read_startup_from_tls(want);
     const size_t have = startup_.size();
     startup_.resize(have + want);
     iovec iov{startup_.data() + have, want};
@@ -90,6 +101,30 @@ bool Session::read_startup_from_socket() {
         return false;
     }
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        close(fmt::format("client read error during startup: {}", std::strerror(errno)), true);
+        return false;
+    }
+    return true;
+}
+
+// Through TLS: the rest of a record the packet began in is held by OpenSSL, not by the
+// socket, so no readiness event would announce it: read until `want` bytes or EAGAIN.
+bool Session::read_startup_from_tls(size_t want) {
+    while (want > 0) {
+        std::byte chunk[512];
+        const ssize_t n = stream_.recv(chunk, std::min(want, sizeof chunk));
+        if (n > 0) {
+            startup_.insert(startup_.end(), chunk, chunk + n);
+            want -= static_cast<size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n == 0 || errno == ECONNRESET) {
+            close(startup_.empty() ? "client disconnected before startup"
+                                   : "client disconnected mid startup packet");
+            return false;
+        }
         close(fmt::format("client read error during startup: {}", std::strerror(errno)), true);
         return false;
     }
@@ -165,6 +200,12 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
     using protocol::StartupKind;
     switch (packet.kind) {
         case StartupKind::SslRequest:
+            if (can_start_tls()) {
+                startup_.clear();
+                start_tls();
+                return;
+            }
+            [[fallthrough]];
         case StartupKind::GssEncRequest: {
             // No TLS/GSS encryption in l5pgd yet: like a Postgres without it, say 'N' and
             // let the client continue in plaintext (or give up if it requires it).
@@ -249,6 +290,46 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
     return std::nullopt;
 }
 
+bool Session::can_start_tls() const noexcept {
+    return transport_ == Transport::Tcp && worker_.admission().tls && !stream_.tls() &&
+           !is_rdma() && rdma_phase_ == RdmaPhase::None;
+}
+
+// 'S' goes out in plaintext: the socket's buffer is empty at this point of the startup, so
+// one send() takes it. Postgres refuses bytes buffered behind an SSLRequest (CVE-2021-23214);
+// here they reach OpenSSL as handshake bytes and fail it.
+void Session::start_tls() {
+    const std::byte yes{'S'};
+    if (::send(client_.get(), &yes, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+        close("cannot answer the SSLRequest");
+        return;
+    }
+    SslPtr ssl = worker_.admission().tls->accept_on(client_.get());
+    if (!ssl) {
+        close("cannot start TLS: " + tls_error_text(), true);
+        return;
+    }
+    stream_.start_tls(std::move(ssl));
+    continue_tls_handshake();
+}
+
+void Session::continue_tls_handshake() {
+    std::string error;
+    switch (stream_.handshake(error)) {
+        case ClientStream::Handshake::Pending:
+            set_event(client_write_.get(), stream_.wants_write());
+            return;
+        case ClientStream::Handshake::Failed:
+            close("TLS handshake failed: " + error);
+            return;
+        case ClientStream::Handshake::Done:
+            set_event(client_write_.get(), false);
+            spdlog::debug("session {}: TLS established", id_);
+            on_startup_readable();  // the StartupMessage may be buffered already
+            return;
+    }
+}
+
 namespace {
 
 constexpr std::chrono::milliseconds kFirstConnectRetry{2};
@@ -270,7 +351,11 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
     if (peer_.local)
         request.os_user = os_user_name(peer_.uid);
     const Admission& admission = worker_.admission();
-    const AuthVerdict verdict = check_client(admission.auth, admission.ident, request);
+    AuthVerdict verdict = check_client(admission.auth, admission.ident, request);
+    if (verdict.allowed() && transport_ == Transport::Tcp && !stream_.tls() &&
+        admission.tls_mode == config::TlsMode::Require)
+        verdict = AuthVerdict{AuthFailure::TlsRequired,
+                              "l5pgd: SSL required for TCP clients (rule tls.mode=require)"};
     if (verdict.allowed()) {
         spdlog::info("session {}: login: role \"{}\" database \"{}\" from {} over {}", id_, role,
                      database.empty() ? role : database, peer_.describe(), to_string(transport_));
@@ -343,6 +428,10 @@ void Session::on_upstream_connected() {
         finish_after_flush("cancel request forwarded");
     }
     flush_upstream();
+    // Bytes a TLS client sent in the StartupMessage's record wait in OpenSSL, where no
+    // readiness event announces them.
+    if (state_ == SessionState::Forwarding && !cancel_request_ && stream_.pending() > 0)
+        on_client_readable();
 }
 
 // The client learns that Postgres could not be reached and why, not where it lives (the

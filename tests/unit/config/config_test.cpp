@@ -328,3 +328,14 @@ TEST_CASE("passthrough needs the operator's word that Postgres authenticates l5p
                Contains("auth.upstream_authenticates=true"));
     CHECK(error_of("auth:\n  tcp: passthrough\n  upstream_authenticates: true\n").empty());
 }
+
+TEST_CASE("tls: disabled by default; allow and require need a certificate and key") {
+    CHECK(load("", {}).tls.mode == l5pg::config::TlsMode::Disable);
+    CHECK_THAT(override_error("tls.mode=require"),
+               Contains("tls.mode: require needs tls.cert_file and tls.key_file"));
+    CHECK_THAT(override_error("tls.mode=verify-full"),
+               Contains("must be one of disable, allow, require"));
+    const Config c = load("", {"tls.mode=allow", "tls.cert_file=/c.pem", "tls.key_file=/k.pem"});
+    CHECK(c.tls.mode == l5pg::config::TlsMode::Allow);
+    CHECK(c.tls.ca_file.empty());
+}

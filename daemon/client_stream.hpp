@@ -1,0 +1,47 @@
+// The byte stream of a socket client: the socket itself, or TLS over it once l5pgd has
+// accepted the client's SSLRequest. recv() and send() behave like the system calls
+// (n > 0; 0 at EOF; -1 with errno, EAGAIN when the socket must become ready first), so
+// the session's reading and forwarding code is one for both.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+
+#include "daemon/tls_context.hpp"
+
+namespace l5pg::daemon {
+
+class ClientStream {
+  public:
+    explicit ClientStream(int fd = -1) noexcept : fd_(fd) {}
+
+    void start_tls(SslPtr ssl) noexcept { ssl_ = std::move(ssl); }
+    [[nodiscard]] bool tls() const noexcept { return ssl_ != nullptr; }
+
+    enum class Handshake { Done, Pending, Failed };
+    // Drives the TLS handshake; on Failed, `error` says why.
+    [[nodiscard]] Handshake handshake(std::string& error);
+    [[nodiscard]] bool handshake_done() const noexcept { return handshake_done_; }
+
+    ssize_t recv(void* buf, size_t len) noexcept;
+    ssize_t send(const void* buf, size_t len) noexcept;
+    // Decrypted bytes TLS holds that recv() returns without the socket being readable.
+    [[nodiscard]] size_t pending() const noexcept;
+    // The last TLS call that returned EAGAIN needs the socket writable, not readable.
+    [[nodiscard]] bool wants_write() const noexcept { return wants_write_; }
+
+    // Best effort close_notify before the socket closes (TLS only; never blocks).
+    void say_goodbye() noexcept;
+
+  private:
+    ssize_t tls_result(int ret) noexcept;
+
+    int fd_;
+    SslPtr ssl_;
+    bool handshake_done_ = false;
+    bool wants_write_ = false;
+};
+
+}  // namespace l5pg::daemon

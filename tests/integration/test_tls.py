@@ -1,0 +1,116 @@
+"""TLS on l5pgd's TCP listener (tls.*), with a CA, server and client certificates made here
+by the openssl command line tool, and real psql clients in every sslmode that matters."""
+import subprocess
+
+import pytest
+
+from tests.harness.client import Target, psql_cmd, run
+from tests.harness.l5pgd import L5pgd
+
+
+def openssl(*args, cwd):
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="module")
+def pki(workdir):
+    """ca.crt; server.crt for localhost and 127.0.0.1; client.crt for CN=postgres."""
+    d = workdir / "pki"
+    d.mkdir(exist_ok=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=l5pg test CA",
+            "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
+    (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name, subject, ext in (("server", "/CN=localhost", ["-extfile", "server.ext"]),
+                               ("client", "/CN=postgres", [])):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-out", f"{name}.crt", *ext, cwd=d)
+        (d / f"{name}.key").chmod(0o600)
+    return d
+
+
+def tls_l5pgd(workdir, cluster, pki, name, mode, ca=False):
+    overrides = [f"tls.mode={mode}", f"tls.cert_file={pki / 'server.crt'}",
+                 f"tls.key_file={pki / 'server.key'}"]
+    if ca:
+        overrides.append(f"tls.ca_file={pki / 'ca.crt'}")
+    return L5pgd(workdir / name, cluster, extra_overrides=overrides)
+
+
+def conninfo(d, host="127.0.0.1", **env):
+    target = Target("tcp", host, d.port, extra={k: str(v) for k, v in env.items()})
+    return run(psql_cmd("-c", r"\conninfo", "-c", "select 42"), target, check=False, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def required(workdir, cluster, pki):
+    d = tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-require", "require")
+    d.start()
+    yield d
+    d.stop()
+
+
+def test_sslmode_require(required):
+    r = conninfo(required, PGSSLMODE="require")
+    assert r.returncode == 0, r.stderr
+    assert "SSL connection (protocol: TLSv1.3" in r.stdout and "42" in r.stdout
+
+
+def test_sslmode_verify_full(required, pki):
+    r = conninfo(required, host="localhost", PGSSLMODE="verify-full", PGSSLROOTCERT=pki / "ca.crt")
+    assert r.returncode == 0, r.stderr
+    assert "SSL connection" in r.stdout
+
+
+def test_verify_full_rejects_a_server_it_cannot_verify(required, pki):
+    """The client's side of the trust: a CA that did not sign l5pgd's certificate."""
+    r = conninfo(required, host="localhost", PGSSLMODE="verify-full", PGSSLROOTCERT=pki / "client.crt")
+    assert r.returncode != 0
+    assert "certificate verify failed" in r.stderr
+
+
+def test_plaintext_client_refused_under_require(required):
+    failures = required.metric("l5pg_auth_failures_total", transport="tcp", reason="tls_required")
+    r = conninfo(required, PGSSLMODE="disable")
+    assert r.returncode != 0
+    assert "SSL required" in r.stderr and "tls.mode=require" in r.stderr, r.stderr
+    assert required.metric("l5pg_auth_failures_total", transport="tcp",
+                           reason="tls_required") == failures + 1
+
+
+def test_allow_serves_both(workdir, cluster, pki):
+    with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-allow", "allow") as d:
+        r = conninfo(d, PGSSLMODE="disable")
+        assert r.returncode == 0 and "SSL connection" not in r.stdout, r.stderr
+        r = conninfo(d, PGSSLMODE="require")
+        assert r.returncode == 0 and "SSL connection" in r.stdout, r.stderr
+
+
+def test_bulk_result_through_tls(required):
+    """Many TLS records each way: a large COPY out and a large statement in."""
+    big = "x" * 100_000
+    target = Target("tcp", "127.0.0.1", required.port, extra={"PGSSLMODE": "require"})
+    r = run(psql_cmd("-c", "select count(*), sum(length(repeat('y', g))) from "
+                     "generate_series(1, 3000) g", "-c", f"select length('{big}')"),
+            target, check=False, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3000|4501500", "100000"]
+
+
+def test_client_certificates_when_a_ca_is_configured(workdir, cluster, pki):
+    with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-ca", "require", ca=True) as d:
+        r = conninfo(d, PGSSLMODE="require")
+        assert r.returncode != 0, r.stdout
+        r = conninfo(d, PGSSLMODE="require", PGSSLCERT=pki / "client.crt", PGSSLKEY=pki / "client.key")
+        assert r.returncode == 0 and "SSL connection" in r.stdout, r.stderr
+
+
+def test_unreadable_certificate_stops_l5pgd_at_start(l5pgd_binary, pki):
+    r = subprocess.run([str(l5pgd_binary), "--check", "-o", "tls.mode=require",
+                        "-o", f"tls.cert_file={pki / 'missing.crt'}",
+                        "-o", f"tls.key_file={pki / 'server.key'}"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "tls.cert_file" in r.stderr and "missing.crt" in r.stderr
