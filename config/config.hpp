@@ -73,6 +73,9 @@ struct MetricsConfig {
 struct LimitsConfig {
     unsigned max_sessions = 1000;
     uint32_t startup_timeout_ms = 10000;  // client must finish its startup packet by then
+    // Per direction and session: reading from one side stops while this much waits for
+    // the other (socket and RDMA clients); it also bounds the queues' memory (byte_queue.hpp).
+    uint32_t session_buffer_bytes = 256 * 1024;
 };
 
 struct LoggingConfig {

@@ -117,6 +117,7 @@ class Session {
     void wake_client();  // writes one doorbell byte to an SHM client
     void finish_after_flush(std::string reason);
     void update_upstream_reading();
+    [[nodiscard]] size_t high_water() const noexcept;
 
     // events (session.cpp)
     static void client_read_cb(int fd, short what, void* arg);

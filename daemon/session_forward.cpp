@@ -16,9 +16,8 @@
 namespace l5pg::daemon {
 namespace {
 
+// Also the most a queue grows past limits.session_buffer_bytes (see byte_queue.hpp).
 constexpr size_t kSocketChunk = 64 * 1024;
-// Stop reading one side while this much is queued for the other (socket clients).
-constexpr size_t kHighWater = 256 * 1024;
 // Largest single recv from Postgres straight into the server->client ring.
 constexpr size_t kRingChunk = 256 * 1024;
 // Upstream reads per readiness callback before giving other sessions a turn.
@@ -29,6 +28,11 @@ constexpr int kRingReadsPerWakeup = 16;
 }
 
 }  // namespace
+
+// Stop reading one side while this much is queued for the other (socket and RDMA clients).
+size_t Session::high_water() const noexcept {
+    return worker_.config().limits.session_buffer_bytes;
+}
 
 void Session::finish_after_flush(std::string reason) {
     close_when_flushed_ = true;
@@ -204,7 +208,7 @@ void Session::read_upstream_into_queue() {
 }
 
 void Session::on_client_readable() {
-    if (!upstream_.valid() || to_upstream_.size() >= kHighWater) {
+    if (!upstream_.valid() || to_upstream_.size() >= high_water()) {
         if (close_when_flushed_) {
             std::byte discard[4096];
             if (::recv(client_.get(), discard, sizeof discard, MSG_DONTWAIT) == 0)
@@ -243,7 +247,7 @@ void Session::flush_upstream() {
         } else if (n < 0 && errno == EAGAIN) {
             upstream_blocked_ = true;
             set_event(upstream_write_.get(), true);
-            if (to_upstream_.size() >= kHighWater && !is_rdma())
+            if (to_upstream_.size() >= high_water() && !is_rdma())
                 set_event(client_read_.get(), false);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
@@ -327,7 +331,7 @@ void Session::on_client_writable() {
 
 void Session::update_upstream_reading() {
     const bool want = state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
-                      (is_shm() ? !ring_full_ : to_client_.size() < kHighWater);
+                      (is_shm() ? !ring_full_ : to_client_.size() < high_water());
     set_event(upstream_read_.get(), want);
 }
 

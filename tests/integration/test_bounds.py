@@ -1,0 +1,119 @@
+"""Issue 21: no local client can make l5pgd grow without bound or stall other clients.
+
+Each test starts its own l5pgd (workers.count=1, so that the misbehaving client and the
+bystander share a worker) in front of the session's Postgres cluster.
+"""
+import os
+import socket
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import pgwire
+from tests.harness.l5pgd import L5pgd
+
+MiB = 1024 * 1024
+BUFFER = 256 * 1024  # limits.session_buffer_bytes, the default
+# config/l5pgd.example.yaml: a session costs at most 4 x session_buffer_bytes + 384 KiB.
+SESSION_BOUND = 4 * BUFFER + 384 * 1024
+
+
+@pytest.fixture
+def start_l5pgd(workdir, cluster, l5pgd_binary, request):
+    """Starts a fresh l5pgd with one worker and the given -o overrides; stopped afterwards."""
+    started = []
+
+    def start(*overrides):
+        # Short directory names: a Unix socket path has at most 107 bytes.
+        d = L5pgd(Path(tempfile.mkdtemp(prefix="l5b-", dir=workdir)), cluster, workers=1,
+                  extra_overrides=overrides)
+        started.append(d)
+        return d.start()
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+def vm_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS line")
+
+
+def unix_startup(d):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(d.socket_path))
+    s.sendall(pgwire.startup_packet(application_name="l5pg-bounds"))
+    msgs = pgwire.read_until_ready(s)
+    assert msgs[-1][0] == "Z", msgs
+    return s
+
+
+class MessageCounter:
+    """Counts backend messages in a byte stream without keeping it (DataRow 'D' etc.)."""
+
+    def __init__(self):
+        self.buf = b""
+        self.rows = 0
+        self.done = False
+        self.error = None
+
+    def feed(self, data):
+        buf = self.buf + data
+        pos = 0
+        while len(buf) - pos >= 5:
+            typ = buf[pos]
+            (length,) = struct.unpack_from("!I", buf, pos + 1)
+            if len(buf) - pos < 1 + length:
+                break
+            if typ == ord("D"):
+                self.rows += 1
+            elif typ == ord("E"):
+                self.error = pgwire.parse_fields(buf[pos + 5:pos + 1 + length])
+            elif typ == ord("Z"):
+                self.done = True
+            pos += 1 + length
+        self.buf = buf[pos:]
+
+
+@pytest.mark.timeout(120)
+def test_slow_reader_of_a_large_result_keeps_l5pgd_memory_bounded(start_l5pgd):
+    """A Unix-socket client reads a ~1 GB result at ~30 MB/s (64 KiB every 2 ms) for a
+    while, then at full speed: l5pgd's RSS stays below the documented per-session bound
+    plus 20 MB all along (before the fix it grew by the bytes that had passed through)."""
+    d = start_l5pgd()  # limits.session_buffer_bytes at its default, BUFFER
+    rows = 1_000_000
+    pid = d.proc.pid
+    s = unix_startup(d)
+    base_rss = vm_rss(pid)
+    q = f"select repeat('x', 1000) from generate_series(1, {rows})".encode() + b"\0"
+    s.sendall(b"Q" + struct.pack("!I", len(q) + 4) + q)
+    counter = MessageCounter()
+    max_rss = base_rss
+    slow_until = time.monotonic() + 8.0  # ~250 MB at the slow rate
+    next_sample = 0.0
+    while not counter.done:
+        data = s.recv(64 * 1024)
+        assert data, "l5pgd closed the connection mid-result"
+        counter.feed(data)
+        now = time.monotonic()
+        if now >= next_sample:
+            max_rss = max(max_rss, vm_rss(pid))
+            next_sample = now + 0.05
+        if now < slow_until:
+            time.sleep(0.002)
+    assert counter.error is None, counter.error
+    assert counter.rows == rows
+    pgwire.terminate(s)
+    s.close()
+    print(f"l5pgd VmRSS: {base_rss / MiB:.1f} MiB at start, at most {max_rss / MiB:.1f} MiB "
+          f"while reading (bound {SESSION_BOUND / MiB:.1f} MiB + 20 MiB)")
+    assert max_rss <= base_rss + SESSION_BOUND + 20 * MiB, (
+        f"l5pgd's RSS grew from {base_rss / MiB:.1f} to {max_rss / MiB:.1f} MiB")
