@@ -118,6 +118,7 @@ bool Session::arm_before_block() {
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
     if (ring_full_)
         to_client_ring_.arm();
+    grant_doorbells(ring_full_ ? 2 : 1);
     return from_client_.has_data() || (ring_full_ && to_client_ring_.free_bytes() > 0);
 }
 

@@ -115,6 +115,8 @@ class Session {
     void flush_client();
     void send_to_client(std::span<const std::byte> bytes);
     void wake_client();  // writes one doorbell byte to an SHM client
+    void grant_doorbells(unsigned occasions) noexcept;
+    bool account_doorbells(size_t count);  // false: closed the session (doorbell flood)
     void finish_after_flush(std::string reason);
     void update_upstream_reading();
     [[nodiscard]] size_t high_water() const noexcept;
@@ -141,6 +143,10 @@ class Session {
     bool upstream_reading_ = false;    // upstream_read_ is added
     bool ring_full_ = false;           // server->client ring had no room
     bool awaiting_upstream_ = false;   // see awaiting_upstream()
+    // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
+    static constexpr int64_t kDoorbellSlack = 4096;
+    int64_t doorbell_credit_ = kDoorbellSlack;
+    uint64_t doorbells_received_ = 0;
 
     UniqueFd client_;
     UniqueFd upstream_;
