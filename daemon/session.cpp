@@ -148,10 +148,12 @@ void Session::close(std::string_view reason, bool error) {
         worker_.set_polled(this, false);
     }
     if (rdma_) {
-        // Let the client find every byte we wrote (bounded by the completion timeout).
+        // Let the client find every byte we wrote: the worker keeps the channel, and the
+        // socket it rings, until then (bounded by the completion timeout) without
+        // blocking here. Otherwise the queue pair goes now: the client can no longer reach us.
         if (!error && !rdma_->broken() && !rdma_->peer_closed())
-            (void)rdma_->flush();
-        rdma_.reset();  // destroys the queue pair: the client can no longer reach us
+            worker_.linger(id_, std::move(rdma_), std::move(client_));
+        rdma_.reset();
         worker_.set_polled(this, false);
     }
     withdraw_wire_offer();

@@ -4,6 +4,7 @@ Each test starts its own l5pgd (workers.count=1, so that the misbehaving client 
 bystander share a worker) in front of the session's Postgres cluster.
 """
 import os
+import signal
 import socket
 import statistics
 import struct
@@ -13,12 +14,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from tests.harness import pgwire
-from tests.harness.client import psql, shm_target
+from tests.harness.cancel import stop_process
+from tests.harness.client import popen, psql, shm_target, unix_target
 from tests.harness.l5pgd import L5pgd
 from tests.harness.l5wire import ShmClient
+from tests.harness.rdma import rdma_overrides, rdma_target
 
 MiB = 1024 * 1024
 BUFFER = 256 * 1024  # limits.session_buffer_bytes, the default
@@ -185,3 +189,55 @@ def test_doorbell_flood_neither_stalls_other_clients_nor_goes_unnoticed(start_l5
         flooder.close(clean=False)
     assert during < 2 * before, f"median psql latency {before:.1f} ms -> {during:.1f} ms"
     assert d.alive()
+
+
+HOLDER = r"""
+import sys
+import psycopg2
+conn = psycopg2.connect("")
+conn.autocommit = True
+cur = conn.cursor()
+cur.execute("select pg_backend_pid()")
+print(cur.fetchone()[0], flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_stuck_rdma_teardown_does_not_stall_the_worker(start_l5pgd, shim):
+    """An RDMA client that stops acknowledging (SIGSTOP: its soft device thread stops too)
+    while its backend is terminated: l5pgd writes the FATAL error into its ring and
+    closes the session. Waiting for that write's completion must not stall a bystander
+    on the same worker (before the fix: up to rdma.completion_timeout_ms)."""
+    timeout_ms = 3000
+    d = start_l5pgd(*rdma_overrides(), f"rdma.completion_timeout_ms={timeout_ms}")
+    bystander = psycopg2.connect(unix_target(d).dsn(application_name="l5pg-bystander"),
+                                 connect_timeout=5)
+    bystander.autocommit = True
+    holder = popen([sys.executable, "-c", HOLDER], rdma_target(d), stdin=subprocess.PIPE,
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        backend = int(holder.stdout.readline())
+        assert d.metric("l5pg_sessions_total", transport="rdma") == 1, d.log_tail()
+        os.kill(holder.pid, signal.SIGSTOP)
+        worst = 0.0
+        with bystander.cursor() as cur:
+            cur.execute("select pg_terminate_backend(%s)", (backend,))
+            assert cur.fetchone() == (True,)
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end:
+                t0 = time.perf_counter()
+                cur.execute("select 1")
+                cur.fetchone()
+                worst = max(worst, time.perf_counter() - t0)
+        print(f"bystander's slowest query while the RDMA session closed: {worst * 1000:.1f} ms")
+        assert worst < 0.1, f"a bystander query took {worst * 1000:.0f} ms"
+        # The close really waited for the stopped client (so the test exercised the wait).
+        wait_for(lambda: "did not acknowledge our last writes" in d.log_text(),
+                 timeout_ms / 1000 + 5, "the lingering RDMA channel to time out")
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        stop_process(holder)
+        bystander.close()
+    assert d.alive()
+
