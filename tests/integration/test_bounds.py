@@ -4,6 +4,7 @@ Each test starts its own l5pgd (workers.count=1, so that the misbehaving client 
 bystander share a worker) in front of the session's Postgres cluster.
 """
 import os
+import pwd
 import signal
 import socket
 import statistics
@@ -19,7 +20,7 @@ import pytest
 
 from tests.harness import pgwire
 from tests.harness.cancel import stop_process
-from tests.harness.client import popen, psql, shm_target, unix_target
+from tests.harness.client import Target, popen, psql, psql_cmd, run, shm_target, unix_target
 from tests.harness.l5pgd import L5pgd
 from tests.harness.l5wire import ShmClient
 from tests.harness.rdma import rdma_overrides, rdma_target
@@ -241,3 +242,29 @@ def test_stuck_rdma_teardown_does_not_stall_the_worker(start_l5pgd, shim):
         bystander.close()
     assert d.alive()
 
+
+@pytest.mark.parametrize("owner", ["nobody", "socket-owner"])
+def test_marker_is_trusted_only_from_the_sockets_owner(cluster, shim, owner):
+    """A `.s.PGSQL.<port>.l5pg` marker planted next to a real Postgres socket by another
+    user is ignored: the shimmed psql connects to Postgres normally. The same marker owned
+    by the socket's owner is believed (and the connection fails, as Postgres refuses the
+    upgrade request), which shows that the planted marker was otherwise valid."""
+    sock = cluster.socket_dir / f".s.PGSQL.{cluster.port}"
+    marker = Path(f"{sock}.l5pg")
+    st = os.stat(sock)
+    marker.write_text(f"l5pgd 1 {st.st_ino} {os.getpid()}\n")
+    try:
+        uid = pwd.getpwnam("nobody").pw_uid if owner == "nobody" else st.st_uid
+        os.chown(marker, uid, -1)
+        assert uid != st.st_uid or owner == "socket-owner"
+        target = Target("direct-unix-shim", str(cluster.socket_dir), cluster.port, preload=True,
+                        transport_off=False)
+        r = run(psql_cmd("-c", "select 'direct', 6 * 7"), target, check=False,
+                env={"L5PG_DEBUG": "1"})
+    finally:
+        marker.unlink()
+    if owner == "nobody":
+        assert r.returncode == 0 and r.stdout.strip() == "direct|42", r.stderr
+        assert "ignoring an l5pgd marker" in r.stderr, r.stderr
+    else:
+        assert r.returncode != 0, r.stdout
