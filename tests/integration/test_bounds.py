@@ -22,6 +22,7 @@ from tests.harness import pgwire
 from tests.harness.cancel import stop_process
 from tests.harness.client import Target, popen, psql, psql_cmd, run, shm_target, unix_target
 from tests.harness.l5pgd import L5pgd
+from tests.harness.ports import free_port
 from tests.harness.l5wire import ShmClient
 from tests.harness.rdma import rdma_overrides, rdma_target
 
@@ -268,3 +269,48 @@ def test_marker_is_trusted_only_from_the_sockets_owner(cluster, shim, owner):
         assert "ignoring an l5pgd marker" in r.stderr, r.stderr
     else:
         assert r.returncode != 0, r.stdout
+
+
+def closed_by_peer(s, timeout):
+    """True once recv() reports EOF (or a reset) within `timeout` seconds."""
+    s.settimeout(timeout)
+    try:
+        return s.recv(64) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_soft_wire_connections_are_capped_and_time_out(start_l5pgd):
+    """Connections to the soft device's wire port still owing their 24-byte greeting are
+    capped (at limits.max_sessions) and closed 5 s after they connected, however slowly
+    they trickle bytes (before the fix every byte re-armed the timeout)."""
+    port = free_port()
+    d = start_l5pgd(*rdma_overrides("soft"), f"rdma.soft_port={port}", "limits.max_sessions=3")
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+    trickler = socket.create_connection(("127.0.0.1", port), timeout=5)
+    opened = time.monotonic()
+    extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        assert closed_by_peer(extra, 5), "a connection beyond the cap was kept"
+        wait_for(lambda: "soft RDMA wire connections refused" in d.log_text(), 5, "the log line")
+        trickled_until_close = False
+        while time.monotonic() - opened < 8:
+            try:
+                trickler.send(b"\x00")
+            except OSError:
+                trickled_until_close = True
+                break
+            if closed_by_peer(trickler, 0.5):
+                trickled_until_close = True
+                break
+        elapsed = time.monotonic() - opened
+        assert trickled_until_close, f"a trickling connection was still open after {elapsed:.1f} s"
+        assert elapsed < 7, f"the trickling connection lasted {elapsed:.1f} s"
+        for s in idle:
+            assert closed_by_peer(s, 5)
+    finally:
+        for s in idle + [trickler, extra]:
+            s.close()
+    assert d.alive()
