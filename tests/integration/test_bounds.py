@@ -57,10 +57,14 @@ def vm_rss(pid):
     raise AssertionError("no VmRSS line")
 
 
-def unix_startup(d):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(str(d.socket_path))
+def raw_startup(d, transport):
+    """A plain (no shim) PG protocol connection to l5pgd over its Unix socket or TCP."""
+    if transport == "unix":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(str(d.socket_path))
+    else:
+        s = socket.create_connection((d.host, d.port), timeout=10)
     s.sendall(pgwire.startup_packet(application_name="l5pg-bounds"))
     msgs = pgwire.read_until_ready(s)
     assert msgs[-1][0] == "Z", msgs
@@ -95,14 +99,15 @@ class MessageCounter:
 
 
 @pytest.mark.timeout(120)
-def test_slow_reader_of_a_large_result_keeps_l5pgd_memory_bounded(start_l5pgd):
-    """A Unix-socket client reads a ~1 GB result at ~30 MB/s (64 KiB every 2 ms) for a
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_slow_reader_of_a_large_result_keeps_l5pgd_memory_bounded(start_l5pgd, transport):
+    """A Unix-socket or TCP client reads a ~1 GB result at ~30 MB/s (64 KiB every 2 ms) for a
     while, then at full speed: l5pgd's RSS stays below the documented per-session bound
     plus 20 MB all along (before the fix it grew by the bytes that had passed through)."""
     d = start_l5pgd()  # limits.session_buffer_bytes at its default, BUFFER
     rows = 1_000_000
     pid = d.proc.pid
-    s = unix_startup(d)
+    s = raw_startup(d, transport)
     base_rss = vm_rss(pid)
     q = f"select repeat('x', 1000) from generate_series(1, {rows})".encode() + b"\0"
     s.sendall(b"Q" + struct.pack("!I", len(q) + 4) + q)
@@ -124,6 +129,54 @@ def test_slow_reader_of_a_large_result_keeps_l5pgd_memory_bounded(start_l5pgd):
     assert counter.rows == rows
     pgwire.terminate(s)
     s.close()
+    print(f"l5pgd VmRSS: {base_rss / MiB:.1f} MiB at start, at most {max_rss / MiB:.1f} MiB "
+          f"while reading (bound {SESSION_BOUND / MiB:.1f} MiB + 20 MiB)")
+    assert max_rss <= base_rss + SESSION_BOUND + 20 * MiB, (
+        f"l5pgd's RSS grew from {base_rss / MiB:.1f} to {max_rss / MiB:.1f} MiB")
+
+
+
+SLOW_PIPE = r"""
+import sys, time
+total = 0
+slow_until = time.monotonic() + float(sys.argv[1])
+while True:
+    data = sys.stdin.buffer.read1(64 * 1024)
+    if not data:
+        break
+    total += len(data)
+    if time.monotonic() < slow_until:
+        time.sleep(0.002)
+print(total)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_slow_rdma_reader_keeps_l5pgd_memory_bounded(start_l5pgd, shim):
+    """The same over RDMA (soft device): psql streams a ~1 GB COPY into a pipe read at
+    ~30 MB/s for 8 s, then fast; l5pgd's RSS stays below the bound plus 20 MB."""
+    d = start_l5pgd(*rdma_overrides())
+    rows = 1_000_000
+    pid = d.proc.pid
+    base_rss = vm_rss(pid)
+    reader = subprocess.Popen([sys.executable, "-c", SLOW_PIPE, "8"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    sql = f"copy (select repeat('x', 1000) from generate_series(1, {rows})) to stdout"
+    writer = popen(psql_cmd("-c", sql), rdma_target(d), stdout=reader.stdin)
+    reader.stdin.close()
+    max_rss = base_rss
+    try:
+        while writer.poll() is None:
+            max_rss = max(max_rss, vm_rss(pid))
+            time.sleep(0.05)
+        total = int(reader.stdout.read())
+        reader.wait(timeout=60)
+    finally:
+        stop_process(writer)
+        stop_process(reader)
+    assert writer.returncode == 0, writer.stderr.read()
+    assert total == rows * 1001
+    assert d.metric("l5pg_sessions_total", transport="rdma") == 1, d.log_tail()
     print(f"l5pgd VmRSS: {base_rss / MiB:.1f} MiB at start, at most {max_rss / MiB:.1f} MiB "
           f"while reading (bound {SESSION_BOUND / MiB:.1f} MiB + 20 MiB)")
     assert max_rss <= base_rss + SESSION_BOUND + 20 * MiB, (
