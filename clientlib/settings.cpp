@@ -95,6 +95,8 @@ void load_settings() noexcept {
     s.budget.spin = std::chrono::microseconds(env_number("L5PG_SPIN_US", 50, 0, 1000000));
     s.budget.yield = std::chrono::microseconds(env_number("L5PG_YIELD_US", 200, 0, 1000000));
     s.upgrade_timeout_ms = static_cast<int>(env_number("L5PG_UPGRADE_TIMEOUT_MS", 5000, 1, 600000));
+    if (const char* uid = std::getenv("L5PG_TRUSTED_UID"); uid && *uid)
+        s.trusted_uid = static_cast<int64_t>(env_number("L5PG_TRUSTED_UID", 0, 0, UINT32_MAX - 1));
     load_rdma_settings(s);
     g_settings = s;
 }

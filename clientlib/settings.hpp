@@ -21,6 +21,9 @@ struct Settings {
     size_t ring_size = 0;                      // L5PG_RING_SIZE, bytes per direction
     shm::WaitBudget budget;                    // L5PG_SPIN_US, L5PG_YIELD_US
     int upgrade_timeout_ms = 5000;             // L5PG_UPGRADE_TIMEOUT_MS
+    // L5PG_TRUSTED_UID: the only owner whose l5pgd markers are trusted; -1 = any owner,
+    // as long as it also owns the socket (upgrade.cpp, is_l5pgd_socket()).
+    int64_t trusted_uid = -1;
     // ---- RDMA (mode rdma)
     rdma::DeviceKind rdma_device = rdma::DeviceKind::Auto;  // L5PG_RDMA_DEVICE=auto|verbs|soft
     uint16_t rdma_ports[kMaxRdmaPorts] = {};                // L5PG_RDMA_PORTS=6432,6433

@@ -36,14 +36,43 @@ uint64_t parse_marker_inode(const char* text, size_t len) noexcept {
     return i < len && text[i] == ' ' ? inode : 0;
 }
 
-uint64_t read_marker_inode(const char* marker_path) noexcept {
-    const int fd = ::open(marker_path, O_RDONLY | O_CLOEXEC);
+struct Marker {
+    uint64_t inode = 0;  // 0: no valid marker
+    uid_t owner = 0;
+};
+
+// O_NOFOLLOW and fstat: the owner we check is the one of the file we read.
+Marker read_marker(const char* marker_path) noexcept {
+    const int fd = ::open(marker_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
-        return 0;
+        return {};
+    struct stat st {};
     char text[128];
-    const ssize_t n = real().read(fd, text, sizeof text);
+    ssize_t n = 0;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        n = real().read(fd, text, sizeof text);
     real().close(fd);
-    return n > 0 ? parse_marker_inode(text, static_cast<size_t>(n)) : 0;
+    if (n <= 0)
+        return {};
+    return {parse_marker_inode(text, static_cast<size_t>(n)), st.st_uid};
+}
+
+// Anybody who can write to the socket's directory can plant a marker next to a real
+// Postgres socket, which would then receive our upgrade request and fail the connection.
+// l5pgd creates both files, so both have its owner; L5PG_TRUSTED_UID narrows it to one.
+bool trusted_marker_owner(uid_t marker_owner, uid_t socket_owner) noexcept {
+    const int64_t trusted = settings().trusted_uid;
+    if (marker_owner == socket_owner && (trusted < 0 || marker_owner == trusted))
+        return true;
+    DebugLine line = debug_log();
+    line.str("ignoring an l5pgd marker owned by uid ")
+        .num(marker_owner)
+        .str(": the socket's owner is uid ")
+        .num(socket_owner);
+    if (trusted >= 0)
+        line.str(", L5PG_TRUSTED_UID is ").inum(trusted);
+    line.end();
+    return false;
 }
 
 // Sends the upgrade request with the memfd attached.
@@ -98,11 +127,12 @@ bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
     char marker[sizeof un->sun_path + sizeof kMarkerSuffix];
     std::memcpy(marker, un->sun_path, path_len);
     std::memcpy(marker + path_len, kMarkerSuffix, sizeof kMarkerSuffix);
-    const uint64_t inode = read_marker_inode(marker);
+    const Marker found = read_marker(marker);
     marker[path_len] = '\0';
     struct stat st {};
-    return inode != 0 && ::stat(marker, &st) == 0 && S_ISSOCK(st.st_mode) &&
-           static_cast<uint64_t>(st.st_ino) == inode;
+    return found.inode != 0 && ::stat(marker, &st) == 0 && S_ISSOCK(st.st_mode) &&
+           static_cast<uint64_t>(st.st_ino) == found.inode &&
+           trusted_marker_owner(found.owner, st.st_uid);
 }
 
 // Only a connection that starts with a startup packet is upgraded; cancel requests never

@@ -249,6 +249,10 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.limits.max_startup_sessions = get_uint<unsigned>(n, k, 1); }},
         {"limits.max_startup_per_peer",
          [](Config& c, N n, K k) { c.limits.max_startup_per_peer = get_uint<unsigned>(n, k, 1); }},
+        {"limits.session_buffer_bytes",
+         [](Config& c, N n, K k) {
+             c.limits.session_buffer_bytes = get_uint<uint32_t>(n, k, 4096, 64 << 20);
+         }},
         {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
         {"auth.local", [](Config& c, N n, K k) { c.auth.local = get_auth_method(n, k, true); }},
         {"auth.tcp", [](Config& c, N n, K k) { c.auth.tcp = get_auth_method(n, k, false); }},

@@ -79,6 +79,9 @@ struct LimitsConfig {
     // so idle sockets cannot keep other clients out.
     unsigned max_startup_sessions = 500;
     unsigned max_startup_per_peer = 100;
+    // Per direction and session: reading from one side stops while this much waits for
+    // the other (socket and RDMA clients); it also bounds the queues' memory (byte_queue.hpp).
+    uint32_t session_buffer_bytes = 256 * 1024;
 };
 
 // Who may ask for which database role (README "Security model"). Postgres sees every

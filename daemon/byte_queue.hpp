@@ -1,8 +1,19 @@
-// FIFO of bytes waiting to be written to a socket. Consumed from the front, appended at
-// the back; storage is compacted when the front is drained.
+// FIFO of bytes waiting to be written to a socket (or an RDMA channel). Consumed from the
+// front, appended at the back.
+//
+// Storage is bounded by what is queued, whatever the reader's pace: a reader that never
+// lets the queue run empty (a slow client of a large result) must not make it grow with
+// every byte that ever passed through it. Before the tail grows, the unconsumed bytes
+// move to the start once the consumed front is at least as large as they are (each byte
+// moves at most once per byte consumed before it: amortised O(1)), and storage grows to
+// exactly what is needed. So a queue that holds at most L bytes before each prepare(n) /
+// append(n) never has more than 2 * L + n bytes of storage (docs in config/l5pgd.example.yaml,
+// limits.session_buffer_bytes).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -12,14 +23,18 @@ class ByteQueue {
   public:
     [[nodiscard]] bool empty() const noexcept { return head_ == data_.size(); }
     [[nodiscard]] size_t size() const noexcept { return data_.size() - head_; }
+    // Bytes of storage held (for tests and the bound above).
+    [[nodiscard]] size_t capacity() const noexcept { return data_.capacity(); }
     [[nodiscard]] std::span<const std::byte> front() const noexcept {
         return {data_.data() + head_, size()};
     }
     void append(std::span<const std::byte> bytes) {
+        make_room(bytes.size());
         data_.insert(data_.end(), bytes.begin(), bytes.end());
     }
     // Grows the tail by up to `n` bytes for a recv() to fill; commit what was filled.
     [[nodiscard]] std::span<std::byte> prepare(size_t n) {
+        make_room(n);
         tail_mark_ = data_.size();
         data_.resize(tail_mark_ + n);
         return {data_.data() + tail_mark_, n};
@@ -27,10 +42,8 @@ class ByteQueue {
     void commit(size_t filled) noexcept { data_.resize(tail_mark_ + filled); }
     void consume(size_t n) noexcept {
         head_ += n;
-        if (head_ == data_.size()) {
-            data_.clear();
-            head_ = 0;
-        }
+        if (head_ == data_.size())
+            clear();
     }
     void clear() noexcept {
         data_.clear();
@@ -38,6 +51,19 @@ class ByteQueue {
     }
 
   private:
+    // Compacts (see the top of the file), then reserves exactly enough for `n` more bytes
+    // (std::vector would otherwise double, which breaks the bound by a factor of two).
+    void make_room(size_t n) {
+        if (head_ > 0 && head_ >= size()) {
+            const size_t live = size();
+            std::memmove(data_.data(), data_.data() + head_, live);
+            data_.resize(live);
+            head_ = 0;
+        }
+        if (data_.size() + n > data_.capacity())
+            data_.reserve(data_.size() + n);
+    }
+
     std::vector<std::byte> data_;
     size_t head_ = 0;
     size_t tail_mark_ = 0;

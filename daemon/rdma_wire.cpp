@@ -15,7 +15,7 @@
 namespace l5pg::daemon {
 namespace {
 
-// A client has this long to send its greeting after connecting.
+// A client has this long to send its whole greeting after connecting.
 constexpr timeval kGreetingTimeout{5, 0};
 
 rdma::WireToken random_token() {
@@ -85,13 +85,17 @@ struct SoftWireListener::Pending {
     SoftWireListener* owner = nullptr;
     UniqueFd fd;
     EventPtr event;
+    EventPtr deadline;  // one-shot: unlike a timeout on `event`, a byte does not re-arm it
     std::array<std::byte, rdma::kWireHelloSize> greeting{};
     size_t have = 0;
 };
 
 SoftWireListener::SoftWireListener(event_base* base, const std::string& address, uint16_t port,
-                                   int backlog, WireRegistry& registry)
-    : base_(base), registry_(registry), listener_(address, port, backlog) {
+                                   int backlog, WireRegistry& registry, size_t max_pending)
+    : base_(base),
+      registry_(registry),
+      max_pending_(max_pending),
+      listener_(address, port, backlog) {
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;
     if (::getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&bound), &len) != 0)
@@ -111,30 +115,42 @@ SoftWireListener::~SoftWireListener() {
 
 void SoftWireListener::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* arg) {
     auto* self = static_cast<SoftWireListener*>(arg);
+    UniqueFd owned(fd);
+    if (self->pending_.size() >= self->max_pending_) {
+        if (!self->refusing_)
+            spdlog::warn("soft RDMA wire connections refused: {} are waiting for their greeting",
+                         self->pending_.size());
+        self->refusing_ = true;
+        return;  // closes fd
+    }
     auto pending = std::make_unique<Pending>();
     pending->owner = self;
-    pending->fd.reset(fd);
+    pending->fd = std::move(owned);
     pending->event.reset(event_new(self->base_, fd, EV_READ | EV_PERSIST, read_cb, pending.get()));
-    if (pending->event == nullptr)
+    pending->deadline.reset(evtimer_new(self->base_, deadline_cb, pending.get()));
+    if (pending->event == nullptr || pending->deadline == nullptr)
         return;  // closes fd
-    event_add(pending->event.get(), &kGreetingTimeout);
+    event_add(pending->event.get(), nullptr);
+    evtimer_add(pending->deadline.get(), &kGreetingTimeout);
     Pending* raw = pending.get();
     self->pending_.emplace(raw, std::move(pending));
 }
 
-void SoftWireListener::drop(Pending* pending) {
-    pending_.erase(pending);
+void SoftWireListener::deadline_cb(int, short, void* arg) {
+    auto* pending = static_cast<Pending*>(arg);
+    spdlog::info("soft RDMA wire connection closed: no complete greeting within {} s",
+                 kGreetingTimeout.tv_sec);
+    pending->owner->drop(pending);
 }
 
-void SoftWireListener::read_cb(int fd, short what, void* arg) {
+void SoftWireListener::drop(Pending* pending) {
+    pending_.erase(pending);
+    refusing_ = pending_.size() >= max_pending_;
+}
+
+void SoftWireListener::read_cb(int fd, short, void* arg) {
     auto* pending = static_cast<Pending*>(arg);
     SoftWireListener* self = pending->owner;
-    if ((what & EV_TIMEOUT) != 0) {
-        spdlog::info("soft RDMA wire connection closed: no greeting within {} s",
-                     kGreetingTimeout.tv_sec);
-        self->drop(pending);
-        return;
-    }
     const ssize_t n = ::recv(fd, pending->greeting.data() + pending->have,
                              pending->greeting.size() - pending->have, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {

@@ -51,11 +51,13 @@ class WireRegistry {
 };
 
 // Accepts wire connections on listen.tcp_address:rdma.soft_port, reads their greeting and
-// delivers them to the registry. Main thread only.
+// delivers them to the registry. Main thread only. Anybody may connect, so connections
+// still owing their greeting are capped at `max_pending` (further ones are closed at
+// once) and each gets an absolute deadline that no trickle of bytes extends.
 class SoftWireListener {
   public:
     SoftWireListener(event_base* base, const std::string& address, uint16_t port, int backlog,
-                     WireRegistry& registry);
+                     WireRegistry& registry, size_t max_pending);
     ~SoftWireListener();
     SoftWireListener(const SoftWireListener&) = delete;
     SoftWireListener& operator=(const SoftWireListener&) = delete;
@@ -67,10 +69,13 @@ class SoftWireListener {
     struct Pending;
     static void accept_cb(evconnlistener* listener, int fd, sockaddr* addr, int len, void* arg);
     static void read_cb(int fd, short what, void* arg);
+    static void deadline_cb(int fd, short what, void* arg);
     void drop(Pending* pending);
 
     event_base* base_;
     WireRegistry& registry_;
+    const size_t max_pending_;
+    bool refusing_ = false;  // at the cap: logged once until a slot frees up
     TcpListener listener_;
     uint16_t port_ = 0;
     evconnlistener* evl_ = nullptr;

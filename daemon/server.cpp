@@ -43,7 +43,8 @@ Server::Server(const config::Config& config, Metrics& metrics)
     RdmaShared rdma;
     if (config.rdma.enabled && config.rdma.device == "soft" && tcp_listener_) {
         soft_wire_ = std::make_unique<SoftWireListener>(
-            base_.get(), listen.tcp_address, config.rdma.soft_port, listen.backlog, wire_registry_);
+            base_.get(), listen.tcp_address, config.rdma.soft_port, listen.backlog, wire_registry_,
+            config.limits.max_sessions);  // each legitimate wire belongs to a session
         rdma = RdmaShared{&wire_registry_, soft_wire_->port()};
     }
     for (unsigned i = 0; i < config.workers.count; ++i)

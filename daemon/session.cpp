@@ -126,6 +126,7 @@ bool Session::arm_before_block() {
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
     if (ring_full_)
         to_client_ring_.arm();
+    grant_doorbells(ring_full_ ? 2 : 1);
     return from_client_.has_data() || (ring_full_ && to_client_ring_.free_bytes() > 0);
 }
 
@@ -156,10 +157,12 @@ void Session::close(std::string_view reason, bool error) {
     }
     startup_slot_.release();
     if (rdma_) {
-        // Let the client find every byte we wrote (bounded by the completion timeout).
+        // Let the client find every byte we wrote: the worker keeps the channel, and the
+        // socket it rings, until then (bounded by the completion timeout) without
+        // blocking here. Otherwise the queue pair goes now: the client can no longer reach us.
         if (!error && !rdma_->broken() && !rdma_->peer_closed())
-            (void)rdma_->flush();
-        rdma_.reset();  // destroys the queue pair: the client can no longer reach us
+            worker_.linger(id_, std::move(rdma_), std::move(client_));
+        rdma_.reset();
         worker_.set_polled(this, false);
     }
     withdraw_wire_offer();

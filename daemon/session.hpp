@@ -126,8 +126,11 @@ class Session {
     void flush_client();
     void send_to_client(std::span<const std::byte> bytes);
     void wake_client();  // writes one doorbell byte to an SHM client
+    void grant_doorbells(unsigned occasions) noexcept;
+    bool account_doorbells(size_t count);  // false: closed the session (doorbell flood)
     void finish_after_flush(std::string reason);
     void update_upstream_reading();
+    [[nodiscard]] size_t high_water() const noexcept;
 
     // events (session.cpp)
     static void client_read_cb(int fd, short what, void* arg);
@@ -155,6 +158,10 @@ class Session {
     bool awaiting_upstream_ = false;   // see awaiting_upstream()
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
     std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
+    // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
+    static constexpr int64_t kDoorbellSlack = 4096;
+    int64_t doorbell_credit_ = kDoorbellSlack;
+    uint64_t doorbells_received_ = 0;
 
     UniqueFd client_;
     ClientStream stream_;  // client_'s bytes, through TLS once started (socket clients)

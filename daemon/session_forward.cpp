@@ -3,6 +3,7 @@
 // Postgres socket, with backpressure in both directions. Nothing is parsed here.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,13 +17,17 @@
 namespace l5pg::daemon {
 namespace {
 
+// Also the most a queue grows past limits.session_buffer_bytes (see byte_queue.hpp).
 constexpr size_t kSocketChunk = 64 * 1024;
-// Stop reading one side while this much is queued for the other (socket clients).
-constexpr size_t kHighWater = 256 * 1024;
 // Largest single recv from Postgres straight into the server->client ring.
 constexpr size_t kRingChunk = 256 * 1024;
 // Upstream reads per readiness callback before giving other sessions a turn.
 constexpr int kRingReadsPerWakeup = 16;
+// Doorbell bytes drained per wake-up: a client writing them in a loop gets one turn like
+// everybody else, not the worker.
+constexpr size_t kDoorbellDrainBudget = 4096;
+// Credit per occasion for the client to ring (generous: an honest client rings once).
+constexpr int64_t kDoorbellsPerOccasion = 4;
 
 [[nodiscard]] bool transient(int err) noexcept {
     return err == EAGAIN || err == EINTR;
@@ -30,12 +35,41 @@ constexpr int kRingReadsPerWakeup = 16;
 
 }  // namespace
 
+// Stop reading one side while this much is queued for the other (socket and RDMA clients).
+size_t Session::high_water() const noexcept {
+    return worker_.config().limits.session_buffer_bytes;
+}
+
 void Session::finish_after_flush(std::string reason) {
     close_when_flushed_ = true;
     close_reason_ = std::move(reason);
 }
 
+// An honest client writes a doorbell byte only when it finds one of our wait flags set
+// (it clears the flag as it rings) or to answer a doorbell of ours (the poke, at most one
+// per doorbell we sent). So every doorbell it may send follows an occasion we created:
+// arming a flag or ringing it. Each occasion grants a few doorbells' credit; a client
+// whose doorbells exceed the credit writes them for no reason and only costs the worker
+// (and every session on it) CPU: it is closed.
+void Session::grant_doorbells(unsigned occasions) noexcept {
+    doorbell_credit_ =
+        std::min(kDoorbellSlack, doorbell_credit_ + kDoorbellsPerOccasion * occasions);
+}
+
+bool Session::account_doorbells(size_t count) {
+    doorbells_received_ += count;
+    doorbell_credit_ -= static_cast<int64_t>(count);
+    if (doorbell_credit_ >= 0)
+        return true;
+    close(fmt::format("doorbell flood: {} doorbell bytes received, far more than this "
+                      "session's ring activity explains",
+                      doorbells_received_),
+          true);
+    return false;
+}
+
 void Session::wake_client() {
+    grant_doorbells(1);
     metrics_.doorbell_sent();
     if (!shm::ring_doorbell(client_.get()))
         close("client socket gone (doorbell failed)");
@@ -114,8 +148,10 @@ bool Session::forward_ring_to_upstream() {
 
 void Session::on_doorbell() {
     size_t count = 0;
-    switch (shm::drain_doorbells(client_.get(), count)) {
+    switch (shm::drain_doorbells(client_.get(), count, kDoorbellDrainBudget)) {
         case shm::DrainResult::Drained:
+            if (!account_doorbells(count))
+                return;
             poll_shm();
             return;
         case shm::DrainResult::PeerClosed: {
@@ -153,6 +189,7 @@ void Session::read_upstream_into_ring() {
         if (status == shm::RingStatus::Full) {
             // Dekker: arm, then re-check, so the client's next consume rings our doorbell.
             to_client_ring_.arm();
+            grant_doorbells(1);
             if (to_client_ring_.free_bytes() > 0) {
                 (void)to_client_ring_.disarm();
                 continue;
@@ -204,7 +241,7 @@ void Session::read_upstream_into_queue() {
 }
 
 void Session::on_client_readable() {
-    if (!upstream_.valid() || to_upstream_.size() >= kHighWater) {
+    if (!upstream_.valid() || to_upstream_.size() >= high_water()) {
         if (close_when_flushed_) {
             std::byte discard[4096];
             if (stream_.recv(discard, sizeof discard) == 0)
@@ -243,7 +280,7 @@ void Session::flush_upstream() {
         } else if (n < 0 && errno == EAGAIN) {
             upstream_blocked_ = true;
             set_event(upstream_write_.get(), true);
-            if (to_upstream_.size() >= kHighWater && !is_rdma())
+            if (to_upstream_.size() >= high_water() && !is_rdma())
                 set_event(client_read_.get(), false);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
@@ -326,7 +363,7 @@ void Session::on_client_writable() {
 
 void Session::update_upstream_reading() {
     const bool want = state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
-                      (is_shm() ? !ring_full_ : to_client_.size() < kHighWater);
+                      (is_shm() ? !ring_full_ : to_client_.size() < high_water());
     set_event(upstream_read_.get(), want);
 }
 

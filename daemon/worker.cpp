@@ -177,6 +177,42 @@ void Worker::retire(Session* session) {
     retired_.push_back(session);
 }
 
+void Worker::linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> channel,
+                    UniqueFd socket) {
+    channel->begin_close();
+    if (channel->flush_step())
+        return;  // nothing in flight: the channel goes now
+    const auto timeout = std::chrono::milliseconds(config_.rdma.completion_timeout_ms);
+    lingering_.push_back(
+        {session_id, std::move(channel), std::move(socket), clock::now() + timeout});
+    if (!linger_timer_)
+        linger_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, linger_cb, this));
+    static constexpr timeval kLingerPoll{0, 1000};
+    if (evtimer_pending(linger_timer_.get(), nullptr) == 0)
+        evtimer_add(linger_timer_.get(), &kLingerPoll);
+}
+
+void Worker::linger_cb(int, short, void* arg) {
+    static_cast<Worker*>(arg)->poll_lingering();
+}
+
+// Destroying a channel destroys its queue pair: the client can no longer reach us, and
+// the socket's EOF tells it we are gone.
+void Worker::poll_lingering() {
+    const auto now = clock::now();
+    std::erase_if(lingering_, [&](Lingering& l) {
+        const bool done = l.channel->flush_step();
+        if (!done && now < l.deadline)
+            return false;
+        if (!done || l.channel->broken())
+            spdlog::warn("session {}: RDMA client did not acknowledge our last writes: {}",
+                         l.session_id, done ? l.channel->error() : "timeout");
+        return true;
+    });
+    if (lingering_.empty() && linger_timer_)
+        evtimer_del(linger_timer_.get());
+}
+
 void Worker::reap() {
     for (Session* session : retired_) {
         if (sessions_.erase(session) != 0)
@@ -328,6 +364,12 @@ void Worker::close_all(std::string_view reason) {
     for (Session* session : all)
         session->close(reason);
     reap();
+    // The closed RDMA sessions' last writes, all at once: one completion timeout at most.
+    while (!lingering_.empty()) {
+        poll_lingering();
+        if (!lingering_.empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 }  // namespace l5pg::daemon

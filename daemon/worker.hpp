@@ -75,6 +75,10 @@ class Worker {
     [[nodiscard]] const RdmaShared& rdma_shared() const noexcept { return rdma_shared_; }
     void set_polled(Session* session, bool polled);
     void retire(Session* session);
+    // Keeps a closed session's RDMA channel, and the socket it rings, until the client
+    // has acknowledged everything written to it (at most rdma.completion_timeout_ms),
+    // polled from this worker's loop: closing one session never blocks the others.
+    void linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> channel, UniqueFd socket);
 
   private:
     static void wake_cb(int fd, short what, void* arg);
@@ -93,6 +97,8 @@ class Worker {
     void block_until_event();
     void reap();
     void close_all(std::string_view reason);
+    static void linger_cb(int fd, short what, void* arg);
+    void poll_lingering();
 
     const unsigned index_;
     const config::Config& config_;
@@ -125,6 +131,14 @@ class Worker {
     std::unique_ptr<rdma::ServerEndpoint> rdma_endpoint_;
     std::string rdma_unavailable_;
     EventPtr rdma_async_event_;
+    struct Lingering {  // see linger(); declared after the endpoint, which must outlive it
+        uint64_t session_id = 0;
+        std::unique_ptr<rdma::ServerSession> channel;
+        UniqueFd socket;
+        clock::time_point deadline;
+    };
+    std::vector<Lingering> lingering_;
+    EventPtr linger_timer_;  // polls lingering_ while it is not empty
 
     uint64_t next_id_;
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace l5pg::shm {
@@ -39,11 +40,12 @@ bool ring_doorbell(int sock) noexcept {
     return ok;
 }
 
-DrainResult drain_doorbells(int sock, size_t& count) noexcept {
+DrainResult drain_doorbells(int sock, size_t& count, size_t budget) noexcept {
     count = 0;
     char buf[256];
-    for (;;) {
-        const ssize_t n = raw_recv(sock, buf, sizeof buf, MSG_DONTWAIT);
+    while (count < budget) {
+        const size_t want = std::min(sizeof buf, budget - count);
+        const ssize_t n = raw_recv(sock, buf, want, MSG_DONTWAIT);
         if (n > 0) {
             count += static_cast<size_t>(n);
             continue;
@@ -56,6 +58,9 @@ DrainResult drain_doorbells(int sock, size_t& count) noexcept {
             return DrainResult::Drained;
         return DrainResult::Error;
     }
+    // Budget spent: the rest stays queued and the socket stays readable, so a
+    // level-triggered poller comes back after the other sessions had their turn.
+    return DrainResult::Drained;
 }
 
 }  // namespace l5pg::shm

@@ -70,9 +70,12 @@ void sched_yield_noexcept() noexcept;
 [[nodiscard]] bool ring_doorbell(int sock) noexcept;
 
 enum class DrainResult { Drained, PeerClosed, Error };
-// Reads and discards every doorbell byte currently queued (non-blocking). `count` gets
-// the number of bytes discarded. PeerClosed when recv returns 0.
-[[nodiscard]] DrainResult drain_doorbells(int sock, size_t& count) noexcept;
+// Reads and discards the doorbell bytes currently queued (non-blocking), at most `budget`
+// of them: a peer writing doorbells in a loop must not keep one caller (l5pgd's worker)
+// draining for ever. `count` gets the number of bytes discarded; count == budget means
+// more may be queued. PeerClosed when recv returns 0.
+[[nodiscard]] DrainResult drain_doorbells(int sock, size_t& count,
+                                          size_t budget = SIZE_MAX) noexcept;
 
 // Spins, then yields, until `ready()` is true or the budget is spent. Returns ready().
 template <class Ready>

@@ -324,6 +324,28 @@ TEST_CASE("channel: end of session", "[rdma][channel]") {
         CHECK(p.client->write(got).status == IoStatus::Closed);
         CHECK(endpoint->sessions() == 0);
     }
+    SECTION("server closes without blocking: flush_step() until done, then the client reads") {
+        SessionPair p = connect_pair(*device, *endpoint, small_client());
+        REQUIRE(p.session->write(pattern(4, 3000)).bytes == 3000);
+        p.session->begin_close();
+        // A closing session is neither reported nor armed by the endpoint, even with the
+        // client's mailbox byte set.
+        REQUIRE(p.client->write(pattern(5, 10)).bytes == 10);
+        std::array<ServerSession*, 4> ready{};
+        CHECK(endpoint->poll(ready) == 0);
+        bool settled = false;
+        CHECK(endpoint->prepare_to_block(ready, settled) == 0);
+        CHECK(eventually([&] { return p.session->flush_step(); }));
+        CHECK_FALSE(p.session->broken());
+        p.session.reset();
+        p.server_fd.reset();
+        REQUIRE(socket_readable(p.client.fd.get(), 5000));
+        p.client->on_socket_readable();
+        std::vector<std::byte> got(3000);
+        CHECK(p.client->read(got).bytes == 3000);
+        CHECK(got == pattern(4, 3000));
+        CHECK(p.client->read(got).status == IoStatus::Closed);
+    }
     SECTION("server session vanishes without closing the socket: client writes fail") {
         SessionPair p = connect_pair(*device, *endpoint, small_client());
         p.session.reset();  // destroys the QP; the socket stays open

@@ -64,6 +64,22 @@ TEST_CASE("Doorbell: ring and drain", "[shm][wait]") {
     CHECK(count == 1);
 }
 
+TEST_CASE("Doorbell: draining stops at the budget", "[shm][wait]") {
+    SocketPair sp;
+    const char bytes[1000] = {};
+    REQUIRE(::send(sp.fd[0], bytes, sizeof bytes, 0) == static_cast<ssize_t>(sizeof bytes));
+    size_t count = 0;
+    CHECK(drain_doorbells(sp.fd[1], count, 300) == DrainResult::Drained);
+    CHECK(count == 300);
+    // The rest is still queued: a level-triggered poller sees the socket readable.
+    pollfd pfd{sp.fd[1], POLLIN, 0};
+    CHECK(::poll(&pfd, 1, 0) == 1);
+    CHECK(drain_doorbells(sp.fd[1], count, 600) == DrainResult::Drained);
+    CHECK(count == 600);
+    CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
+    CHECK(count == 100);
+}
+
 TEST_CASE("Doorbell: peer closed", "[shm][wait]") {
     SocketPair sp;
     CHECK(ring_doorbell(sp.fd[0]));

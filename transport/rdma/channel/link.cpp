@@ -13,6 +13,10 @@ namespace {
 constexpr uint64_t kSeqMask = (uint64_t{1} << 56) - 1;
 // A write() posts up to two record WRITEs, a READ and a mailbox byte between waits.
 constexpr uint32_t kMinSendQueue = 16;
+// Doorbell bytes drained per on_socket_readable(): a peer writing them in a loop must not
+// keep the caller (an l5pgd worker serving other sessions too) draining for ever. What is
+// left keeps the socket readable for the next round.
+constexpr size_t kDoorbellDrainBudget = 4096;
 
 }  // namespace
 
@@ -316,7 +320,7 @@ void Link::ring_doorbell() noexcept {
 
 void Link::on_socket_readable() noexcept {
     size_t count = 0;
-    const shm::DrainResult r = shm::drain_doorbells(session_fd_, count);
+    const shm::DrainResult r = shm::drain_doorbells(session_fd_, count, kDoorbellDrainBudget);
     stats_.doorbells_received += count;
     if (r != shm::DrainResult::Drained)
         peer_closed_ = true;

@@ -98,7 +98,7 @@ size_t ServerEndpoint::poll(std::span<ServerSession*> ready) {
         mailboxes_.scan(std::span(scratch_).first(std::min(ready.size(), scratch_.size())));
     size_t out = 0;
     for (size_t i = 0; i < n; ++i) {
-        if (ServerSession* s = by_slot_[scratch_[i]]) {
+        if (ServerSession* s = by_slot_[scratch_[i]]; s != nullptr && !s->closing_) {
             s->note_mailbox();
             ready[out++] = s;
         }
@@ -109,8 +109,8 @@ size_t ServerEndpoint::poll(std::span<ServerSession*> ready) {
 size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& settled) {
     settled = true;
     for (ServerSession* s : by_slot_) {
-        if (s == nullptr || s->broken() || s->peer_closed())
-            continue;  // reported as ready below
+        if (s == nullptr || s->closing_ || s->broken() || s->peer_closed())
+            continue;  // reported as ready below (unless closing: flush_step() polls those)
         // Completions first: a data WRITE's completion may owe its client a doorbell.
         if (!s->progress())
             continue;
@@ -127,8 +127,9 @@ size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& s
     for (ServerSession* s : by_slot_) {
         if (n == ready.size())
             break;
-        if (s == nullptr || std::find(ready.begin(), ready.begin() + static_cast<ptrdiff_t>(n),
-                                      s) != ready.begin() + static_cast<ptrdiff_t>(n))
+        if (s == nullptr || s->closing_ ||
+            std::find(ready.begin(), ready.begin() + static_cast<ptrdiff_t>(n), s) !=
+                ready.begin() + static_cast<ptrdiff_t>(n))
             continue;
         if (s->readable() || (s->write_blocked() && s->writable()))
             ready[n++] = s;
@@ -263,6 +264,11 @@ bool ServerSession::flush() {
         (void)progress();  // may post the next READ/flag; wait for those too
     }
     return !link_.broken();
+}
+
+bool ServerSession::flush_step() {
+    (void)link_.progress();  // fails the link once a request outlived the timeout
+    return link_.broken() || !link_.outstanding_signaled();
 }
 
 }  // namespace l5pg::rdma

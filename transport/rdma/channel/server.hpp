@@ -117,6 +117,12 @@ class ServerSession {
     // Waits until everything posted has completed (at most the completion timeout):
     // before closing the session, so the client finds every byte that was written.
     [[nodiscard]] bool flush();
+    // Non-blocking alternative for a caller that serves other sessions meanwhile: from
+    // now on the endpoint neither reports nor arms this session (its owner closed it),
+    // and each flush_step() handles completions without posting anything new. True once
+    // everything posted has completed or never will (broken, e.g. by the timeout).
+    void begin_close() noexcept { closing_ = true; }
+    [[nodiscard]] bool flush_step();
 
     [[nodiscard]] bool broken() const noexcept { return link_.broken(); }
     [[nodiscard]] const std::string& error() const noexcept { return link_.reason(); }
@@ -147,6 +153,7 @@ class ServerSession {
     bool rx_armed_ = false;     // our rx flag is (probably) set in the client's memory
     bool tx_blocked_ = false;   // write() could not place everything
     bool tx_armed_ = false;     // our tx flag is set in the client's memory
+    bool closing_ = false;      // begin_close() was called
 };
 
 }  // namespace l5pg::rdma
