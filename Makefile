@@ -11,7 +11,12 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
   python3-matplotlib strace
 
-.PHONY: help deps build test unit-test integration-test demo bench format format-check clean
+# Only for `make fuzz`: clang with libFuzzer and the sanitizer runtimes.
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+.PHONY: help deps install-packages build test unit-test integration-test demo bench fuzz format format-check clean
 
 help:
 	@echo "make deps              install missing Debian packages (as root, else prints the command)"
@@ -20,10 +25,14 @@ help:
 	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
 	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 3 placements) into bench/results/"
 	@echo "                       QUICK=1: reduced matrix (<10 min on 2 cores); BENCH_ARGS='...' more options"
+	@echo "make fuzz              libFuzzer on every target in tests/fuzz for FUZZ_SECONDS (default 60) each"
 	@echo "make format            clang-format all C++ sources"
 
 deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES)"
+
+install-packages:
+	@missing=$$(for p in $(PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
 	  done); \
 	if [ -z "$$missing" ]; then echo "deps: all Debian packages present"; exit 0; fi; \
@@ -64,6 +73,12 @@ bench: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/run_bench.py \
 	  $(if $(filter-out 0,$(QUICK)),--quick) $(BENCH_ARGS)
 
+fuzz:
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES) $(FUZZ_PACKAGES)"
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DL5PG_FUZZ=ON
+	cmake --build $(FUZZ_BUILD_DIR) --target fuzz_targets -j $(JOBS)
+	tests/fuzz/run_fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
+
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')
 
@@ -71,4 +86,4 @@ format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.cpp' '*.hpp' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)
