@@ -11,12 +11,23 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
   python3-matplotlib strace
 
+# make test's sanitizer pass (sanitize-test): ASan+UBSan on the unit tests and on l5pgd and
+# the shim for an integration subset; TSan on the threaded unit tests and on l5pgd serving
+# socket clients (the shim stays uninstrumented: TSan must be in the main program).
+ASAN_BUILD_DIR ?= build-asan
+TSAN_BUILD_DIR ?= build-tsan
+ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psql.py test_rdma.py
+TSAN_IT := test_startup.py test_tls.py test_connection_burst.py
+TSAN_UNIT := concurrency|soft:|SoleCpuHint|sole_cpu|channel
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1
+
 # Only for `make fuzz`: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 
-.PHONY: help deps install-packages build test unit-test integration-test demo bench fuzz format format-check clean
+.PHONY: help deps install-packages build test sanitize-test soak unit-test integration-test demo bench fuzz format format-check clean
 
 help:
 	@echo "make deps              install missing Debian packages (as root, else prints the command)"
@@ -25,6 +36,7 @@ help:
 	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
 	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 3 placements) into bench/results/"
 	@echo "                       QUICK=1: reduced matrix (<10 min on 2 cores); BENCH_ARGS='...' more options"
+	@echo "make soak              200 SHM sessions for SOAK_MINUTES (default 10): errors, RSS, fds, CPU"
 	@echo "make fuzz              libFuzzer on every target in tests/fuzz for FUZZ_SECONDS (default 60) each"
 	@echo "make format            clang-format all C++ sources"
 
@@ -63,6 +75,22 @@ test: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
 	@echo "== RDMA on real hardware (verbs device; skipped without one) =="
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) tests/rdma/hw-test.sh
+	@$(MAKE) --no-print-directory sanitize-test
+
+sanitize-test: deps
+	@echo "== ASan+UBSan: unit tests, then l5pgd and the shim under $(ASAN_IT) =="
+	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DL5PG_SANITIZE=ON
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -L unit
+	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(ASAN_BUILD_DIR)) \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(ASAN_IT)
+	@echo "== TSan: threaded unit tests, then l5pgd under $(TSAN_IT) =="
+	cmake -S . -B $(TSAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DL5PG_TSAN=ON
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target l5pgd rdma_test shm_test
+	cd $(TSAN_BUILD_DIR) && $(SANITIZER_ENV) TSAN_OPTIONS=halt_on_error=1 \
+	  ctest --output-on-failure -R '$(TSAN_UNIT)'
+	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(TSAN_BUILD_DIR)) \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(TSAN_IT)
 
 demo: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/demo.py
@@ -72,6 +100,10 @@ demo: build
 bench: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/run_bench.py \
 	  $(if $(filter-out 0,$(QUICK)),--quick) $(BENCH_ARGS)
+
+SOAK_MINUTES ?= 10
+soak: build
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) tests/soak/run_soak.py --minutes $(SOAK_MINUTES)
 
 fuzz:
 	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES) $(FUZZ_PACKAGES)"
