@@ -222,6 +222,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.limits.max_sessions = get_uint<unsigned>(n, k, 1); }},
         {"limits.startup_timeout_ms",
          [](Config& c, N n, K k) { c.limits.startup_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"limits.drain_timeout_ms",
+         [](Config& c, N n, K k) { c.limits.drain_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
         {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
     };
     return table;

@@ -73,6 +73,9 @@ struct MetricsConfig {
 struct LimitsConfig {
     unsigned max_sessions = 1000;
     uint32_t startup_timeout_ms = 10000;  // client must finish its startup packet by then
+    // After a client left: how long its session may take to hand what it published to
+    // Postgres and see Postgres close (daemon/session_depart.cpp).
+    uint32_t drain_timeout_ms = 10000;
 };
 
 struct LoggingConfig {

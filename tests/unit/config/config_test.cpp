@@ -54,6 +54,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.metrics.listen == "127.0.0.1:9187");
     CHECK(c.limits.max_sessions == 1000);
     CHECK(c.limits.startup_timeout_ms == 10000);
+    CHECK(c.limits.drain_timeout_ms == 10000);
     CHECK(c.logging.level == "info");
 }
 
@@ -90,6 +91,7 @@ metrics:
 limits:
   max_sessions: 5
   startup_timeout_ms: 250
+  drain_timeout_ms: 750
 logging:
   level: debug
 )",
@@ -113,6 +115,7 @@ logging:
     CHECK(c.metrics.listen == "[::1]:0");
     CHECK(c.limits.max_sessions == 5);
     CHECK(c.limits.startup_timeout_ms == 250);
+    CHECK(c.limits.drain_timeout_ms == 750);
     CHECK(c.logging.level == "debug");
 }
 
@@ -157,6 +160,8 @@ TEST_CASE("range errors") {
     CHECK_THAT(error_of("limits:\n  max_sessions: 0\n"), StartsWith("limits.max_sessions:"));
     CHECK_THAT(error_of("limits:\n  startup_timeout_ms: 0\n"),
                StartsWith("limits.startup_timeout_ms:"));
+    CHECK_THAT(error_of("limits:\n  drain_timeout_ms: 0\n"),
+               StartsWith("limits.drain_timeout_ms:"));
     CHECK_THAT(error_of("upstream:\n  connect_timeout_ms: 0\n"),
                StartsWith("upstream.connect_timeout_ms:"));
     CHECK_THAT(error_of("logging:\n  level: verbose\n"),
