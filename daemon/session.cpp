@@ -62,18 +62,28 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->state_ == SessionState::Startup)
+    if (self->client_gone_ && self->state_ == SessionState::Forwarding) {
+        // Not everything reached Postgres (an error), or Postgres is still busy with it
+        // (closing the upstream now changes nothing for the backend).
+        self->departure_error_ = self->departure_error_ || !self->upstream_shut_;
+        self->finish_departure(self->upstream_shut_ ? " (Postgres still busy at drain timeout)"
+                                                    : " (drain timeout: not all of it sent)",
+                               /*timed_out=*/true);
+    } else if (self->state_ == SessionState::Startup)
         self->close("startup packet timeout", true);
     else if (self->state_ == SessionState::Connecting)
         self->fail_startup(protocol::kSqlstateConnectionFailure,
                            "l5pgd: timeout connecting to the PostgreSQL server",
                            "upstream connect timeout");
+    self->continue_departure();
 }
 
 void Session::client_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
-    if (self->is_rdma())
+    if (self->client_gone_)
+        self->watch_departed_client();
+    else if (self->is_rdma())
         self->on_rdma_socket();
     else if (self->state_ == SessionState::Startup && !self->is_shm())
         self->on_startup_readable();
@@ -81,16 +91,20 @@ void Session::client_read_cb(int, short, void* arg) {
         self->on_doorbell();
     else
         self->on_client_readable();
+    self->continue_departure();
 }
 
 void Session::client_write_cb(int, short, void* arg) {
-    static_cast<Session*>(arg)->on_client_writable();
+    auto* self = static_cast<Session*>(arg);
+    self->on_client_writable();
+    self->continue_departure();
 }
 
 void Session::upstream_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
     self->on_upstream_readable();
+    self->continue_departure();
 }
 
 void Session::upstream_write_cb(int, short, void* arg) {
@@ -100,6 +114,7 @@ void Session::upstream_write_cb(int, short, void* arg) {
         self->on_upstream_connected();
     else
         self->on_upstream_writable();
+    self->continue_departure();
 }
 
 bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
@@ -113,6 +128,8 @@ bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
 bool Session::arm_before_block() {
     if (state_ == SessionState::Closed || !is_shm())
         return false;  // RDMA sessions: ServerEndpoint::prepare_to_block() arms them all
+    if (client_gone_)  // nothing comes from the client; the upstream socket wakes us
+        return !upstream_blocked_ && from_client_.has_data();
     from_client_.arm();
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
@@ -148,7 +165,7 @@ void Session::close(std::string_view reason, bool error) {
     }
     if (rdma_) {
         // Let the client find every byte we wrote (bounded by the completion timeout).
-        if (!error && !rdma_->broken() && !rdma_->peer_closed())
+        if (!error && !client_gone_ && !rdma_->broken() && !rdma_->peer_closed())
             (void)rdma_->flush();
         rdma_.reset();  // destroys the queue pair: the client can no longer reach us
         worker_.set_polled(this, false);

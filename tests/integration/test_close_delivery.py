@@ -1,0 +1,162 @@
+"""Issue 20: a client's last messages must reach Postgres when it leaves.
+
+A client that publishes a statement without waiting for its result and then closes the
+connection, exits or dies still gets that statement run, as with a direct connection: l5pgd
+forwards everything the client published (SHM ring, RDMA ring, socket bytes already read)
+before it closes the upstream, even when the client's socket reports ECONNRESET/EPIPE.
+
+Every case runs COUNT connections inside one client process (forked children for the
+exit cases) and then demands exactly rows 0..COUNT-1. Clean departures must not count as
+session errors nor make Postgres log "unexpected EOF".
+"""
+import time
+import uuid
+
+import pytest
+
+from tests.harness import paths
+from tests.harness.client import run, shm_target, unix_target
+from tests.harness.l5pgd import L5pgd
+from tests.harness.rdma import rdma_overrides, rdma_target
+
+COUNT = 200
+HELPER = paths.BUILD_DIR / "bin" / "l5pg-send-then-close"
+
+# psycopg 3: COUNT connections, each publishes row i and leaves as `mode` says.
+#   close: the loop from the issue (send_query, flush, close);
+#   exit:  a forked child returns through the interpreter's normal exit, connection open;
+#   _exit: a forked child dies with os._exit right after the flush;
+#   copy:  COPY FROM STDIN, one row, CopyDone, close.
+PSYCOPG_SCRIPT = r"""
+import os, select, selectors, sys
+if os.environ.get("L5PG_TEST_NO_EPOLL"):
+    # The RDMA channel keeps epoll users on TCP (test_rdma.py): wait with poll instead.
+    selectors.DefaultSelector = selectors.PollSelector
+import psycopg
+
+mode, table, count = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+
+def flush(pg):
+    while pg.flush() == 1:
+        select.select([], [pg.socket], [], 1.0)
+
+def publish(i):
+    c = psycopg.connect(autocommit=True)
+    c.execute("select 1")
+    pg = c.pgconn
+    if mode == "copy":
+        pg.send_query(b"copy %s from stdin" % table)
+        flush(pg)
+        r = pg.get_result()
+        assert r.status == psycopg.pq.ExecStatus.COPY_IN, r.status
+        assert pg.put_copy_data(b"%d\n" % i) == 1
+        assert pg.put_copy_end() == 1
+    else:
+        pg.send_query(b"insert into %s values (%d)" % (table, i))
+    flush(pg)
+    return c
+
+for i in range(count):
+    if mode in ("close", "copy"):
+        publish(i).close()
+        continue
+    pid = os.fork()
+    if pid == 0:
+        conn = publish(i)
+        if mode == "_exit":
+            os._exit(0)
+        sys.exit(0)  # unwinds this loop too: the child ends with the interpreter's exit
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+print("ok", count)
+"""
+
+
+@pytest.fixture(scope="module")
+def daemon(workdir, cluster, l5pgd_binary, shim):
+    """One l5pgd serving SHM and plain Unix socket clients, and RDMA (soft) over TCP."""
+    d = L5pgd(workdir / "l5pgd-close", cluster, workers=2, extra_overrides=rdma_overrides())
+    d.start()
+    yield d
+    d.stop()
+
+
+TARGETS = {"shm": shm_target, "unix": unix_target, "rdma": rdma_target}
+
+
+@pytest.fixture(params=list(TARGETS))
+def via(request, daemon):
+    return TARGETS[request.param](daemon)
+
+
+def client_backends(cluster):
+    return int(cluster.sql("select count(*) from pg_stat_activity "
+                           "where backend_type = 'client backend' and pid <> pg_backend_pid()"))
+
+
+def wait_quiet(daemon, cluster, transport, timeout=30):
+    """Waits until l5pgd has closed every session of `transport` and Postgres has no other
+    client backend left: then everything published has been run (or lost for good)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        active = daemon.metric("l5pg_sessions_active", transport=transport)
+        backends = client_backends(cluster)
+        if active == 0 and backends == 0:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"not quiet after {timeout}s: {active} {transport} sessions open, "
+                        f"{backends} client backends\n{daemon.log_tail()}")
+        time.sleep(0.05)
+
+
+def pg_log_size(cluster):
+    return cluster.log_path.stat().st_size
+
+
+def pg_log_since(cluster, offset):
+    with open(cluster.log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def check_delivery(daemon, cluster, target, client_cmd, table):
+    """Runs the client, then demands rows 0..COUNT-1, no new session errors and no
+    'unexpected EOF' in the Postgres log."""
+    cluster.sql(f"create table {table} (i int)")
+    errors = daemon.metric("l5pg_session_errors_total", transport=target.name)
+    offset = pg_log_size(cluster)
+    sessions = daemon.metric("l5pg_sessions_total", transport=target.name)
+    run(client_cmd, target, timeout=120, env={"L5PG_TEST_NO_EPOLL": "1"} if target.name == "rdma" else None)
+    wait_quiet(daemon, cluster, target.name)
+    assert daemon.alive(), daemon.log_tail()
+    assert daemon.metric("l5pg_sessions_total", transport=target.name) >= sessions + COUNT, \
+        f"the connections did not go over {target.name}"
+    rows = [int(v) for v in cluster.sql(f"select i from {table} order by i").split()]
+    missing = sorted(set(range(COUNT)) - set(rows))
+    assert rows == list(range(COUNT)), (
+        f"{len(rows)}/{COUNT} rows landed over {target.name}; missing {missing[:20]}\n"
+        + daemon.log_tail(20))
+    assert daemon.metric("l5pg_session_errors_total", transport=target.name) == errors, \
+        daemon.log_tail(20)
+    log = pg_log_since(cluster, offset)
+    assert "unexpected EOF" not in log, log[-3000:]
+
+
+def table_name(case):
+    return f"cd_{case}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode", ["close", "exit", "_exit", "copy"])
+def test_psycopg_publish_then_leave(daemon, cluster, via, mode):
+    table = table_name("py" + mode.strip("_"))
+    cmd = ["/usr/bin/python3", "-c", PSYCOPG_SCRIPT, mode, table, str(COUNT)]
+    check_delivery(daemon, cluster, via, cmd, table)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode", ["finish", "exit", "_exit", "copy"])
+def test_libpq_publish_then_leave(daemon, cluster, via, mode):
+    assert HELPER.exists(), f"{HELPER} missing: build the tests/tools targets"
+    table = table_name("c" + mode.strip("_"))
+    check_delivery(daemon, cluster, via, [HELPER, mode, table, str(COUNT)], table)
