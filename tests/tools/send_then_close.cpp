@@ -8,6 +8,9 @@
 //        exit    PQsendQuery + PQflush + exit(0)   (atexit handlers run, no PQfinish)
 //        _exit   PQsendQuery + PQflush + _exit(0)  (the process just dies)
 //        copy    COPY <table> FROM STDIN, one row, PQputCopyEnd + PQflush + PQfinish
+//        bigcopy COPY <table> FROM STDIN, kBigRows rows (i, padding) with values
+//                i * kBigRows .. i * kBigRows + kBigRows - 1, then as copy: far more than
+//                the sockets and rings hold, so the proxy is still sending when we leave
 //
 // Each child first runs "select 1" and waits for it, so the connection is fully up (and
 // upgraded, under the shim) before the statement that must not be lost. Row i has value i.
@@ -40,6 +43,33 @@ PGconn* connect_ready() {
     return conn;
 }
 
+constexpr int kBigRows = 20000;
+
+void put_copy(PGconn* conn, const std::string& data) {
+    if (PQputCopyData(conn, data.data(), static_cast<int>(data.size())) != 1)
+        die(conn, "copy data");
+}
+
+void copy_many_rows(PGconn* conn, const std::string& table, int i) {
+    const std::string sql = "copy " + table + " from stdin";
+    PGresult* r = PQexec(conn, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COPY_IN)
+        die(conn, "copy");
+    PQclear(r);
+    const std::string pad(200, 'x');
+    std::string batch;
+    for (int row = 0; row < kBigRows; ++row) {
+        batch += std::to_string(i * kBigRows + row) + "\t" + pad + "\n";
+        if (batch.size() > 60000) {
+            put_copy(conn, batch);
+            batch.clear();
+        }
+    }
+    put_copy(conn, batch);
+    if (PQputCopyEnd(conn, nullptr) != 1 || PQflush(conn) != 0)
+        die(conn, "copy end");
+}
+
 void send_insert(PGconn* conn, const std::string& table, int i) {
     const std::string sql = "insert into " + table + " values (" + std::to_string(i) + ")";
     if (PQsendQuery(conn, sql.c_str()) != 1 || PQflush(conn) != 0)
@@ -63,6 +93,8 @@ void copy_one_row(PGconn* conn, const std::string& table, int i) {
     PGconn* conn = connect_ready();
     if (mode == "copy")
         copy_one_row(conn, table, i);
+    else if (mode == "bigcopy")
+        copy_many_rows(conn, table, i);
     else
         send_insert(conn, table, i);
     if (mode == "exit")
@@ -77,13 +109,14 @@ void copy_one_row(PGconn* conn, const std::string& table, int i) {
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        std::fprintf(stderr, "usage: %s finish|exit|_exit|copy <table> <count>\n", argv[0]);
+        std::fprintf(stderr, "usage: %s finish|exit|_exit|copy|bigcopy <table> <count>\n", argv[0]);
         return 2;
     }
     const std::string mode = argv[1];
     const std::string table = argv[2];
     const int count = std::atoi(argv[3]);
-    if (mode != "finish" && mode != "exit" && mode != "_exit" && mode != "copy") {
+    if (mode != "finish" && mode != "exit" && mode != "_exit" && mode != "copy" &&
+        mode != "bigcopy") {
         std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
         return 2;
     }
