@@ -31,7 +31,9 @@ Session::Session(Worker& worker, uint64_t id, UniqueFd client, Transport listene
       transport_(listener),
       client_(std::move(client)) {}
 
-// The worker closes every session (close() retires it) before destroying it.
+// Run by the worker's reap(), after the callback or polling round in which the session
+// closed: only now are the segment unmapped, the RDMA channel destroyed and the sockets
+// closed (members, in reverse order of declaration: events before the fds they watch).
 Session::~Session() = default;
 
 void Session::start() {
@@ -167,7 +169,6 @@ void Session::close(std::string_view reason, bool error) {
         // Let the client find every byte we wrote (bounded by the completion timeout).
         if (!error && !client_gone_ && !rdma_->broken() && !rdma_->peer_closed())
             (void)rdma_->flush();
-        rdma_.reset();  // destroys the queue pair: the client can no longer reach us
         worker_.set_polled(this, false);
     }
     withdraw_wire_offer();
@@ -177,15 +178,16 @@ void Session::close(std::string_view reason, bool error) {
         if (error && was_forwarding)
             metrics_.session_error(transport_);
     }
+    // No callback may come any more. Everything else -- the mapping, the RDMA channel, the
+    // sockets (then Postgres sees EOF and rolls back an open transaction) -- stays until
+    // the worker reaps the session after the current callback (issue 21): whatever
+    // called us, and whatever called that, may still look at the rings or the channel
+    // before it sees state_ == Closed and stops.
     client_read_.reset();
     client_write_.reset();
     upstream_read_.reset();
     upstream_write_.reset();
     timer_.reset();
-    upstream_.reset();  // Postgres sees EOF and rolls back an open transaction
-    client_.reset();
-    passed_fd_.reset();
-    segment_.reset();
     worker_.retire(this);
 }
 

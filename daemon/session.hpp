@@ -65,7 +65,9 @@ class Session {
     [[nodiscard]] SessionState state() const noexcept { return state_; }
     [[nodiscard]] uint64_t id() const noexcept { return id_; }
 
-    // Immediate teardown (also used at shutdown). `error` counts it in the metrics.
+    // Immediate teardown (also used at shutdown). `error` counts it in the metrics. Marks
+    // the session closed and stops its events; the worker's reap() destroys it (and only
+    // then unmaps, closes and frees) after the current callback or polling round.
     void close(std::string_view reason, bool error = false);
 
     // The client is gone (EOF, ECONNRESET, EPIPE, client_closed, RDMA channel closed):

@@ -36,7 +36,7 @@ void Session::finish_after_flush(std::string reason) {
 }
 
 void Session::wake_client() {
-    if (client_gone_)
+    if (client_gone_ || state_ == SessionState::Closed)
         return;
     metrics_.doorbell_sent();
     if (!shm::ring_doorbell(client_.get()))
@@ -279,6 +279,8 @@ void Session::on_upstream_writable() {
 }
 
 void Session::send_to_client(std::span<const std::byte> bytes) {
+    if (state_ == SessionState::Closed)
+        return;  // its sockets stay open until reaped: nothing may go out any more
     if (client_gone_) {
         if (close_when_flushed_)
             close(close_reason_);
@@ -306,6 +308,8 @@ void Session::send_to_client(std::span<const std::byte> bytes) {
 }
 
 void Session::flush_client() {
+    if (state_ == SessionState::Closed)
+        return;
     if (is_rdma()) {
         flush_client_rdma();
         return;
