@@ -73,7 +73,8 @@ class Session {
     // The client is gone (EOF, ECONNRESET, EPIPE, client_closed, RDMA channel closed):
     // what it published still goes to Postgres before the session closes. Only marks the
     // session; continue_departure() does the work (session_depart.cpp).
-    void client_departed(std::string reason, bool error = false);
+    // `may_still_read`: a socket client's EOF, which may be a shutdown(SHUT_WR) only.
+    void client_departed(std::string reason, bool error = false, bool may_still_read = false);
     // Moves a departure on; a no-op otherwise. Called at the end of every event callback
     // and polling round, where nothing touches the session afterwards.
     void continue_departure();
@@ -99,6 +100,10 @@ class Session {
     [[nodiscard]] bool drain_client_data();
     [[nodiscard]] bool drain_socket_client();
     void discard_upstream();
+    // Postgres's output goes nowhere: the client left and cannot read it.
+    [[nodiscard]] bool discarding_output() const noexcept {
+        return client_gone_ && !client_may_read_;
+    }
     void watch_departed_client();
     void finish_departure(std::string_view how, bool timed_out = false);
 
@@ -165,6 +170,7 @@ class Session {
     bool departure_error_ = false;    // it left through an error (counted unless explained)
     bool drain_timer_armed_ = false;  // limits.drain_timeout_ms runs
     bool client_eof_ = false;         // socket clients: recv() reported EOF or an error
+    bool client_may_read_ = false;    // ... only EOF: answers go to it until a send fails
     bool channel_exhausted_ = false;  // RDMA: read() has nothing more and never will
     bool upstream_shut_ = false;      // shutdown(SHUT_WR) sent after the client's last byte
     bool upstream_eof_ = false;       // Postgres closed its end

@@ -43,7 +43,7 @@ constexpr size_t kClientChunk = 64 * 1024;
 
 }  // namespace
 
-void Session::client_departed(std::string reason, bool error) {
+void Session::client_departed(std::string reason, bool error, bool may_still_read) {
     if (client_gone_ || state_ == SessionState::Closed)
         return;
     client_gone_ = true;
@@ -51,8 +51,13 @@ void Session::client_departed(std::string reason, bool error) {
     departure_reason_ = std::move(reason);
     spdlog::debug("session {}: {}: forwarding what it sent, then closing", id_, departure_reason_);
     set_event(client_read_.get(), false);
-    set_event(client_write_.get(), false);
-    to_client_.clear();  // socket and RDMA clients: undeliverable now
+    // A socket client that only shut down its sending side still reads, as it would from
+    // Postgres directly; the first failed send to it ends that (flush_client()).
+    client_may_read_ = may_still_read && !is_shm() && !is_rdma();
+    if (!client_may_read_) {
+        set_event(client_write_.get(), false);
+        to_client_.clear();  // socket and RDMA clients: undeliverable now
+    }
     ring_full_ = false;  // SHM: stop waiting for the client to make room
     update_upstream_reading();
 }
@@ -72,7 +77,10 @@ void Session::continue_departure() {
         arm_timer(worker_.config().limits.drain_timeout_ms);
     }
     if (!upstream_.valid()) {
-        finish_departure("");  // Postgres left first (finish_after_flush): nothing to do
+        // Postgres left first (finish_after_flush): nothing more can go to it. A client
+        // that still reads gets the rest of Postgres's output first (flush_client closes).
+        if (!client_may_read_ || to_client_.empty())
+            finish_departure("");
         return;
     }
     if (!upstream_shut_) {

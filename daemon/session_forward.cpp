@@ -140,7 +140,7 @@ void Session::on_doorbell() {
 }
 
 void Session::on_upstream_readable() {
-    if (client_gone_)
+    if (discarding_output())
         discard_upstream();
     else if (is_shm())
         read_upstream_into_ring();
@@ -231,7 +231,7 @@ void Session::on_client_readable() {
         client_eof_ = true;
         client_departed(n == 0 ? std::string("client disconnected")
                                : fmt::format("client read error: {}", std::strerror(err)),
-                        n < 0 && err != ECONNRESET);
+                        n < 0 && err != ECONNRESET, /*may_still_read=*/n == 0);
         return;  // the callback goes on with continue_departure()
     }
     flush_upstream();
@@ -314,7 +314,7 @@ void Session::flush_client() {
         flush_client_rdma();
         return;
     }
-    if (client_gone_)
+    if (discarding_output())
         to_client_.clear();
     while (!to_client_.empty()) {
         const auto data = to_client_.front();
@@ -329,6 +329,10 @@ void Session::flush_client() {
             return;
         } else if (!(n < 0 && errno == EINTR)) {
             client_departed(fmt::format("client write error: {}", std::strerror(errno)));
+            client_may_read_ = false;  // from now on Postgres's output is discarded
+            to_client_.clear();
+            set_event(client_write_.get(), false);
+            update_upstream_reading();
             return;  // the callback goes on with continue_departure()
         }
     }
@@ -345,9 +349,10 @@ void Session::on_client_writable() {
 }
 
 void Session::update_upstream_reading() {
-    const bool want = state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
-                      !upstream_eof_ &&
-                      (client_gone_ || (is_shm() ? !ring_full_ : to_client_.size() < kHighWater));
+    const bool want =
+        state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
+        !upstream_eof_ &&
+        (discarding_output() || (is_shm() ? !ring_full_ : to_client_.size() < kHighWater));
     set_event(upstream_read_.get(), want);
 }
 

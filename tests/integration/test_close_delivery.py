@@ -9,12 +9,14 @@ Every case runs COUNT connections inside one client process (forked children for
 exit cases) and then demands exactly rows 0..COUNT-1. Clean departures must not count as
 session errors nor make Postgres log "unexpected EOF".
 """
+import socket
+import struct
 import time
 import uuid
 
 import pytest
 
-from tests.harness import paths
+from tests.harness import paths, pgwire
 from tests.harness.client import run, shm_target, unix_target
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_overrides, rdma_target
@@ -185,3 +187,28 @@ def test_libpq_big_copy_then_close(daemon, cluster, via):
     check_delivery(daemon, cluster, via, [HELPER, "bigcopy", table, str(BIG_CONNECTIONS)], table,
                    rows=BIG_CONNECTIONS * BIG_ROWS, columns="i int, pad text",
                    connections=BIG_CONNECTIONS)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["direct", "l5pgd"])
+def test_half_closed_socket_client_still_gets_its_answer(daemon, cluster, where):
+    """The other direction: a socket client that sends a query and then shuts down only
+    its sending side (shutdown(SHUT_WR)) reads the answer from Postgres directly; through
+    l5pgd it must get it too, then EOF."""
+    path = (cluster.socket_dir / f".s.PGSQL.{cluster.port}" if where == "direct"
+            else daemon.socket_path)
+    errors = daemon.metric("l5pg_session_errors_total", transport="unix")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(pgwire.startup_packet())
+        assert pgwire.read_until_ready(s)[-1][0] == "Z"
+        body = b"select 6 * 7\0"
+        s.sendall(b"Q" + struct.pack("!I", 4 + len(body)) + body)
+        s.shutdown(socket.SHUT_WR)
+        msgs = pgwire.read_until_ready(s)
+        rows = [b for t, b in msgs if t == "D"]
+        assert len(rows) == 1 and rows[0].endswith(b"42"), msgs
+        assert msgs[-1][0] == "Z", msgs
+        assert pgwire.at_eof(s, 10), "no EOF after the answer"
+    assert daemon.metric("l5pg_session_errors_total", transport="unix") == errors
