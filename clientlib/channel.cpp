@@ -231,16 +231,36 @@ void channel_add_ref(Channel& channel) noexcept {
     channel.refs.fetch_add(1, std::memory_order_relaxed);
 }
 
-void channel_release(Channel& ch) noexcept {
+// Before the last close of an upgraded socket: closing a socket with unread bytes in it
+// (l5pgd's doorbells) makes the kernel report ECONNRESET to l5pgd instead of EOF (a TCP
+// socket sends a reset). l5pgd forwards what we published either way (issue 20), but
+// leave nothing that resets: shut both directions, so no further doorbell can arrive on
+// a Unix socket, then drain what did. l5pgd sees EOF. errno is the caller's afterwards.
+namespace {
+void quiesce_socket(int fd) noexcept {
+    const int saved = errno;
+    (void)::shutdown(fd, SHUT_RDWR);
+    size_t count = 0;
+    (void)shm::drain_doorbells(fd, count);
+    errno = saved;
+}
+}  // namespace
+
+void channel_release(Channel& ch, int closing_fd) noexcept {
     if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
         return;
+    if (ch.kind == ChannelKind::Shm) {
+        // Everything we published stays readable for l5pgd; the flag says no more comes.
+        // Set before the socket shows EOF, so l5pgd knows the departure was a clean one.
+        ch.segment->header().client_closed.store(1, std::memory_order_release);
+    }
+    if (closing_fd >= 0)
+        quiesce_socket(closing_fd);
     if (ch.kind == ChannelKind::Rdma) {
         rdma_destroy(ch);
         ch.in_use.store(0, std::memory_order_release);
         return;
     }
-    // Everything we published stays readable for l5pgd; the flag says no more comes.
-    ch.segment->header().client_closed.store(1, std::memory_order_release);
     ch.segment.reset();
     ch.in_use.store(0, std::memory_order_release);
 }

@@ -62,8 +62,9 @@ struct Channel {
 [[nodiscard]] uint32_t channel_index(const Channel& channel) noexcept;
 void channel_add_ref(Channel& channel) noexcept;
 // Drops one reference; the last one tells l5pgd we are gone (client_closed), unmaps
-// and frees the slot. Call before closing the socket itself.
-void channel_release(Channel& channel) noexcept;
+// and frees the slot. Call before closing the socket itself; `closing_fd` is that socket
+// when the caller is about to close it (see quiesce_socket() in channel.cpp).
+void channel_release(Channel& channel, int closing_fd = -1) noexcept;
 // In a forked child: unmap every channel (the child's copy only) and free the pool.
 void channel_forget_all_after_fork() noexcept;
 

@@ -20,9 +20,10 @@ using namespace l5pg::shim;
 
 namespace {
 
-void release_entry(const FdEntry& entry) noexcept {
+// `closing_fd`: the fd the caller is about to close, or -1.
+void release_entry(const FdEntry& entry, int closing_fd = -1) noexcept {
     if (entry.kind == FdKind::Upgraded)
-        channel_release(*entry.channel);
+        channel_release(*entry.channel, closing_fd);
 }
 
 void track_nonblocking(int fd, bool on) noexcept {
@@ -73,7 +74,7 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
 }
 
 int close(int fd) {
-    release_entry(fd_forget(fd));
+    release_entry(fd_forget(fd), fd);
     return real().close(fd);
 }
 

@@ -253,6 +253,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) {
              c.limits.session_buffer_bytes = get_uint<uint32_t>(n, k, 4096, 64 << 20);
          }},
+        {"limits.drain_timeout_ms",
+         [](Config& c, N n, K k) { c.limits.drain_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
         {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
         {"auth.local", [](Config& c, N n, K k) { c.auth.local = get_auth_method(n, k, true); }},
         {"auth.tcp", [](Config& c, N n, K k) { c.auth.tcp = get_auth_method(n, k, false); }},

@@ -82,6 +82,9 @@ struct LimitsConfig {
     // Per direction and session: reading from one side stops while this much waits for
     // the other (socket and RDMA clients); it also bounds the queues' memory (byte_queue.hpp).
     uint32_t session_buffer_bytes = 256 * 1024;
+    // After a client left: how long its session may take to hand what it published to
+    // Postgres and see Postgres close (daemon/session_depart.cpp).
+    uint32_t drain_timeout_ms = 10000;
 };
 
 // Who may ask for which database role (README "Security model"). Postgres sees every

@@ -34,8 +34,13 @@ Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
       client_(std::move(client.fd)),
       stream_(client_.get()) {}
 
-// The worker closes every session (close() retires it) before destroying it.
-Session::~Session() = default;
+// Run by the worker's reap(), after the callback or polling round in which the session
+// closed: only now are the segment unmapped, the RDMA channel destroyed and the sockets
+// closed (members, in reverse order of declaration: events before the fds they watch).
+Session::~Session() {
+    if (rdma_ && linger_rdma_)
+        worker_.linger(id_, std::move(rdma_), std::move(client_));
+}
 
 void Session::start() {
     event_base* base = worker_.base();
@@ -66,18 +71,28 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->state_ == SessionState::Startup)
+    if (self->client_gone_ && self->state_ == SessionState::Forwarding) {
+        // Not everything reached Postgres (an error), or Postgres is still busy with it
+        // (closing the upstream now changes nothing for the backend).
+        self->departure_error_ = self->departure_error_ || !self->upstream_shut_;
+        self->finish_departure(self->upstream_shut_ ? " (Postgres still busy at drain timeout)"
+                                                    : " (drain timeout: not all of it sent)",
+                               /*timed_out=*/true);
+    } else if (self->state_ == SessionState::Startup)
         self->close("startup packet timeout", true);
     else if (self->state_ == SessionState::Connecting && !self->upstream_.valid())
         self->connect_upstream();  // the retry after EAGAIN
     else if (self->state_ == SessionState::Connecting)
         self->fail_upstream_connect(0);
+    self->continue_departure();
 }
 
 void Session::client_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
-    if (self->is_rdma())
+    if (self->client_gone_)
+        self->watch_departed_client();
+    else if (self->is_rdma())
         self->on_rdma_socket();
     else if (self->state_ == SessionState::Startup && !self->is_shm())
         self->on_startup_readable();
@@ -85,6 +100,7 @@ void Session::client_read_cb(int, short, void* arg) {
         self->on_doorbell();
     else
         self->on_client_readable();
+    self->continue_departure();
 }
 
 void Session::client_write_cb(int, short, void* arg) {
@@ -93,12 +109,14 @@ void Session::client_write_cb(int, short, void* arg) {
         self->continue_tls_handshake();
     else
         self->on_client_writable();
+    self->continue_departure();
 }
 
 void Session::upstream_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
     self->on_upstream_readable();
+    self->continue_departure();
 }
 
 void Session::upstream_write_cb(int, short, void* arg) {
@@ -108,6 +126,7 @@ void Session::upstream_write_cb(int, short, void* arg) {
         self->on_upstream_connected();
     else
         self->on_upstream_writable();
+    self->continue_departure();
 }
 
 bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
@@ -121,6 +140,8 @@ bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
 bool Session::arm_before_block() {
     if (state_ == SessionState::Closed || !is_shm())
         return false;  // RDMA sessions: ServerEndpoint::prepare_to_block() arms them all
+    if (client_gone_)  // nothing comes from the client; the upstream socket wakes us
+        return !upstream_blocked_ && from_client_.has_data();
     from_client_.arm();
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
@@ -157,12 +178,11 @@ void Session::close(std::string_view reason, bool error) {
     }
     startup_slot_.release();
     if (rdma_) {
-        // Let the client find every byte we wrote: the worker keeps the channel, and the
-        // socket it rings, until then (bounded by the completion timeout) without
-        // blocking here. Otherwise the queue pair goes now: the client can no longer reach us.
-        if (!error && !rdma_->broken() && !rdma_->peer_closed())
-            worker_.linger(id_, std::move(rdma_), std::move(client_));
-        rdma_.reset();
+        // Let the client find every byte we wrote: when the session is reaped, the worker
+        // keeps the channel, and the socket it rings, until then (bounded by the
+        // completion timeout) without blocking. Otherwise the queue pair goes at reaping:
+        // the client can no longer reach us.
+        linger_rdma_ = !error && !client_gone_ && !rdma_->broken() && !rdma_->peer_closed();
         worker_.set_polled(this, false);
     }
     withdraw_wire_offer();
@@ -172,16 +192,17 @@ void Session::close(std::string_view reason, bool error) {
         if (error && was_forwarding)
             metrics_.session_error(transport_);
     }
+    // No callback may come any more. Everything else -- the mapping, the RDMA channel, the
+    // sockets (then Postgres sees EOF and rolls back an open transaction) -- stays until
+    // the worker reaps the session after the current callback (issue 21): whatever
+    // called us, and whatever called that, may still look at the rings or the channel
+    // before it sees state_ == Closed and stops.
     client_read_.reset();
     client_write_.reset();
     stream_.say_goodbye();
     upstream_read_.reset();
     upstream_write_.reset();
     timer_.reset();
-    upstream_.reset();  // Postgres sees EOF and rolls back an open transaction
-    client_.reset();
-    passed_fd_.reset();
-    segment_.reset();
     worker_.retire(this);
 }
 

@@ -3,7 +3,8 @@
 // over either the client's socket, its shared-memory rings or its RDMA channel.
 //
 // States: Startup -> Connecting -> Forwarding -> Closed. Every teardown goes through
-// close(reason), which logs the session id and the reason once.
+// close(reason), which logs the session id and the reason once. A client that leaves
+// first does not close the session at once: see client_departed() (session_depart.cpp).
 #pragma once
 
 #include <chrono>
@@ -66,8 +67,19 @@ class Session {
     [[nodiscard]] SessionState state() const noexcept { return state_; }
     [[nodiscard]] uint64_t id() const noexcept { return id_; }
 
-    // Immediate teardown (also used at shutdown). `error` counts it in the metrics.
+    // Immediate teardown (also used at shutdown). `error` counts it in the metrics. Marks
+    // the session closed and stops its events; the worker's reap() destroys it (and only
+    // then unmaps, closes and frees) after the current callback or polling round.
     void close(std::string_view reason, bool error = false);
+
+    // The client is gone (EOF, ECONNRESET, EPIPE, client_closed, RDMA channel closed):
+    // what it published still goes to Postgres before the session closes. Only marks the
+    // session; continue_departure() does the work (session_depart.cpp).
+    // `may_still_read`: a socket client's EOF, which may be a shutdown(SHUT_WR) only.
+    void client_departed(std::string reason, bool error = false, bool may_still_read = false);
+    // Moves a departure on; a no-op otherwise. Called at the end of every event callback
+    // and polling round, where nothing touches the session afterwards.
+    void continue_departure();
 
   private:
     // startup (session_startup.cpp)
@@ -95,6 +107,17 @@ class Session {
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view log);
     bool read_startup_from_channel();
 
+    // departure (session_depart.cpp)
+    [[nodiscard]] bool drain_client_data();
+    [[nodiscard]] bool drain_socket_client();
+    void discard_upstream();
+    // Postgres's output goes nowhere: the client left and cannot read it.
+    [[nodiscard]] bool discarding_output() const noexcept {
+        return client_gone_ && !client_may_read_;
+    }
+    void watch_departed_client();
+    void finish_departure(std::string_view how, bool timed_out = false);
+
     // RDMA upgrade and forwarding (session_rdma.cpp, docs/wire-format.md section 5)
     enum class RdmaPhase { None, AwaitHello, AwaitWire };
     void handle_rdma_upgrade(const protocol::L5UpgradeRequest& req);
@@ -105,6 +128,7 @@ class Session {
     void decline_rdma(std::string_view reason);
     void withdraw_wire_offer();
     bool send_now(std::span<const std::byte> bytes);
+    bool poll_ring();
     bool poll_rdma();
     void on_rdma_socket();
     bool forward_channel_to_upstream();
@@ -162,6 +186,18 @@ class Session {
     static constexpr int64_t kDoorbellSlack = 4096;
     int64_t doorbell_credit_ = kDoorbellSlack;
     uint64_t doorbells_received_ = 0;
+
+    // departure (session_depart.cpp)
+    bool client_gone_ = false;        // the client left; nothing goes to it any more
+    bool departure_error_ = false;    // it left through an error (counted unless explained)
+    bool drain_timer_armed_ = false;  // limits.drain_timeout_ms runs
+    bool client_eof_ = false;         // socket clients: recv() reported EOF or an error
+    bool client_may_read_ = false;    // ... only EOF: answers go to it until a send fails
+    bool channel_exhausted_ = false;  // RDMA: read() has nothing more and never will
+    bool upstream_shut_ = false;      // shutdown(SHUT_WR) sent after the client's last byte
+    bool upstream_eof_ = false;       // Postgres closed its end
+    bool linger_rdma_ = false;        // at reaping, hand the RDMA channel to the worker to flush
+    std::string departure_reason_;
 
     UniqueFd client_;
     ClientStream stream_;  // client_'s bytes, through TLS once started (socket clients)

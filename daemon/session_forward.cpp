@@ -69,15 +69,21 @@ bool Session::account_doorbells(size_t count) {
 }
 
 void Session::wake_client() {
+    if (client_gone_ || state_ == SessionState::Closed)
+        return;
     grant_doorbells(1);
     metrics_.doorbell_sent();
     if (!shm::ring_doorbell(client_.get()))
-        close("client socket gone (doorbell failed)");
+        client_departed("client socket gone (doorbell failed)");
 }
 
 bool Session::poll_shm() {
-    if (is_rdma())
-        return poll_rdma();
+    const bool moved = is_rdma() ? poll_rdma() : poll_ring();
+    continue_departure();
+    return moved;
+}
+
+bool Session::poll_ring() {
     switch (state_) {
         case SessionState::Closed:
         case SessionState::Connecting:
@@ -87,7 +93,12 @@ bool Session::poll_shm() {
         case SessionState::Forwarding:
             break;
     }
+    // The shim sets client_closed after its last record, before it closes the socket.
+    if (segment_->header().client_closed.load(std::memory_order_acquire) != 0)
+        client_departed("client closed the connection");
     bool moved = forward_ring_to_upstream();
+    if (client_gone_)
+        return moved;
     answer_poke();
     if (ring_full_ && state_ == SessionState::Forwarding && to_client_ring_.free_bytes() > 0) {
         (void)to_client_ring_.disarm();
@@ -115,7 +126,7 @@ void Session::answer_poke() {
 bool Session::forward_ring_to_upstream() {
     bool moved = false;
     while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
-           to_upstream_.empty()) {
+           !upstream_shut_ && to_upstream_.empty()) {
         std::span<const std::byte> data;
         const shm::RingStatus status = from_client_.peek(data);
         if (status == shm::RingStatus::Empty)
@@ -148,29 +159,27 @@ bool Session::forward_ring_to_upstream() {
 
 void Session::on_doorbell() {
     size_t count = 0;
-    switch (shm::drain_doorbells(client_.get(), count, kDoorbellDrainBudget)) {
-        case shm::DrainResult::Drained:
-            if (!account_doorbells(count))
-                return;
-            poll_shm();
-            return;
-        case shm::DrainResult::PeerClosed: {
-            // Forward what the client published before it went away, then hang up: if it
-            // died mid-transaction, Postgres rolls back when the upstream closes.
-            poll_shm();
-            const bool clean =
-                segment_ && segment_->header().client_closed.load(std::memory_order_acquire) != 0;
-            close(clean ? "client closed the connection" : "client disconnected");
-            return;
-        }
-        case shm::DrainResult::Error:
-            close(fmt::format("client socket error: {}", std::strerror(errno)), true);
-            return;
+    const shm::DrainResult result =
+        shm::drain_doorbells(client_.get(), count, kDoorbellDrainBudget);
+    const int err = errno;
+    if (result == shm::DrainResult::Drained && !account_doorbells(count))
+        return;
+    if (result == shm::DrainResult::PeerClosed) {
+        const bool clean = segment_->header().client_closed.load(std::memory_order_acquire) != 0;
+        client_departed(clean ? "client closed the connection" : "client disconnected");
+    } else if (result == shm::DrainResult::Error) {
+        // ECONNRESET: the client closed with our doorbell bytes unread -- a departure
+        // like EOF (issue 20), and what it published is still in the ring.
+        client_departed(fmt::format("client socket error: {}", std::strerror(err)),
+                        err != ECONNRESET && err != EPIPE);
     }
+    (void)poll_shm();
 }
 
 void Session::on_upstream_readable() {
-    if (is_shm())
+    if (discarding_output())
+        discard_upstream();
+    else if (is_shm())
         read_upstream_into_ring();
     else
         read_upstream_into_queue();
@@ -227,12 +236,13 @@ void Session::read_upstream_into_queue() {
     to_client_.commit(n > 0 ? static_cast<size_t>(n) : 0);
     if (n > 0)
         awaiting_upstream_ = false;
-    if (n == 0) {
-        // Postgres hung up (often right after a FATAL ErrorResponse): deliver what it
-        // sent, then close.
+    if (n == 0 || (n < 0 && err == ECONNRESET)) {
+        // Postgres hung up (often right after a FATAL ErrorResponse; ECONNRESET when it
+        // left bytes we forwarded unread, e.g. terminated): deliver what it sent, then close.
         upstream_read_.reset();
         upstream_.reset();
-        finish_after_flush("server closed the connection");
+        finish_after_flush(n == 0 ? "server closed the connection"
+                                  : "server closed the connection (reset)");
     } else if (n < 0 && !transient(err)) {
         close(fmt::format("upstream read error: {}", std::strerror(err)), true);
         return;
@@ -255,14 +265,12 @@ void Session::on_client_readable() {
     const ssize_t n = stream_.recv(space.data(), space.size());
     const int err = errno;
     to_upstream_.commit(n > 0 ? static_cast<size_t>(n) : 0);
-    if (n == 0) {
-        flush_upstream();
-        close("client disconnected");
-        return;
-    }
-    if (n < 0 && !transient(err)) {
-        close(fmt::format("client read error: {}", std::strerror(err)), true);
-        return;
+    if (n == 0 || (n < 0 && !transient(err))) {
+        client_eof_ = true;
+        client_departed(n == 0 ? std::string("client disconnected")
+                               : fmt::format("client read error: {}", std::strerror(err)),
+                        n < 0 && err != ECONNRESET, /*may_still_read=*/n == 0);
+        return;  // the callback goes on with continue_departure()
     }
     flush_upstream();
 }
@@ -294,7 +302,8 @@ void Session::flush_upstream() {
         close(close_reason_);
         return;
     }
-    set_event(client_read_.get(), true);
+    if (!client_gone_)
+        set_event(client_read_.get(), true);
 }
 
 void Session::on_upstream_writable() {
@@ -308,6 +317,13 @@ void Session::on_upstream_writable() {
 }
 
 void Session::send_to_client(std::span<const std::byte> bytes) {
+    if (state_ == SessionState::Closed)
+        return;  // its sockets stay open until reaped: nothing may go out any more
+    if (client_gone_) {
+        if (close_when_flushed_)
+            close(close_reason_);
+        return;
+    }
     if (!is_shm()) {
         to_client_.append(bytes);
         flush_client();
@@ -330,10 +346,14 @@ void Session::send_to_client(std::span<const std::byte> bytes) {
 }
 
 void Session::flush_client() {
+    if (state_ == SessionState::Closed)
+        return;
     if (is_rdma()) {
         flush_client_rdma();
         return;
     }
+    if (discarding_output())
+        to_client_.clear();
     while (!to_client_.empty()) {
         const auto data = to_client_.front();
         const ssize_t n = stream_.send(data.data(), data.size());
@@ -345,8 +365,12 @@ void Session::flush_client() {
             update_upstream_reading();
             return;
         } else if (!(n < 0 && errno == EINTR)) {
-            close(fmt::format("client write error: {}", std::strerror(errno)));
-            return;
+            client_departed(fmt::format("client write error: {}", std::strerror(errno)));
+            client_may_read_ = false;  // from now on Postgres's output is discarded
+            to_client_.clear();
+            set_event(client_write_.get(), false);
+            update_upstream_reading();
+            return;  // the callback goes on with continue_departure()
         }
     }
     set_event(client_write_.get(), false);
@@ -362,8 +386,10 @@ void Session::on_client_writable() {
 }
 
 void Session::update_upstream_reading() {
-    const bool want = state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
-                      (is_shm() ? !ring_full_ : to_client_.size() < high_water());
+    const bool want =
+        state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
+        !upstream_eof_ &&
+        (discarding_output() || (is_shm() ? !ring_full_ : to_client_.size() < high_water()));
     set_event(upstream_read_.get(), want);
 }
 

@@ -29,8 +29,8 @@ constexpr timeval kWireRetry{0, 1000};
 
 bool Session::send_now(std::span<const std::byte> bytes) {
     // Only used for the few bytes of the handshake on a fresh socket: they always fit.
-    const ssize_t n =
-        ::send(client_.get(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    // Through the stream: a TLS client that asks for RDMA gets its 'N' inside TLS.
+    const ssize_t n = stream_.send(bytes.data(), bytes.size());
     return n == static_cast<ssize_t>(bytes.size());
 }
 
@@ -38,6 +38,8 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
     const config::RdmaConfig& cfg = worker_.config().rdma;
     if (transport_ != Transport::Tcp)
         return "RDMA needs the TCP listener";
+    if (stream_.tls())
+        return "RDMA inside TLS is not supported yet";
     if (!cfg.enabled)
         return "rdma.enabled is false";
     // No client on TCP is served: allocate nothing for it (its StartupMessage, sent over
@@ -189,13 +191,17 @@ void Session::finish_rdma_accept(UniqueFd wire) {
                   worker_.rdma_device_name(), reply.ring_size, client_hello_.ring_size);
 }
 
+// Closed: the client's socket is at EOF. Error: the queue pair failed -- also what a
+// client tearing its channel down looks like for a moment (finish_departure() looks at
+// the socket again before counting it as an error).
 void Session::close_on_channel_status(rdma::IoStatus status) {
-    if (status == rdma::IoStatus::Closed) {
-        flush_upstream();
-        close("client disconnected");
-    } else {
-        close(fmt::format("RDMA channel error: {}", rdma_ ? rdma_->error() : "?"), true);
-    }
+    const bool closed = status == rdma::IoStatus::Closed;
+    std::string reason = closed ? std::string("client disconnected")
+                                : fmt::format("RDMA channel error: {}", rdma_->error());
+    if (state_ == SessionState::Startup)
+        close(reason, !closed);
+    else
+        client_departed(std::move(reason), !closed);
 }
 
 void Session::on_rdma_socket() {
@@ -221,7 +227,7 @@ bool Session::poll_rdma() {
             break;
     }
     bool moved = forward_channel_to_upstream();
-    if (state_ == SessionState::Forwarding && !to_client_.empty() &&
+    if (state_ == SessionState::Forwarding && !client_gone_ && !to_client_.empty() &&
         (!rdma_->write_blocked() || rdma_->writable())) {
         const size_t before = to_client_.size();
         flush_client_rdma();
@@ -233,7 +239,13 @@ bool Session::poll_rdma() {
 bool Session::forward_channel_to_upstream() {
     bool moved = false;
     while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
-           to_upstream_.empty()) {
+           !upstream_shut_ && to_upstream_.empty()) {
+        // Whether every WRITE the client made has landed, taken before the read: the soft
+        // device applies the last ones from its wire until the client's end of it closes
+        // (then the queue pair fails); a hardware QP has applied them before the client's
+        // socket could show EOF.
+        const bool settled =
+            rdma_->broken() || worker_.rdma_device_kind() != rdma::DeviceKind::Soft;
         std::span<std::byte> space = to_upstream_.prepare(kChannelChunk);
         const rdma::IoResult r = rdma_->read(space);
         to_upstream_.commit(r.bytes);
@@ -244,8 +256,9 @@ bool Session::forward_channel_to_upstream() {
         }
         if (r.status == rdma::IoStatus::WouldBlock || r.status == rdma::IoStatus::Ok)
             break;
+        channel_exhausted_ = settled;
         close_on_channel_status(r.status);
-        return moved;
+        break;
     }
     if (moved)
         awaiting_upstream_ = true;
@@ -253,6 +266,8 @@ bool Session::forward_channel_to_upstream() {
 }
 
 void Session::flush_client_rdma() {
+    if (client_gone_)
+        to_client_.clear();
     while (!to_client_.empty() && state_ != SessionState::Closed) {
         const auto data = to_client_.front();
         const rdma::IoResult r = rdma_->write(data);

@@ -119,10 +119,28 @@ class L5pgd:
                                    + tail(self.log_path))
             time.sleep(0.05)
 
+    # What AddressSanitizer, UBSan and ThreadSanitizer print when they find something: a
+    # sanitizer build of l5pgd (make test's sanitizer pass) must never print them.
+    SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                         "WARNING: ThreadSanitizer")
+
+    def sanitizer_reports(self):
+        text = self.log_text()
+        return [line for line in text.splitlines() if any(m in line for m in self.SANITIZER_MARKERS)]
+
     def stop(self, timeout=10):
-        """SIGTERM, wait, then SIGKILL. Returns the exit code (None if never started)."""
+        """SIGTERM, wait, then SIGKILL. Returns the exit code (None if never started).
+        Raises AssertionError when a sanitizer build of l5pgd reported an error."""
         if self.proc is None:
             return None
+        code = self._terminate(timeout)
+        reports = self.sanitizer_reports()
+        if reports:
+            raise AssertionError(f"l5pgd sanitizer report(s) in {self.log_path}:\n"
+                                 + "\n".join(reports[:5]) + "\n--- log tail ---\n" + self.log_tail(60))
+        return code
+
+    def _terminate(self, timeout):
         if self.proc.poll() is None:
             try:
                 self.proc.send_signal(signal.SIGTERM)

@@ -55,6 +55,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.limits.max_sessions == 1000);
     CHECK(c.limits.startup_timeout_ms == 10000);
     CHECK(c.limits.session_buffer_bytes == 256 * 1024);
+    CHECK(c.limits.drain_timeout_ms == 10000);
     CHECK(c.logging.level == "info");
 }
 
@@ -92,6 +93,7 @@ limits:
   max_sessions: 5
   startup_timeout_ms: 250
   session_buffer_bytes: 65536
+  drain_timeout_ms: 750
 logging:
   level: debug
 )",
@@ -116,6 +118,7 @@ logging:
     CHECK(c.limits.max_sessions == 5);
     CHECK(c.limits.startup_timeout_ms == 250);
     CHECK(c.limits.session_buffer_bytes == 65536);
+    CHECK(c.limits.drain_timeout_ms == 750);
     CHECK(c.logging.level == "debug");
 }
 
@@ -162,6 +165,8 @@ TEST_CASE("range errors") {
                StartsWith("limits.session_buffer_bytes:"));
     CHECK_THAT(error_of("limits:\n  startup_timeout_ms: 0\n"),
                StartsWith("limits.startup_timeout_ms:"));
+    CHECK_THAT(error_of("limits:\n  drain_timeout_ms: 0\n"),
+               StartsWith("limits.drain_timeout_ms:"));
     CHECK_THAT(error_of("upstream:\n  connect_timeout_ms: 0\n"),
                StartsWith("upstream.connect_timeout_ms:"));
     CHECK_THAT(error_of("logging:\n  level: verbose\n"),

@@ -1,0 +1,74 @@
+"""How a departing client's session ends (daemon/session_depart.cpp): bounded by
+limits.drain_timeout_ms, and awaited by a SIGINT shutdown."""
+import signal
+import time
+import uuid
+
+import pytest
+
+from tests.harness import paths
+from tests.harness.client import run, run_python, shm_target
+from tests.harness.l5pgd import L5pgd
+
+HELPER = paths.BUILD_DIR / "bin" / "l5pg-send-then-close"
+BIG_ROWS = 20000  # tests/tools/send_then_close.cpp kBigRows
+
+# Publishes `sql` without waiting for its result, then closes (Terminate follows it).
+SEND_AND_CLOSE = r"""
+import sys
+import psycopg
+c = psycopg.connect(autocommit=True)
+c.execute("select 1")
+c.pgconn.send_query(sys.argv[1].encode())
+while c.pgconn.flush() == 1:
+    pass
+c.close()
+print("sent")
+"""
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not within {timeout} s")
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(60)
+def test_drain_timeout_bounds_a_departed_session(workdir, cluster, l5pgd_binary, shim):
+    """The client leaves while Postgres runs its last statement: once everything is handed
+    over, l5pgd waits for Postgres to close at most limits.drain_timeout_ms, and that is no
+    session error (nothing was lost)."""
+    d = L5pgd(workdir / f"l5pgd-drain-{uuid.uuid4().hex[:6]}", cluster,
+              extra_overrides=["limits.drain_timeout_ms=300"])
+    d.start()
+    try:
+        errors = d.metric("l5pg_session_errors_total", transport="shm")
+        start = time.monotonic()
+        run_python(shm_target(d), SEND_AND_CLOSE, args=["select pg_sleep(4)"])
+        wait_for(lambda: d.metric("l5pg_sessions_active", transport="shm") == 0, 3,
+                 "the departed session closed (drain timeout 300 ms, statement 4 s)")
+        assert time.monotonic() - start < 3.5
+        assert "Postgres still busy at drain timeout" in d.log_text(), d.log_tail()
+        assert d.metric("l5pg_session_errors_total", transport="shm") == errors
+    finally:
+        d.stop()
+
+
+@pytest.mark.timeout(60)
+def test_sigint_waits_for_departing_sessions(workdir, cluster, l5pgd_binary, shim):
+    """SIGINT stops accepting and waits for every session to end, departing ones included:
+    megabytes a client published just before it left still reach Postgres."""
+    assert HELPER.exists(), f"{HELPER} missing: build the tests/tools targets"
+    table = f"cp_{uuid.uuid4().hex[:8]}"
+    cluster.sql(f"create table {table} (i int, pad text)")
+    d = L5pgd(workdir / f"l5pgd-sigint-{uuid.uuid4().hex[:6]}", cluster)
+    d.start()
+    try:
+        run([HELPER, "bigcopy", table, "1"], shm_target(d))
+        d.proc.send_signal(signal.SIGINT)
+        assert d.proc.wait(timeout=20) == 0, d.log_tail()
+        assert cluster.sql(f"select count(*) from {table}") == str(BIG_ROWS), d.log_tail()
+    finally:
+        d.stop()
