@@ -1,5 +1,4 @@
 // l5pgd's client check (daemon/client_auth.hpp), its ident map and the startup caps.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
