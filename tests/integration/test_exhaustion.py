@@ -119,3 +119,156 @@ def test_out_of_fds_no_busy_loop_no_log_flood(workdir, cluster, l5pgd_binary):
         assert d.alive()
     for s in idle:
         s.close()
+
+
+# ---------------------------------------------------------------- metrics endpoint
+
+MiB = 1024 * 1024
+METRICS_MAX_CONNECTIONS = 16  # daemon/metrics_server.cpp kMaxConnections
+
+
+def vm_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS line")
+
+
+@pytest.fixture
+def plain_l5pgd(workdir, cluster, l5pgd_binary):
+    d = L5pgd(short_dir(workdir, "l5m-"), cluster, workers=1)
+    with d:
+        d.metrics_text()  # warm up: the first scrape allocates what every scrape reuses
+        yield d
+
+
+def http_response(s, timeout=10):
+    """Reads what the server answers until it closes or the headers are complete."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return data
+
+
+def stream_until_refused(s, head, total, filler=b"x"):
+    """Sends `head`, then up to `total` filler bytes, stopping as soon as the server
+    answers or closes. Returns the number of filler bytes sent."""
+    s.sendall(head)
+    chunk = filler * 65536
+    sent = 0
+    import select
+    while sent < total:
+        readable, _, _ = select.select([s], [], [], 0)
+        if readable:
+            break
+        try:
+            sent += s.send(chunk[:min(len(chunk), total - sent)])
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    return sent
+
+
+def status_code(response):
+    line = response.split(b"\r\n", 1)[0]
+    parts = line.split()
+    return int(parts[1]) if len(parts) >= 2 and parts[0].startswith(b"HTTP/") else None
+
+
+@pytest.mark.timeout(120)
+def test_metrics_refuses_a_huge_post_without_buffering_it(plain_l5pgd):
+    d = plain_l5pgd
+    rss_before = vm_rss(d.proc.pid)
+    total = 300 * MiB
+    with socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10) as s:
+        head = (f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {total}\r\n\r\n").encode()
+        sent = stream_until_refused(s, head, total)
+        status = status_code(http_response(s))
+    growth = vm_rss(d.proc.pid) - rss_before
+    print(f"300 MB POST: status {status} after {sent} body bytes, RSS +{growth / MiB:.1f} MiB")
+    assert status in (405, 413), status
+    assert growth < 5 * MiB, f"RSS grew by {growth / MiB:.1f} MiB"
+    assert d.metrics_text()  # still serving
+
+
+@pytest.mark.timeout(60)
+def test_metrics_refuses_a_huge_header(plain_l5pgd):
+    d = plain_l5pgd
+    rss_before = vm_rss(d.proc.pid)
+    with socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10) as s:
+        sent = stream_until_refused(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ", MiB, b"a")
+        try:
+            s.sendall(b"\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        response = http_response(s)
+    growth = vm_rss(d.proc.pid) - rss_before
+    status = status_code(response)
+    print(f"1 MB header: status {status} after {sent} bytes, RSS +{growth / MiB:.1f} MiB")
+    assert status != 200 and (status is None or 400 <= status < 500), response[:200]
+    assert growth < 5 * MiB, f"RSS grew by {growth / MiB:.1f} MiB"
+    assert d.metrics_text()
+
+
+def http_request(d, method, path="/metrics"):
+    with socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10) as s:
+        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        return http_response(s)
+
+
+def test_metrics_serves_get_and_head_only(plain_l5pgd):
+    d = plain_l5pgd
+    assert status_code(http_request(d, "GET")) == 200
+    assert status_code(http_request(d, "HEAD")) == 200
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        response = http_request(d, method)
+        assert status_code(response) == 405, (method, response[:200])
+        assert b"Allow: GET, HEAD" in response
+
+
+@pytest.mark.timeout(60)
+def test_metrics_closes_a_slow_request(plain_l5pgd):
+    d = plain_l5pgd
+    with socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10) as s:
+        s.sendall(b"GET /metr")  # and nothing more
+        start = time.monotonic()
+        s.settimeout(30)
+        try:
+            data = s.recv(65536)
+            while data:
+                data = s.recv(65536)
+        except ConnectionResetError:
+            pass
+        waited = time.monotonic() - start
+    assert waited < 20, f"the slow request was kept open for {waited:.0f}s"
+
+
+@pytest.mark.timeout(60)
+def test_metrics_connection_cap(plain_l5pgd):
+    d = plain_l5pgd
+    pid = d.proc.pid
+    baseline = open_fds(pid)
+    held = [socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10)
+            for _ in range(100)]  # within the listen queue (128) plus the cap
+    try:
+        # baseline may still hold the warm-up scrape's descriptor (released within 100 ms)
+        wait_for(lambda: open_fds(pid) >= baseline + METRICS_MAX_CONNECTIONS - 1, 10,
+                 "l5pgd to accept the first metrics connections")
+        most = 0
+        deadline = time.monotonic() + 2  # the measurement window: l5pgd must not take more
+        while time.monotonic() < deadline:
+            most = max(most, open_fds(pid))
+            time.sleep(0.05)
+        assert most <= baseline + METRICS_MAX_CONNECTIONS + 1, (baseline, most)
+    finally:
+        for s in held:
+            s.close()
+    wait_for(lambda: status_code(http_request(d, "GET")) == 200, 20,
+             "the endpoint to serve again once the connections closed")
