@@ -182,6 +182,7 @@ void Session::close(std::string_view reason, bool error) {
     client_.reset();
     passed_fd_.reset();
     segment_.reset();
+    segment_claim_.release();
     worker_.retire(this);
 }
 

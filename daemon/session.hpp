@@ -179,6 +179,7 @@ class Session {
     ByteQueue to_client_;  // socket clients only
 
     std::optional<shm::Segment> segment_;
+    SegmentRegistry::Claim segment_claim_;  // segment_'s entry in the registry
     shm::RingReader from_client_;
     shm::RingWriter to_client_ring_;
 

@@ -281,12 +281,20 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
         return "no memfd was passed with the request";
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
         return fmt::format("ring size above shm.max_ring_size ({})", cfg.max_ring_size);
+    SegmentRegistry::Refusal taken;
+    std::optional<SegmentRegistry::Claim> claim =
+        worker_.segments().claim(passed_fd_.get(), id_, taken);
+    if (!claim)
+        return taken.holder != 0
+                   ? fmt::format("the memfd is already attached to session {}", taken.holder)
+                   : fmt::format("fstat of the memfd: {}", std::strerror(taken.err));
     shm::SysError error;
     segment_ =
         shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size, req.s2c_ring_size, error);
     if (!segment_)
         return fmt::format("cannot attach the shared memory: {}{}{}", error.what,
                            error.err ? ": " : "", error.err ? std::strerror(error.err) : "");
+    segment_claim_ = std::move(*claim);
     return std::nullopt;
 }
 

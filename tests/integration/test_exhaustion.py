@@ -272,3 +272,45 @@ def test_metrics_connection_cap(plain_l5pgd):
             s.close()
     wait_for(lambda: status_code(http_request(d, "GET")) == 200, 20,
              "the endpoint to serve again once the connections closed")
+
+
+# ---------------------------------------------------------------- one memfd, two sessions
+
+def test_memfd_attached_twice_is_declined(plain_l5pgd):
+    import re
+    from tests.harness import l5wire
+    d = plain_l5pgd
+    size = 64 * 1024
+    fd = l5wire.make_memfd(size, size)
+    first = second = third = None
+    try:
+        first = l5wire.connect_unix(d.socket_path)
+        assert l5wire.send_upgrade(first, size, size, fd) == b"L"
+        second = l5wire.connect_unix(d.socket_path)
+        assert l5wire.send_upgrade(second, size, size, fd) == b"N"
+        pattern = re.compile(r"session (\d+): upgrade declined: the memfd is already attached "
+                             r"to session (\d+)")
+        wait_for(lambda: pattern.search(d.log_text()), 5, "the decline in the log")
+        declined, holder = pattern.search(d.log_text()).groups()
+        assert declined != holder
+        # Declined, the client carries on over its socket.
+        second.sendall(pgwire.startup_packet(user="postgres", database="postgres"))
+        assert pgwire.read_until_ready(second)[-1][0] == "Z"
+        assert pgwire.query(second, "select 1")[-1][0] == "Z"
+
+        first.close()
+        first = None
+
+        def attachable_again():
+            nonlocal third
+            if third is not None:
+                third.close()
+            third = l5wire.connect_unix(d.socket_path)
+            return l5wire.send_upgrade(third, size, size, fd) == b"L"
+
+        wait_for(attachable_again, 10, "the memfd to be attachable once its session closed")
+    finally:
+        for s in (first, second, third):
+            if s is not None:
+                s.close()
+        os.close(fd)
