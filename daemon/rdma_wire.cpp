@@ -12,6 +12,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/log_limiter.hpp"
+
 namespace l5pg::daemon {
 namespace {
 
@@ -138,8 +140,9 @@ void SoftWireListener::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* 
 
 void SoftWireListener::deadline_cb(int, short, void* arg) {
     auto* pending = static_cast<Pending*>(arg);
-    spdlog::info("soft RDMA wire connection closed: no complete greeting within {} s",
-                 kGreetingTimeout.tv_sec);
+    client_logs().soft_wire.log(
+        spdlog::level::info, "soft RDMA wire connection closed: no complete greeting within {} s",
+        kGreetingTimeout.tv_sec);
     pending->owner->drop(pending);
 }
 
@@ -167,11 +170,13 @@ void SoftWireListener::read_cb(int fd, short, void* arg) {
     UniqueFd wire = std::move(pending->fd);
     self->drop(pending);  // frees the event before its fd moves on
     if (!valid) {
-        spdlog::info("soft RDMA wire connection closed: invalid greeting");
+        client_logs().soft_wire.log(spdlog::level::info,
+                                    "soft RDMA wire connection closed: invalid greeting");
         return;
     }
     if (!self->registry_.deliver(token, std::move(wire)))
-        spdlog::info("soft RDMA wire connection closed: unknown or expired token");
+        client_logs().soft_wire.log(spdlog::level::info,
+                                    "soft RDMA wire connection closed: unknown or expired token");
 }
 
 }  // namespace l5pg::daemon

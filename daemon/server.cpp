@@ -170,7 +170,7 @@ std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
 }
 
 // Answers with a PostgreSQL error (the socket is fresh: the whole message fits in its
-// buffer) and closes. Logged at most once a second, with a count of what was not.
+// buffer) and closes. Logged through the shared limiter, with a count of what was not.
 void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal) {
     metrics_.connection_refused(refusal);
     const bool shutting_down = refusal == ConnectionRefusal::ShuttingDown;
@@ -182,12 +182,9 @@ void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal r
         shutting_down ? protocol::kSqlstateCannotConnectNow : protocol::kSqlstateTooManyConnections,
         message);
     (void)!::send(client.fd.get(), error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (const std::optional<uint64_t> suppressed =
-            refusal_log_.admit(std::chrono::steady_clock::now()))
-        spdlog::warn("refused a connection from {} ({}): {}{}", client.peer.describe(),
-                     to_string(client.listener), message,
-                     *suppressed > 0 ? fmt::format(" ({} similar refusals not logged)", *suppressed)
-                                     : std::string());
+    client_logs().refused_connection.log(
+        spdlog::level::warn, "refused a connection from {} ({}): {}", client.peer.describe(),
+        to_string(client.listener), message);
 }
 
 void Server::accept_error_cb(evconnlistener*, void* arg) {

@@ -53,7 +53,6 @@ class Server {
     const config::Config& config_;
     Metrics& metrics_;
     Admission admission_;
-    LogLimiter refusal_log_;
     LogLimiter accept_error_log_;
     LogLimiter accept_recovered_log_;
     bool accept_failing_ = false;        // since the last accept() failure, none succeeded

@@ -19,6 +19,7 @@
 #include "daemon/byte_queue.hpp"
 #include "daemon/client_stream.hpp"
 #include "daemon/event_ptr.hpp"
+#include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
 #include "protocol/error_response.hpp"
@@ -92,7 +93,8 @@ class Session {
     void connect_upstream();
     void on_upstream_connected();
     void fail_upstream_connect(int err);  // err 0: timeout
-    void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view log);
+    // Sends FATAL `sqlstate` `message` and closes once it is flushed.
+    void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
     bool read_startup_from_channel();
 
     // RDMA upgrade and forwarding (session_rdma.cpp, docs/wire-format.md section 5)

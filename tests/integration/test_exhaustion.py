@@ -314,3 +314,56 @@ def test_memfd_attached_twice_is_declined(plain_l5pgd):
             if s is not None:
                 s.close()
         os.close(fd)
+
+
+# ---------------------------------------------------------------- log hygiene
+
+def refused_startup(d, packet):
+    """Sends `packet` over the Unix socket; returns l5pgd's ErrorResponse fields."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(str(d.socket_path))
+        s.sendall(packet)
+        typ, body = pgwire.read_message(s)
+        assert typ == "E", typ
+        return pgwire.parse_fields(body)
+    finally:
+        s.close()
+
+
+def session_lines(log, session_id):
+    return [line for line in log.splitlines() if f"session {session_id}:" in line]
+
+
+def test_startup_refusals_name_their_reason_once(plain_l5pgd):
+    d = plain_l5pgd
+    bad_length = refused_startup(d, b"\x00\x00\x00\x03")
+    no_role = refused_startup(d, pgwire.startup_packet(user="nosuchrole", database="postgres"))
+    assert no_role["C"] == "28000"
+    log = d.log_text()
+    for fields in (bad_length, no_role):
+        reason = fields["M"]
+        lines = [line for line in log.splitlines() if reason in line]
+        assert lines, f"{reason!r} not logged"
+        # One line per refusal, naming the reason once (it was 'X: X', and logged twice).
+        assert all(line.count(reason) == 1 for line in lines), lines
+        assert len(lines) == 1, lines
+
+
+@pytest.mark.timeout(60)
+def test_client_triggered_warnings_are_rate_limited(plain_l5pgd):
+    d = plain_l5pgd
+    packet = pgwire.startup_packet(user="nosuchrole", database="postgres")
+    before = d.log_text().count("refused uid")
+    for _ in range(300):
+        assert refused_startup(d, packet)["C"] == "28000"
+    logged = d.log_text().count("refused uid") - before
+    assert 1 <= logged <= 20, f"{logged} log lines for 300 refusals"
+
+    def summary_logged():
+        refused_startup(d, packet)
+        return "similar messages not logged" in d.log_text()
+
+    wait_for(summary_logged, 15, "a line counting the suppressed refusals")
+    assert d.metric("l5pg_auth_failures_total", transport="unix", reason="peer_mismatch") >= 300
