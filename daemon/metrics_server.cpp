@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "daemon/log_limiter.hpp"
 
 namespace l5pg::daemon {
 
@@ -102,6 +105,10 @@ struct MetricsServer::Impl {
             thread.join();
         }
         if (http != nullptr) {
+            std::lock_guard lock(by_http_mutex());
+            by_http().erase(http);
+        }
+        if (http != nullptr) {
             evhttp_free(http);
         }
         for (bufferevent* bev : connections)
@@ -154,9 +161,38 @@ struct MetricsServer::Impl {
             return true;
         });
         if (self->connections.size() < kMaxConnections && self->listener != nullptr)
-            evconnlistener_enable(self->listener);
+            evconnlistener_enable(self->listener);  // also after an accept() error
         if (!self->connections.empty())
             evtimer_add(self->sweep, &kSweepInterval);
+    }
+
+    // The listener's callback argument is evhttp's, so its error callback finds us here.
+    static std::map<evhttp*, Impl*>& by_http() {
+        static std::map<evhttp*, Impl*> map;
+        return map;
+    }
+    static std::mutex& by_http_mutex() {
+        static std::mutex mutex;
+        return mutex;
+    }
+
+    // Out of descriptors, accept() fails at once for as long as a connection waits, and
+    // libevent would retry (and log) on every loop turn: stop listening until the next
+    // sweep instead.
+    static void on_accept_error(evconnlistener* listener, void* http) {
+        const int err = EVUTIL_SOCKET_ERROR();
+        evconnlistener_disable(listener);
+        Impl* self = nullptr;
+        {
+            std::lock_guard lock(by_http_mutex());
+            const auto it = by_http().find(static_cast<evhttp*>(http));
+            self = it != by_http().end() ? it->second : nullptr;
+        }
+        static LogLimiter log;
+        log.log(spdlog::level::warn, "metrics: accept() failed: {}; retrying every {} ms",
+                std::strerror(err), kSweepInterval.tv_usec / 1000);
+        if (self != nullptr)
+            evtimer_add(self->sweep, &kSweepInterval);  // on_sweep() listens again
     }
 
     static void on_request(evhttp_request* req, void* arg) {
@@ -208,6 +244,11 @@ struct MetricsServer::Impl {
         }
         port = bound_port(evhttp_bound_socket_get_fd(handle));
         listener = evhttp_bound_socket_get_listener(handle);
+        {
+            std::lock_guard lock(by_http_mutex());
+            by_http()[http] = this;
+        }
+        evconnlistener_set_error_cb(listener, &Impl::on_accept_error);
         thread = std::thread([this] { event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY); });
     }
 };

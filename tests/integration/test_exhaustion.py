@@ -13,6 +13,7 @@ import pytest
 
 from tests.harness import pgwire
 from tests.harness.l5pgd import L5pgd
+from tests.harness.ports import free_port
 
 FD_LIMIT = 256
 IDLE_CLIENTS = 400
@@ -73,9 +74,12 @@ def unix_startup(d, timeout=5.0):
 
 @pytest.mark.timeout(120)
 def test_out_of_fds_no_busy_loop_no_log_flood(workdir, cluster, l5pgd_binary):
+    wire_port = free_port()
     d = FdLimitedL5pgd(short_dir(workdir, "l5x-"), cluster, workers=1, extra_overrides=[
         "limits.max_startup_per_peer=1000", "limits.max_startup_sessions=1000",
-        "limits.startup_timeout_ms=120000"])
+        "limits.startup_timeout_ms=120000",
+        # the soft RDMA device's wire listener, which must not spin either
+        "rdma.enabled=true", "rdma.device=soft", f"rdma.soft_port={wire_port}"])
     idle = []
     with d:
         pid = d.proc.pid
@@ -87,6 +91,10 @@ def test_out_of_fds_no_busy_loop_no_log_flood(workdir, cluster, l5pgd_binary):
         # l5pgd has run out of descriptors once it holds nearly FD_LIMIT of them.
         wait_for(lambda: open_fds(pid) >= FD_LIMIT - 2, 20, "l5pgd to reach its fd limit")
 
+        # A scrape and a wire connection waiting meanwhile: their listeners cannot accept
+        # them either.
+        for port in (d.metrics_port, wire_port):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         log_before = d.log_path.stat().st_size
         cpu_before = cpu_seconds(pid)
         start = time.monotonic()
