@@ -375,3 +375,26 @@ def test_client_triggered_warnings_are_rate_limited(plain_l5pgd):
 
     wait_for(summary_logged, 15, "a line counting the suppressed refusals")
     assert d.metric("l5pg_auth_failures_total", transport="unix", reason="peer_mismatch") >= 300
+
+
+@pytest.mark.timeout(60)
+def test_startup_timeouts_are_rate_limited(workdir, cluster, l5pgd_binary):
+    d = L5pgd(short_dir(workdir, "l5t-"), cluster, workers=2,
+              extra_overrides=["limits.startup_timeout_ms=200"])
+    with d:
+        idle = [unix_connect(d) for _ in range(60)]
+        try:
+            for s in idle:
+                assert pgwire.at_eof(s, timeout=10), "l5pgd kept a silent client past its timeout"
+        finally:
+            for s in idle:
+                s.close()
+        logged = d.log_text().count("startup packet timeout")
+        assert 1 <= logged <= 10, f"{logged} lines for 60 startup timeouts"
+
+
+def unix_connect(d):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(str(d.socket_path))
+    return s
