@@ -1,6 +1,7 @@
-// What l5pgd checks before it serves a client: the startup caps (taken by the acceptor)
-// and the auth rules with their ident map (applied by the session to its
-// StartupMessage). One per l5pgd, shared by the acceptor thread and the workers.
+// What l5pgd checks before it serves a client: the startup caps (taken by the acceptor),
+// the auth rules with their ident map (applied by the session to its StartupMessage) and
+// the registry of attached SHM segments (checked at each upgrade). One per l5pgd, shared by the
+// acceptor thread and the workers.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include "daemon/ident_map.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
+#include "daemon/segment_registry.hpp"
 #include "daemon/startup_limiter.hpp"
 #include "daemon/tls_context.hpp"
 #include "daemon/unique_fd.hpp"
@@ -31,6 +33,7 @@ struct Admission {
     const IdentMap ident;
     const std::unique_ptr<const TlsContext> tls;  // null when tls.mode is disable
     StartupLimiter startup;
+    SegmentRegistry segments;  // SHM segments attached to live sessions
 };
 
 // A client the acceptor let in, on its way to a worker.

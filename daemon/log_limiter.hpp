@@ -1,37 +1,85 @@
-// Rate limit for a repeated log line: at most one per interval, and the line that is
-// written says how many were suppressed since the last one (so a flood of refused
-// connections cannot fill the disk, and nothing is silently lost).
+// Rate limit for a repeated log line: at most `burst` lines per interval, and the first
+// line written after some were suppressed says how many (so a flood of refused connections
+// cannot fill the disk, and nothing is silently lost). A burst lets a few distinct events in
+// a row all be seen, as printk_ratelimit does. Thread-safe: one limiter per kind of message
+// may be shared by the acceptor and every worker.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace l5pg::daemon {
 
 class LogLimiter {
   public:
     using clock = std::chrono::steady_clock;
-    explicit LogLimiter(clock::duration interval = std::chrono::seconds(1)) : interval_(interval) {}
+    explicit LogLimiter(clock::duration interval = std::chrono::seconds(5), unsigned burst = 10)
+        : interval_(interval), burst_(burst) {}
+    LogLimiter(const LogLimiter&) = delete;
+    LogLimiter& operator=(const LogLimiter&) = delete;
 
     // nullopt: do not log this one. Otherwise log it, with the number suppressed before.
     [[nodiscard]] std::optional<uint64_t> admit(clock::time_point now) noexcept {
-        if (logged_once_ && now - last_ < interval_) {
+        std::lock_guard lock(mutex_);
+        if (!started_ || now - window_start_ >= interval_) {
+            started_ = true;
+            window_start_ = now;
+            logged_in_window_ = 0;
+        }
+        if (logged_in_window_ >= burst_) {
             ++suppressed_;
             return std::nullopt;
         }
-        logged_once_ = true;
-        last_ = now;
-        const uint64_t suppressed = suppressed_;
-        suppressed_ = 0;
-        return suppressed;
+        ++logged_in_window_;
+        return std::exchange(suppressed_, 0);
+    }
+
+    // Logs the formatted line at `level` if admit() lets it through (formatting only then),
+    // followed by " (N similar messages not logged)" when some were suppressed.
+    template <class... Args>
+    void log(spdlog::level::level_enum level, fmt::format_string<Args...> format, Args&&... args) {
+        const std::optional<uint64_t> suppressed = admit(clock::now());
+        if (!suppressed)
+            return;
+        std::string line = fmt::format(format, std::forward<Args>(args)...);
+        if (*suppressed > 0)
+            line += fmt::format(" ({} similar messages not logged)", *suppressed);
+        spdlog::log(level, "{}", line);
     }
 
   private:
-    clock::duration interval_;
-    clock::time_point last_{};
-    bool logged_once_ = false;
-    uint64_t suppressed_ = 0;
+    std::mutex mutex_;
+    const clock::duration interval_;
+    const unsigned burst_;
+    bool started_ = false;            // guarded by mutex_
+    clock::time_point window_start_;  // guarded by mutex_
+    unsigned logged_in_window_ = 0;   // guarded by mutex_
+    uint64_t suppressed_ = 0;         // guarded by mutex_
 };
+
+// The log lines a client can cause at will (by connecting, sending garbage, failing
+// authentication, asking for upgrades that are declined, timing out...), one limiter per
+// kind so that a flood of one kind does not hide the others. Process-wide.
+struct ClientLogLimits {
+    LogLimiter refused_connection;  // a cap was reached before the startup was read
+    LogLimiter startup_rejected;    // invalid startup packets
+    LogLimiter auth_refused;        // l5pgd's client check said no
+    LogLimiter upgrade_declined;    // SHM and RDMA upgrades declined
+    LogLimiter upstream_failed;     // Postgres could not be reached for a client
+    LogLimiter session_error;       // sessions closed for an error (timeouts, violations)
+    LogLimiter soft_wire;           // soft RDMA wire connections dropped
+};
+
+inline ClientLogLimits& client_logs() {
+    static ClientLogLimits limits;
+    return limits;
+}
 
 }  // namespace l5pg::daemon

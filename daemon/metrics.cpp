@@ -68,6 +68,8 @@ std::string_view to_string(ConnectionRefusal r) noexcept {
             return "max_startup_per_peer";
         case ConnectionRefusal::ShuttingDown:
             return "shutting_down";
+        case ConnectionRefusal::OutOfFds:
+            return "out_of_fds";
     }
     return "unknown";
 }

@@ -20,9 +20,16 @@ enum class Direction { ClientToServer, ServerToClient };
 [[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...
 
 // Why a connection was refused before its startup was read.
-enum class ConnectionRefusal { MaxSessions, MaxStartupSessions, MaxStartupPerPeer, ShuttingDown };
-inline constexpr size_t kConnectionRefusalCount = 4;
-// "max_sessions", "max_startup_sessions", "max_startup_per_peer", "shutting_down"
+enum class ConnectionRefusal {
+    MaxSessions,
+    MaxStartupSessions,
+    MaxStartupPerPeer,
+    ShuttingDown,
+    OutOfFds
+};
+inline constexpr size_t kConnectionRefusalCount = 5;
+// "max_sessions", "max_startup_sessions", "max_startup_per_peer", "shutting_down",
+// "out_of_fds"
 [[nodiscard]] std::string_view to_string(ConnectionRefusal r) noexcept;
 
 class Metrics {

@@ -1,22 +1,44 @@
 #include "daemon/metrics_server.hpp"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
+
+#include "daemon/log_limiter.hpp"
 
 namespace l5pg::daemon {
 
 namespace {
+
+// What one scrape may cost l5pgd, whatever the client sends: a request line and headers
+// of at most kMaxHeadersBytes, no body (GET and HEAD have none; a body is refused with 413
+// before it is read), kTimeoutSeconds without progress, and kMaxConnections at a time
+// (more wait in the kernel's listen queue, which costs l5pgd nothing).
+constexpr ev_ssize_t kMaxHeadersBytes = 8 * 1024;
+constexpr ev_ssize_t kMaxBodyBytes = 0;
+constexpr int kTimeoutSeconds = 10;
+constexpr size_t kMaxConnections = 16;
+// Every method evhttp parses: those other than GET and HEAD reach on_request and get
+// 405 with an Allow header (evhttp itself would answer 501 to a method not listed here).
+constexpr ev_uint16_t kParsedMethods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                       EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                       EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH;
+constexpr timeval kSweepInterval{0, 100 * 1000};
 
 // Must run before the first event_base is created so bases get locks and a notify pipe,
 // which is what makes event_active() from the destructor's thread safe.
@@ -67,6 +89,11 @@ struct MetricsServer::Impl {
     event_base* base = nullptr;
     evhttp* http = nullptr;
     event* stop = nullptr;
+    event* sweep = nullptr;
+    evconnlistener* listener = nullptr;  // evhttp's; disabled at kMaxConnections
+    // One reference each (bufferevent_incref) on the connections' bufferevents, so that
+    // sweep_connections() can tell a closed one from a live one.
+    std::vector<bufferevent*> connections;
     uint16_t port = 0;
     std::thread thread;
 
@@ -78,7 +105,16 @@ struct MetricsServer::Impl {
             thread.join();
         }
         if (http != nullptr) {
+            std::lock_guard lock(by_http_mutex());
+            by_http().erase(http);
+        }
+        if (http != nullptr) {
             evhttp_free(http);
+        }
+        for (bufferevent* bev : connections)
+            bufferevent_decref(bev);
+        if (sweep != nullptr) {
+            event_free(sweep);
         }
         if (stop != nullptr) {
             event_free(stop);
@@ -94,6 +130,71 @@ struct MetricsServer::Impl {
         event_base_loopbreak(static_cast<Impl*>(arg)->base);
     }
 
+    // libevent 2.1's evhttp has no connection cap (evhttp_set_max_connections came in
+    // 2.2), but it lets us make each connection's bufferevent: count them here, and stop
+    // accepting while kMaxConnections are open.
+    static bufferevent* on_new_connection(event_base* base, void* arg) {
+        auto* self = static_cast<Impl*>(arg);
+        bufferevent* bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+        if (bev == nullptr)
+            return nullptr;  // evhttp tries to make its own, and fails the same way
+        bufferevent_incref(bev);
+        self->connections.push_back(bev);
+        if (self->connections.size() >= kMaxConnections && self->listener != nullptr)
+            evconnlistener_disable(self->listener);
+        if (!evtimer_pending(self->sweep, nullptr))
+            evtimer_add(self->sweep, &kSweepInterval);
+        return bev;
+    }
+
+    // evhttp frees a connection's bufferevent when it closes, and bufferevent_free() clears
+    // its callbacks (a live evhttp connection always has its error callback set); our
+    // reference keeps the object readable until we drop it here.
+    static void on_sweep(evutil_socket_t, short, void* arg) {
+        auto* self = static_cast<Impl*>(arg);
+        std::erase_if(self->connections, [](bufferevent* bev) {
+            bufferevent_event_cb event_cb = nullptr;
+            bufferevent_getcb(bev, nullptr, nullptr, &event_cb, nullptr);
+            if (event_cb != nullptr)
+                return false;
+            bufferevent_decref(bev);
+            return true;
+        });
+        if (self->connections.size() < kMaxConnections && self->listener != nullptr)
+            evconnlistener_enable(self->listener);  // also after an accept() error
+        if (!self->connections.empty())
+            evtimer_add(self->sweep, &kSweepInterval);
+    }
+
+    // The listener's callback argument is evhttp's, so its error callback finds us here.
+    static std::map<evhttp*, Impl*>& by_http() {
+        static std::map<evhttp*, Impl*> map;
+        return map;
+    }
+    static std::mutex& by_http_mutex() {
+        static std::mutex mutex;
+        return mutex;
+    }
+
+    // Out of descriptors, accept() fails at once for as long as a connection waits, and
+    // libevent would retry (and log) on every loop turn: stop listening until the next
+    // sweep instead.
+    static void on_accept_error(evconnlistener* listener, void* http) {
+        const int err = EVUTIL_SOCKET_ERROR();
+        evconnlistener_disable(listener);
+        Impl* self = nullptr;
+        {
+            std::lock_guard lock(by_http_mutex());
+            const auto it = by_http().find(static_cast<evhttp*>(http));
+            self = it != by_http().end() ? it->second : nullptr;
+        }
+        static LogLimiter log;
+        log.log(spdlog::level::warn, "metrics: accept() failed: {}; retrying every {} ms",
+                std::strerror(err), kSweepInterval.tv_usec / 1000);
+        if (self != nullptr)
+            evtimer_add(self->sweep, &kSweepInterval);  // on_sweep() listens again
+    }
+
     static void on_request(evhttp_request* req, void* arg) {
         const auto* self = static_cast<Impl*>(arg);
         const char* path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
@@ -104,6 +205,7 @@ struct MetricsServer::Impl {
         }
         const auto cmd = evhttp_request_get_command(req);
         if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
             reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "use GET\n",
                        "text/plain; charset=utf-8");
             return;
@@ -121,11 +223,15 @@ struct MetricsServer::Impl {
         base = event_base_new();
         http = base != nullptr ? evhttp_new(base) : nullptr;
         stop = base != nullptr ? event_new(base, -1, 0, &Impl::on_stop, this) : nullptr;
-        if (http == nullptr || stop == nullptr) {
+        sweep = base != nullptr ? evtimer_new(base, &Impl::on_sweep, this) : nullptr;
+        if (http == nullptr || stop == nullptr || sweep == nullptr) {
             throw std::runtime_error("cannot set up the metrics HTTP server");
         }
-        evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
+        evhttp_set_allowed_methods(http, kParsedMethods);
+        evhttp_set_max_headers_size(http, kMaxHeadersBytes);
+        evhttp_set_max_body_size(http, kMaxBodyBytes);
+        evhttp_set_timeout(http, kTimeoutSeconds);
+        evhttp_set_bevcb(http, &Impl::on_new_connection, this);
         evhttp_set_gencb(http, &Impl::on_request, this);
         errno = 0;
         evhttp_bound_socket* handle = evhttp_bind_socket_with_handle(http, host.c_str(), requested);
@@ -137,6 +243,12 @@ struct MetricsServer::Impl {
                                      (err != 0 ? std::strerror(err) : "cannot resolve address"));
         }
         port = bound_port(evhttp_bound_socket_get_fd(handle));
+        listener = evhttp_bound_socket_get_listener(handle);
+        {
+            std::lock_guard lock(by_http_mutex());
+            by_http()[http] = this;
+        }
+        evconnlistener_set_error_cb(listener, &Impl::on_accept_error);
         thread = std::thread([this] { event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY); });
     }
 };

@@ -12,11 +12,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/log_limiter.hpp"
+
 namespace l5pg::daemon {
 namespace {
 
 // A client has this long to send its whole greeting after connecting.
 constexpr timeval kGreetingTimeout{5, 0};
+// After an accept() failure the listener pauses this long.
+constexpr timeval kAcceptPause{0, 100 * 1000};
 
 rdma::WireToken random_token() {
     rdma::WireToken token{};
@@ -103,8 +107,26 @@ SoftWireListener::SoftWireListener(event_base* base, const std::string& address,
     port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     evl_ = evconnlistener_new(base, accept_cb, this, LEV_OPT_CLOSE_ON_EXEC, 0, listener_.fd());
-    if (evl_ == nullptr)
+    resume_.reset(evtimer_new(base, resume_cb, this));
+    if (evl_ == nullptr || resume_ == nullptr)
         throw std::runtime_error("evconnlistener_new failed for the soft RDMA wire listener");
+    evconnlistener_set_error_cb(evl_, accept_error_cb);
+}
+
+// As for the main listeners (Server::on_accept_error): out of descriptors, accept() fails
+// at once for as long as a connection waits, so pause instead of retrying every loop turn.
+void SoftWireListener::accept_error_cb(evconnlistener* listener, void* arg) {
+    const int err = EVUTIL_SOCKET_ERROR();
+    auto* self = static_cast<SoftWireListener*>(arg);
+    evconnlistener_disable(listener);
+    evtimer_add(self->resume_.get(), &kAcceptPause);
+    client_logs().soft_wire.log(spdlog::level::warn,
+                                "soft RDMA wire listener: accept() failed: {}; retrying in {} ms",
+                                std::strerror(err), kAcceptPause.tv_usec / 1000);
+}
+
+void SoftWireListener::resume_cb(int, short, void* arg) {
+    evconnlistener_enable(static_cast<SoftWireListener*>(arg)->evl_);
 }
 
 SoftWireListener::~SoftWireListener() {
@@ -138,8 +160,9 @@ void SoftWireListener::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* 
 
 void SoftWireListener::deadline_cb(int, short, void* arg) {
     auto* pending = static_cast<Pending*>(arg);
-    spdlog::info("soft RDMA wire connection closed: no complete greeting within {} s",
-                 kGreetingTimeout.tv_sec);
+    client_logs().soft_wire.log(
+        spdlog::level::info, "soft RDMA wire connection closed: no complete greeting within {} s",
+        kGreetingTimeout.tv_sec);
     pending->owner->drop(pending);
 }
 
@@ -167,11 +190,13 @@ void SoftWireListener::read_cb(int fd, short, void* arg) {
     UniqueFd wire = std::move(pending->fd);
     self->drop(pending);  // frees the event before its fd moves on
     if (!valid) {
-        spdlog::info("soft RDMA wire connection closed: invalid greeting");
+        client_logs().soft_wire.log(spdlog::level::info,
+                                    "soft RDMA wire connection closed: invalid greeting");
         return;
     }
     if (!self->registry_.deliver(token, std::move(wire)))
-        spdlog::info("soft RDMA wire connection closed: unknown or expired token");
+        client_logs().soft_wire.log(spdlog::level::info,
+                                    "soft RDMA wire connection closed: unknown or expired token");
 }
 
 }  // namespace l5pg::daemon

@@ -70,6 +70,8 @@ class SoftWireListener {
     static void accept_cb(evconnlistener* listener, int fd, sockaddr* addr, int len, void* arg);
     static void read_cb(int fd, short what, void* arg);
     static void deadline_cb(int fd, short what, void* arg);
+    static void accept_error_cb(evconnlistener* listener, void* arg);
+    static void resume_cb(int fd, short what, void* arg);
     void drop(Pending* pending);
 
     event_base* base_;
@@ -79,6 +81,7 @@ class SoftWireListener {
     TcpListener listener_;
     uint16_t port_ = 0;
     evconnlistener* evl_ = nullptr;
+    EventPtr resume_;  // listens again after an accept() error paused the listener
     std::map<Pending*, std::unique_ptr<Pending>> pending_;
 };
 

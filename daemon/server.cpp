@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
 
@@ -18,6 +20,20 @@
 #include "protocol/error_response.hpp"
 
 namespace l5pg::daemon {
+namespace {
+
+// Out of descriptors, accept() stops listening for this long before it tries again.
+constexpr timeval kAcceptPause{0, 100 * 1000};
+// Waiting connections refused with the spare descriptor per listener and pause: the listen
+// queue empties in a few pauses, and a pause's work stays small.
+constexpr size_t kRefusalsPerPause = 64;
+
+std::string suppressed_note(uint64_t suppressed) {
+    return suppressed > 0 ? fmt::format(" ({} similar messages not logged)", suppressed)
+                          : std::string();
+}
+
+}  // namespace
 
 struct Server::Acceptor {
     Server* server;
@@ -71,6 +87,7 @@ Server::Server(const config::Config& config, Metrics& metrics)
                                                 LEV_OPT_CLOSE_ON_EXEC, 0, fd);
         if (acceptor->listener == nullptr)
             throw std::runtime_error("evconnlistener_new failed");
+        evconnlistener_set_error_cb(acceptor->listener, accept_error_cb);
         acceptors_.push_back(std::move(acceptor));
     };
     if (unix_listener_)
@@ -78,6 +95,7 @@ Server::Server(const config::Config& config, Metrics& metrics)
     if (tcp_listener_)
         add_acceptor(tcp_listener_->fd(), Transport::Tcp);
 
+    accept_resume_.reset(evtimer_new(base_.get(), accept_resume_cb, this));
     for (int sig : {SIGINT, SIGTERM, SIGQUIT, SIGHUP}) {
         signal_events_.emplace_back(evsignal_new(base_.get(), sig, signal_cb, this));
         evsignal_add(signal_events_.back().get(), nullptr);
@@ -116,6 +134,10 @@ void Server::accept_cb(evconnlistener*, int fd, sockaddr*, int, void* arg) {
 }
 
 void Server::accept_client(int fd, Transport transport) {
+    if (accept_failing_) {
+        accept_failing_ = false;
+        log_accept_recovered();
+    }
     AcceptedClient client{
         UniqueFd(fd), transport, identify_peer(fd, transport == Transport::Unix), {}};
     if (transport == Transport::Tcp) {
@@ -148,7 +170,7 @@ std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
 }
 
 // Answers with a PostgreSQL error (the socket is fresh: the whole message fits in its
-// buffer) and closes. Logged at most once a second, with a count of what was not.
+// buffer) and closes. Logged through the shared limiter, with a count of what was not.
 void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal) {
     metrics_.connection_refused(refusal);
     const bool shutting_down = refusal == ConnectionRefusal::ShuttingDown;
@@ -160,12 +182,70 @@ void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal r
         shutting_down ? protocol::kSqlstateCannotConnectNow : protocol::kSqlstateTooManyConnections,
         message);
     (void)!::send(client.fd.get(), error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    client_logs().refused_connection.log(
+        spdlog::level::warn, "refused a connection from {} ({}): {}", client.peer.describe(),
+        to_string(client.listener), message);
+}
+
+void Server::accept_error_cb(evconnlistener*, void* arg) {
+    const int err = EVUTIL_SOCKET_ERROR();
+    auto* acceptor = static_cast<Acceptor*>(arg);
+    acceptor->server->on_accept_error(err);
+}
+
+// libevent calls accept() again on every loop turn while a connection waits, and without
+// descriptors each call fails at once: a busy loop (and, before this callback existed, a
+// log line per call). So stop listening for kAcceptPause, and meanwhile tell the waiting
+// clients why with the spare descriptor instead of letting them hang.
+void Server::on_accept_error(int err) {
+    accept_failing_ = true;
+    pause_accepting();
+    const bool out_of_fds = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+    size_t refused = 0;
+    if (out_of_fds) {
+        static const std::vector<std::byte> error =
+            protocol::build_fatal(protocol::kSqlstateTooManyConnections,
+                                  "l5pgd: too many connections (l5pgd is out of file descriptors)");
+        for (const auto& acceptor : acceptors_)
+            refused += fd_reserve_.refuse_waiting(evconnlistener_get_fd(acceptor->listener), error,
+                                                  kRefusalsPerPause);
+        for (size_t i = 0; i < refused; ++i)
+            metrics_.connection_refused(ConnectionRefusal::OutOfFds);
+        fd_refusals_unlogged_ += refused;
+    }
     if (const std::optional<uint64_t> suppressed =
-            refusal_log_.admit(std::chrono::steady_clock::now()))
-        spdlog::warn("refused a connection from {} ({}): {}{}", client.peer.describe(),
-                     to_string(client.listener), message,
-                     *suppressed > 0 ? fmt::format(" ({} similar refusals not logged)", *suppressed)
-                                     : std::string());
+            accept_error_log_.admit(std::chrono::steady_clock::now())) {
+        spdlog::warn(
+            "accept() failed: {}{}; not accepting for {} ms at a time until it succeeds, {} "
+            "waiting connections refused with SQLSTATE 53300 since the last message{}",
+            std::strerror(err), out_of_fds ? " (open file limit reached)" : "",
+            kAcceptPause.tv_usec / 1000, fd_refusals_unlogged_, suppressed_note(*suppressed));
+        fd_refusals_unlogged_ = 0;
+    }
+}
+
+void Server::log_accept_recovered() {
+    if (const std::optional<uint64_t> suppressed =
+            accept_recovered_log_.admit(std::chrono::steady_clock::now())) {
+        spdlog::info(
+            "accepting connections again; {} refused for want of descriptors since "
+            "the last message{}",
+            fd_refusals_unlogged_, suppressed_note(*suppressed));
+        fd_refusals_unlogged_ = 0;
+    }
+}
+
+void Server::pause_accepting() {
+    for (const auto& acceptor : acceptors_)
+        evconnlistener_disable(acceptor->listener);
+    evtimer_add(accept_resume_.get(), &kAcceptPause);
+}
+
+void Server::accept_resume_cb(int, short, void* arg) {
+    auto* self = static_cast<Server*>(arg);
+    (void)self->fd_reserve_.refill();
+    for (const auto& acceptor : self->acceptors_)  // none once stop_accepting() ran
+        evconnlistener_enable(acceptor->listener);
 }
 
 size_t Server::active_sessions() const {
@@ -208,6 +288,8 @@ void Server::drain_cb(int, short, void* arg) {
 }
 
 void Server::stop_accepting() {
+    if (accept_resume_)
+        evtimer_del(accept_resume_.get());
     acceptors_.clear();
     unix_listener_.reset();  // removes the socket and the marker file
     tcp_listener_.reset();

@@ -11,6 +11,7 @@
 #include "config/config.hpp"
 #include "daemon/admission.hpp"
 #include "daemon/event_ptr.hpp"
+#include "daemon/fd_reserve.hpp"
 #include "daemon/listener.hpp"
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
@@ -37,6 +38,11 @@ class Server {
     static void accept_cb(evconnlistener* listener, int fd, sockaddr* addr, int len, void* arg);
     static void signal_cb(int sig, short what, void* arg);
     static void drain_cb(int fd, short what, void* arg);
+    static void accept_error_cb(evconnlistener* listener, void* arg);
+    static void accept_resume_cb(int fd, short what, void* arg);
+    void on_accept_error(int err);
+    void pause_accepting();
+    void log_accept_recovered();
     void accept_client(int fd, Transport transport);
     [[nodiscard]] std::optional<ConnectionRefusal> admit(AcceptedClient& client);
     void refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal);
@@ -47,7 +53,11 @@ class Server {
     const config::Config& config_;
     Metrics& metrics_;
     Admission admission_;
-    LogLimiter refusal_log_;
+    LogLimiter accept_error_log_;
+    LogLimiter accept_recovered_log_;
+    bool accept_failing_ = false;        // since the last accept() failure, none succeeded
+    FdReserve fd_reserve_;               // taken before any listener or worker opens its fds
+    uint64_t fd_refusals_unlogged_ = 0;  // refused with fd_reserve_, not yet in the log
     EventBasePtr base_;
     std::unique_ptr<UnixListener> unix_listener_;
     std::unique_ptr<TcpListener> tcp_listener_;
@@ -57,6 +67,7 @@ class Server {
     std::vector<std::unique_ptr<Worker>> workers_;
     std::vector<EventPtr> signal_events_;
     EventPtr drain_timer_;
+    EventPtr accept_resume_;  // re-enables the listeners after an accept() failure
     bool draining_ = false;
 };
 

@@ -165,7 +165,8 @@ void Session::close(std::string_view reason, bool error) {
     const bool was_forwarding = state_ == SessionState::Forwarding;
     state_ = SessionState::Closed;
     if (error)
-        spdlog::warn("session {}: closing: {}", id_, reason);
+        client_logs().session_error.log(spdlog::level::warn, "session {}: closing: {}", id_,
+                                        reason);
     else
         spdlog::debug("session {}: closing: {}", id_, reason);
     if (segment_) {

@@ -20,6 +20,7 @@
 #include "daemon/byte_queue.hpp"
 #include "daemon/client_stream.hpp"
 #include "daemon/event_ptr.hpp"
+#include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
 #include "protocol/error_response.hpp"
@@ -104,7 +105,8 @@ class Session {
     void connect_upstream();
     void on_upstream_connected();
     void fail_upstream_connect(int err);  // err 0: timeout
-    void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view log);
+    // Sends FATAL `sqlstate` `message` and closes once it is flushed.
+    void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
     bool read_startup_from_channel();
 
     // departure (session_depart.cpp)
@@ -215,6 +217,7 @@ class Session {
     ByteQueue to_client_;  // socket clients only
 
     std::optional<shm::Segment> segment_;
+    SegmentRegistry::Claim segment_claim_;  // segment_'s entry in the registry
     shm::RingReader from_client_;
     shm::RingWriter to_client_ring_;
 

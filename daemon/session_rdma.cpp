@@ -103,7 +103,8 @@ void Session::decline_rdma(std::string_view reason) {
         return;
     }
     metrics_.upgrade_declined();
-    spdlog::info("session {}: RDMA upgrade declined: {}", id_, reason);
+    client_logs().upgrade_declined.log(spdlog::level::info, "session {}: RDMA upgrade declined: {}",
+                                       id_, reason);
     set_event(client_read_.get(), true);  // the client carries on over TCP
 }
 

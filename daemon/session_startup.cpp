@@ -188,8 +188,10 @@ void Session::process_startup_buffer() {
         return;
     if (parse.status == protocol::ParseStatus::Invalid) {
         metrics_.startup_rejected();
-        fail_startup(protocol::kSqlstateProtocolViolation, parse.error,
-                     "invalid startup packet: " + parse.error);
+        client_logs().startup_rejected.log(spdlog::level::info,
+                                           "session {}: invalid startup packet from {}: {}", id_,
+                                           peer_.describe(), parse.error);
+        fail_startup(protocol::kSqlstateProtocolViolation, parse.error, "invalid startup packet");
         return;
     }
     const size_t length = parse.packet.length;
@@ -235,7 +237,9 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
         // Already upgraded: the answer goes through the channel like any other byte.
         startup_.clear();
         metrics_.upgrade_declined();
-        spdlog::info("session {}: upgrade declined: the session is already upgraded", id_);
+        client_logs().upgrade_declined.log(
+            spdlog::level::info, "session {}: upgrade declined: the session is already upgraded",
+            id_);
         const std::byte no = protocol::kL5Declined;
         send_to_client({&no, 1});
         return;
@@ -254,7 +258,8 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
     }
     if (refusal) {
         metrics_.upgrade_declined();
-        spdlog::info("session {}: upgrade declined: {}", id_, *refusal);
+        client_logs().upgrade_declined.log(spdlog::level::info, "session {}: upgrade declined: {}",
+                                           id_, *refusal);
         segment_.reset();
         return;
     }
@@ -281,12 +286,20 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
         return "no memfd was passed with the request";
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
         return fmt::format("ring size above shm.max_ring_size ({})", cfg.max_ring_size);
+    SegmentRegistry::Refusal taken;
+    std::optional<SegmentRegistry::Claim> claim =
+        worker_.segments().claim(passed_fd_.get(), id_, taken);
+    if (!claim)
+        return taken.holder != 0
+                   ? fmt::format("the memfd is already attached to session {}", taken.holder)
+                   : fmt::format("fstat of the memfd: {}", std::strerror(taken.err));
     shm::SysError error;
     segment_ =
         shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size, req.s2c_ring_size, error);
     if (!segment_)
         return fmt::format("cannot attach the shared memory: {}{}{}", error.what,
                            error.err ? ": " : "", error.err ? std::strerror(error.err) : "");
+    segment_claim_ = std::move(*claim);
     return std::nullopt;
 }
 
@@ -362,8 +375,9 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
         return true;
     }
     metrics_.auth_failed(transport_, verdict.failure);
-    spdlog::warn("session {}: refused {} over {} (role \"{}\" database \"{}\"): {}", id_,
-                 peer_.describe(), to_string(transport_), role, database, verdict.message);
+    client_logs().auth_refused.log(
+        spdlog::level::warn, "session {}: refused {} over {} (role \"{}\" database \"{}\"): {}",
+        id_, peer_.describe(), to_string(transport_), role, database, verdict.message);
     fail_startup(protocol::kSqlstateInvalidAuthorization, verdict.message, "client refused");
     return false;
 }
@@ -438,18 +452,21 @@ void Session::on_upstream_connected() {
 // socket path or address is for the operator's log).
 void Session::fail_upstream_connect(int err) {
     metrics_.upstream_connect_failed();
-    fail_startup(
-        protocol::kSqlstateConnectionFailure,
-        fmt::format("l5pgd: could not connect to the PostgreSQL server: {}",
-                    err == 0 ? "timeout expired" : std::strerror(err)),
-        fmt::format("upstream connect to {} failed", describe_upstream(worker_.config().upstream)));
+    const char* why = err == 0 ? "timeout expired" : std::strerror(err);
+    client_logs().upstream_failed.log(spdlog::level::warn,
+                                      "session {}: upstream connect to {} failed: {}", id_,
+                                      describe_upstream(worker_.config().upstream), why);
+    fail_startup(protocol::kSqlstateConnectionFailure,
+                 fmt::format("l5pgd: could not connect to the PostgreSQL server: {}", why),
+                 "upstream connect failed");
 }
 
+// The caller has logged why (rate-limited, with the details); `reason` is the short close
+// reason for the debug log.
 void Session::fail_startup(std::string_view sqlstate, std::string_view message,
-                           std::string_view log) {
-    spdlog::info("session {}: {}: {}", id_, log, message);
+                           std::string_view reason) {
     if (cancel_request_) {  // libpq ignores the cancel connection's outcome
-        close(log);
+        close(reason);
         return;
     }
     const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
@@ -457,7 +474,7 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
     upstream_.reset();
     upstream_read_.reset();
     upstream_write_.reset();
-    finish_after_flush(std::string(log));
+    finish_after_flush(std::string(reason));
     send_to_client(error);
 }
 

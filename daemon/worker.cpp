@@ -205,8 +205,10 @@ void Worker::poll_lingering() {
         if (!done && now < l.deadline)
             return false;
         if (!done || l.channel->broken())
-            spdlog::warn("session {}: RDMA client did not acknowledge our last writes: {}",
-                         l.session_id, done ? l.channel->error() : "timeout");
+            client_logs().session_error.log(
+                spdlog::level::warn,
+                "session {}: RDMA client did not acknowledge our last writes: {}", l.session_id,
+                done ? l.channel->error() : "timeout");
         return true;
     });
     if (lingering_.empty() && linger_timer_)

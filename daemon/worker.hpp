@@ -61,6 +61,7 @@ class Worker {
     [[nodiscard]] const config::Config& config() const noexcept { return config_; }
     [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
     [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
+    [[nodiscard]] SegmentRegistry& segments() noexcept { return admission_.segments; }
     void note_activity() noexcept { activity_ = true; }
     // This worker's RDMA endpoint; null when RDMA is disabled or the device could not be
     // opened (rdma_unavailable() says why).

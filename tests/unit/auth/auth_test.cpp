@@ -1,14 +1,17 @@
 // l5pgd's client check (daemon/client_auth.hpp), its ident map and the startup caps.
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <stdexcept>
 
 #include "daemon/client_auth.hpp"
 #include "daemon/ident_map.hpp"
 #include "daemon/peer.hpp"
+#include "daemon/segment_registry.hpp"
 #include "daemon/startup_limiter.hpp"
 
 using Catch::Matchers::Contains;
@@ -122,6 +125,35 @@ TEST_CASE("startup caps: per peer and in all; slots are returned when released")
         CHECK_FALSE(a2.held());
     }
     CHECK(limiter.in_startup() == 1);
+}
+
+TEST_CASE("segment registry: one session per memfd, free again once released") {
+    using l5pg::daemon::SegmentRegistry;
+    SegmentRegistry registry;
+    const int memfd = ::memfd_create("registry-test", MFD_CLOEXEC);
+    REQUIRE(memfd >= 0);
+    const int same = ::dup(memfd);  // another descriptor, the same segment
+    const int other = ::memfd_create("registry-test-2", MFD_CLOEXEC);
+    SegmentRegistry::Refusal why;
+    auto first = registry.claim(memfd, 7, why);
+    REQUIRE(first.has_value());
+    CHECK_FALSE(registry.claim(same, 8, why).has_value());
+    CHECK(why.holder == 7);
+    CHECK(registry.claim(other, 9, why).has_value());  // taken and released at once
+    CHECK(registry.size() == 1);
+    {
+        SegmentRegistry::Claim moved = std::move(*first);
+        first->release();  // moved from: nothing to release
+        CHECK(registry.size() == 1);
+    }
+    CHECK(registry.size() == 0);
+    CHECK(registry.claim(same, 8, why).has_value());
+    CHECK_FALSE(registry.claim(-1, 10, why).has_value());
+    CHECK(why.holder == 0);
+    CHECK(why.err == EBADF);
+    ::close(memfd);
+    ::close(same);
+    ::close(other);
 }
 
 TEST_CASE("peer identity of a Unix socket comes from the kernel") {

@@ -1,0 +1,44 @@
+// daemon/log_limiter.hpp: a burst per interval, then a count of what was suppressed.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "daemon/log_limiter.hpp"
+
+using l5pg::daemon::LogLimiter;
+using namespace std::chrono_literals;
+
+TEST_CASE("log limiter: a burst per interval, then the suppressed count on the next line") {
+    LogLimiter limiter(5s, 3);
+    const auto t0 = LogLimiter::clock::time_point{} + 1h;
+    CHECK(limiter.admit(t0) == 0u);
+    CHECK(limiter.admit(t0 + 1ms) == 0u);
+    CHECK(limiter.admit(t0 + 2ms) == 0u);
+    for (int i = 0; i < 1000; ++i)
+        CHECK_FALSE(limiter.admit(t0 + 3ms).has_value());
+    CHECK_FALSE(limiter.admit(t0 + 4999ms).has_value());
+    CHECK(limiter.admit(t0 + 5s) == 1001u);  // a new window: says what was not logged
+    CHECK(limiter.admit(t0 + 5s + 1ms) == 0u);
+}
+
+TEST_CASE("log limiter: shared by threads, every event is logged or counted exactly once") {
+    LogLimiter limiter(1h, 10);
+    constexpr int kThreads = 4;
+    constexpr int kEach = 10000;
+    std::vector<std::thread> threads;
+    std::atomic<uint64_t> admitted{0};
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&] {
+            for (int i = 0; i < kEach; ++i)
+                if (limiter.admit(LogLimiter::clock::now()))
+                    admitted.fetch_add(1);
+        });
+    for (auto& t : threads)
+        t.join();
+    CHECK(admitted.load() == 10u);
+    // The next window's first line reports all the others.
+    CHECK(limiter.admit(LogLimiter::clock::now() + 2h) == uint64_t{kThreads * kEach - 10});
+}
