@@ -23,6 +23,7 @@ from tests.harness.cancel import stop_process
 from tests.harness.client import Target, popen, psql, psql_cmd, run, shm_target, unix_target
 from tests.harness.l5pgd import L5pgd
 from tests.harness.ports import free_port
+from tests.harness.procstat import vm_rss
 from tests.harness.l5wire import ShmClient
 from tests.harness.rdma import rdma_overrides, rdma_target
 
@@ -47,14 +48,6 @@ def start_l5pgd(workdir, cluster, l5pgd_binary, request):
     yield start
     for d in started:
         d.stop()
-
-
-def vm_rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS line")
 
 
 def raw_startup(d, transport):

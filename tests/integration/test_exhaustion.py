@@ -14,6 +14,7 @@ import pytest
 from tests.harness import pgwire
 from tests.harness.l5pgd import L5pgd
 from tests.harness.ports import free_port
+from tests.harness.procstat import cpu_seconds, open_fds, vm_rss
 
 FD_LIMIT = 256
 IDLE_CLIENTS = 400
@@ -29,17 +30,6 @@ class FdLimitedL5pgd(L5pgd):
 def short_dir(workdir, prefix):
     # A Unix socket path has at most 107 bytes.
     return Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is the state (field 3): utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def open_fds(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def wait_for(predicate, timeout, what):
@@ -133,14 +123,6 @@ def test_out_of_fds_no_busy_loop_no_log_flood(workdir, cluster, l5pgd_binary):
 
 MiB = 1024 * 1024
 METRICS_MAX_CONNECTIONS = 16  # daemon/metrics_server.cpp kMaxConnections
-
-
-def vm_rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS line")
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from tests.harness import paths  # noqa: E402
 from tests.harness.client import LineReader, PYTHON, popen, shm_target  # noqa: E402
 from tests.harness.cluster import PgCluster, _chown_postgres  # noqa: E402
 from tests.harness.l5pgd import L5pgd  # noqa: E402
+from tests.harness.procstat import cpu_seconds, open_fds, status_kb  # noqa: E402
 
 SAMPLE_EVERY = 10
 
@@ -98,12 +99,8 @@ def proc_sample(pid):
     """l5pgd's private resident memory (RssAnon: what a leak grows), the clients' ring pages
     it has touched (RssShmem: grows until every ring was written round once, then flat),
     open fds and CPU seconds."""
-    status = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines())
-    anon_kb, shmem_kb = (int(status[k].split()[0]) for k in ("RssAnon", "RssShmem"))
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return anon_kb, shmem_kb, fds, cpu_s
+    return (status_kb(pid, "RssAnon"), status_kb(pid, "RssShmem"), open_fds(pid),
+            cpu_seconds(pid))
 
 
 def session_errors(d):
