@@ -159,6 +159,35 @@ void Session::disarm_after_block() {
     (void)from_client_.disarm();
 }
 
+// Like Postgres at a fast shutdown, tell the client why before hanging up, so applications
+// and poolers can tell a shutdown from a crash. Only where it cannot break the client's
+// framing (Postgres's last message complete) and never waiting: what does not fit into the
+// socket buffer, the ring or the RDMA channel right now is not sent.
+void Session::terminate_for_shutdown() {
+    if (state_ == SessionState::Forwarding && !client_gone_ && !cancel_request_ &&
+        !close_when_flushed_ && from_upstream_.at_boundary() && (is_shm() || to_client_.empty()))
+        send_fatal_now(protocol::build_fatal(protocol::kSqlstateAdminShutdown,
+                                             "terminating connection due to administrator "
+                                             "command"));
+    close("l5pgd is shutting down");
+}
+
+void Session::send_fatal_now(std::span<const std::byte> message) {
+    if (is_shm()) {
+        // One record or nothing: half a message would break the client's framing.
+        if (to_client_ring_.free_bytes() < message.size() + 64)
+            return;
+        shm::RingStatus status = shm::RingStatus::Ok;
+        (void)to_client_ring_.write(message, status);
+        return;  // close() sets server_closed and rings the doorbell
+    }
+    if (is_rdma()) {
+        (void)rdma_->write(message);  // its lingering flush delivers it
+        return;
+    }
+    (void)stream_.send(message.data(), message.size());
+}
+
 void Session::close(std::string_view reason, bool error) {
     if (state_ == SessionState::Closed)
         return;

@@ -24,6 +24,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
 #include "protocol/error_response.hpp"
+#include "protocol/framing.hpp"
 #include "protocol/startup.hpp"
 #include "transport/rdma/channel/hello.hpp"
 #include "transport/rdma/channel/offer.hpp"
@@ -72,6 +73,10 @@ class Session {
     // the session closed and stops its events; the worker's reap() destroys it (and only
     // then unmaps, closes and frees) after the current callback or polling round.
     void close(std::string_view reason, bool error = false);
+    // Shutdown (SIGTERM, a second SIGINT): FATAL 57P01 to the client when it can go out
+    // now without breaking its framing, then close().
+    void terminate_for_shutdown();
+    void send_fatal_now(std::span<const std::byte> message);
 
     // The client is gone (EOF, ECONNRESET, EPIPE, client_closed, RDMA channel closed):
     // what it published still goes to Postgres before the session closes. Only marks the
@@ -213,6 +218,7 @@ class Session {
     EventPtr timer_;
 
     std::vector<std::byte> startup_;  // private copy of the startup packet being read
+    protocol::MessageBoundaryTracker from_upstream_;  // where Postgres's messages end
     ByteQueue to_upstream_;
     ByteQueue to_client_;  // socket clients only
 

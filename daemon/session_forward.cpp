@@ -208,6 +208,9 @@ void Session::read_upstream_into_ring() {
         }
         const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
         if (n > 0) {
+            // Read back from shared memory: a client that scribbles over it only spoils
+            // whether its own session gets a FATAL at shutdown.
+            from_upstream_.feed(space.first(static_cast<size_t>(n)));
             to_client_ring_.commit(static_cast<size_t>(n));
             metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
             published = true;
@@ -233,6 +236,8 @@ void Session::read_upstream_into_queue() {
     std::span<std::byte> space = to_client_.prepare(kSocketChunk);
     const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
     const int err = errno;
+    if (n > 0)
+        from_upstream_.feed(space.first(static_cast<size_t>(n)));
     to_client_.commit(n > 0 ? static_cast<size_t>(n) : 0);
     if (n > 0)
         awaiting_upstream_ = false;

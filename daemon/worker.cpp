@@ -357,7 +357,7 @@ void Worker::close_all(std::string_view reason) {
     for (auto& [raw, owned] : sessions_)
         all.push_back(raw);
     for (Session* session : all)
-        session->close(reason);
+        session->terminate_for_shutdown();  // FATAL 57P01 where it can go out now
     reap();
     adopt_handed_over();  // sockets queued after the loop ended: close them too
     all.clear();

@@ -11,6 +11,7 @@ namespace l5pg::protocol {
 inline constexpr std::string_view kSqlstateProtocolViolation = "08P01";
 inline constexpr std::string_view kSqlstateConnectionFailure = "08006";
 inline constexpr std::string_view kSqlstateCannotConnectNow = "57P03";
+inline constexpr std::string_view kSqlstateAdminShutdown = "57P01";
 inline constexpr std::string_view kSqlstateTooManyConnections = "53300";
 inline constexpr std::string_view kSqlstateInvalidAuthorization = "28000";
 

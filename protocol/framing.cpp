@@ -1,5 +1,7 @@
 #include "protocol/framing.hpp"
 
+#include <algorithm>
+
 #include "protocol/wire.hpp"
 
 namespace l5pg::protocol {
@@ -24,6 +26,29 @@ MessageHeaderParse parse_message_header(std::span<const std::byte> buf,
         result.status = ParseStatus::Ok;
     }
     return result;
+}
+
+void MessageBoundaryTracker::feed(std::span<const std::byte> bytes) noexcept {
+    while (!bytes.empty() && !broken_) {
+        if (body_left_ > 0) {
+            const size_t skip = static_cast<size_t>(std::min<uint64_t>(body_left_, bytes.size()));
+            body_left_ -= skip;
+            bytes = bytes.subspan(skip);
+            continue;
+        }
+        const size_t take = std::min(kMessageHeaderSize - header_have_, bytes.size());
+        std::copy_n(bytes.begin(), take, header_ + header_have_);
+        header_have_ += take;
+        bytes = bytes.subspan(take);
+        if (header_have_ < kMessageHeaderSize)
+            return;
+        header_have_ = 0;
+        const uint32_t length = read_be32(header_ + 1);
+        if (length < 4)
+            broken_ = true;
+        else
+            body_left_ = length - 4;
+    }
 }
 
 }  // namespace l5pg::protocol

@@ -32,4 +32,22 @@ struct MessageHeaderParse {
 [[nodiscard]] MessageHeaderParse parse_message_header(
     std::span<const std::byte> buf, uint32_t max_length = kMaxMessageLength) noexcept;
 
+// Follows a stream of regular messages as it passes, without copying it: whether the bytes
+// seen so far end exactly at a message boundary (where a message of our own, such as a
+// FATAL at shutdown, may be put in without breaking the client's framing). Cost: one step
+// per message, not per byte.
+class MessageBoundaryTracker {
+  public:
+    void feed(std::span<const std::byte> bytes) noexcept;
+    [[nodiscard]] bool at_boundary() const noexcept {
+        return !broken_ && header_have_ == 0 && body_left_ == 0;
+    }
+
+  private:
+    uint64_t body_left_ = 0;  // bytes of the current message's body still to come
+    std::byte header_[kMessageHeaderSize]{};
+    size_t header_have_ = 0;
+    bool broken_ = false;  // an impossible length: never a boundary again
+};
+
 }  // namespace l5pg::protocol

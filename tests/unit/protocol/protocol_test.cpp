@@ -578,3 +578,27 @@ TEST_CASE("ErrorResponse: long message length field", "[protocol][error]") {
     CHECK(fields[2].second == "57P03");
     CHECK(fields[3].second == big);
 }
+
+TEST_CASE("MessageBoundaryTracker: boundaries across any split of the stream") {
+    // ReadyForQuery ('Z', 5, 'I') and a DataRow with a 3-byte body.
+    const std::vector<std::byte> stream = {
+        std::byte{'Z'}, std::byte{0},   std::byte{0}, std::byte{0}, std::byte{5},
+        std::byte{'I'}, std::byte{'D'}, std::byte{0}, std::byte{0}, std::byte{0},
+        std::byte{7},   std::byte{1},   std::byte{2}, std::byte{3}};
+    for (size_t split = 0; split <= stream.size(); ++split) {
+        l5pg::protocol::MessageBoundaryTracker tracker;
+        CHECK(tracker.at_boundary());
+        tracker.feed(std::span(stream).first(split));
+        CHECK(tracker.at_boundary() == (split == 0 || split == 6 || split == stream.size()));
+        tracker.feed(std::span(stream).subspan(split));
+        CHECK(tracker.at_boundary());
+    }
+}
+
+TEST_CASE("MessageBoundaryTracker: an impossible length is never a boundary again") {
+    l5pg::protocol::MessageBoundaryTracker tracker;
+    const std::byte bad[] = {std::byte{'E'}, std::byte{0}, std::byte{0}, std::byte{0},
+                             std::byte{2}};
+    tracker.feed(bad);
+    CHECK_FALSE(tracker.at_boundary());
+}
