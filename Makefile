@@ -18,7 +18,11 @@ ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psql.py test_rdma.py
 TSAN_IT := test_startup.py test_tls.py test_connection_burst.py
-TSAN_UNIT := concurrency|soft:|SoleCpuHint|sole_cpu|channel
+TSAN_UNIT := concurrency|soft:|channel
+# -O1 -g1: the sanitizer builds compile about twice as fast as at -O2 -g and keep file:line
+# in reports.
+SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g1" \
+  "-DCMAKE_C_FLAGS_RELEASE=-O1 -g1"
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1
 
@@ -79,14 +83,14 @@ test: build
 
 sanitize-test: deps
 	@echo "== ASan+UBSan: unit tests, then l5pgd and the shim under $(ASAN_IT) =="
-	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DL5PG_SANITIZE=ON
+	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DL5PG_SANITIZE=ON
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -L unit
 	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(ASAN_BUILD_DIR)) \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider $(ASAN_IT)
 	@echo "== TSan: threaded unit tests, then l5pgd under $(TSAN_IT) =="
-	cmake -S . -B $(TSAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DL5PG_TSAN=ON
-	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target l5pgd rdma_test shm_test
+	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE) -DL5PG_TSAN=ON
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target l5pgd rdma_test
 	cd $(TSAN_BUILD_DIR) && $(SANITIZER_ENV) TSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -R '$(TSAN_UNIT)'
 	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(TSAN_BUILD_DIR)) \
