@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # Debian 12 packages l5pg needs to build, test, demo and benchmark.
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
-  libibverbs-dev librdmacm-dev libssl-dev openssl postgresql-15 postgresql-contrib pgbouncer \
+  libibverbs-dev librdmacm-dev libssl-dev dpkg-dev openssl postgresql-15 postgresql-contrib pgbouncer \
   python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
   python3-matplotlib strace
 
@@ -16,11 +16,12 @@ FUZZ_PACKAGES := clang libclang-rt-14-dev
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 
-.PHONY: help deps install-packages build test unit-test integration-test demo bench fuzz format format-check clean
+.PHONY: help deps install-packages build package test unit-test integration-test demo bench fuzz format format-check clean
 
 help:
 	@echo "make deps              install missing Debian packages (as root, else prints the command)"
 	@echo "make build             configure and build into $(BUILD_DIR)/ (l5pgd, libl5pg.so, tests)"
+	@echo "make package           build/l5pg_<version>_<arch>.deb (CPack; Depends from dpkg-shlibdeps)"
 	@echo "make test              build, then unit tests (ctest) and integration tests (pytest, real Postgres)"
 	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
 	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 3 placements) into bench/results/"
@@ -49,6 +50,10 @@ $(BUILD_DIR)/build.ninja: | deps
 
 build: deps $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The .deb of what `make build` built (no rebuild with other flags): build/l5pg_*.deb.
+package: build
+	cd $(BUILD_DIR) && cpack -G DEB
 
 unit-test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit
