@@ -66,8 +66,12 @@ def can_hide():
         pytest.skip("needs root and unshare(1) for a private mount namespace")
     probe = ["/usr/bin/python3", "-c", "import ctypes; ctypes.CDLL('libibverbs.so.1')"]
     r = subprocess.run(hidden(probe), capture_output=True, text=True, timeout=30)
-    if r.returncode == 0 and libibverbs_path() is not None:
-        pytest.fail(f"hiding libibverbs did not work: {hidden(probe)}\n{r.stderr}")
+    if libibverbs_path() is None:
+        assert r.returncode != 0, "libibverbs.so.1 loads although ldconfig does not know it"
+    elif r.returncode == 0:
+        pytest.fail(f"hiding libibverbs did not work: {hidden(probe)}")
+    elif "libibverbs.so.1" not in r.stderr:  # unshare or mount refused (no CAP_SYS_ADMIN)
+        pytest.skip(f"cannot hide libibverbs in a mount namespace here: {r.stderr.strip()}")
     return True
 
 
