@@ -9,6 +9,7 @@
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "clientlib/upgrade.hpp"
+#include "l5pg_version.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -26,7 +27,7 @@ __attribute__((constructor)) void load_shim() noexcept {
     load_settings();
     ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
     debug_log()
-        .str("libl5pg loaded, transport ")
+        .str("libl5pg " L5PG_VERSION " loaded, transport ")
         .str(settings().mode == TransportMode::Off    ? "off"
              : settings().mode == TransportMode::Rdma ? "rdma"
                                                       : "auto")
@@ -47,7 +48,7 @@ int l5pg_fd_transport(int fd) {
 }
 
 const char* l5pg_version(void) {
-    return "l5pg 0.1.0";
+    return "l5pg " L5PG_VERSION;
 }
 
 }  // extern "C"

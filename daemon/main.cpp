@@ -18,6 +18,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
 #include "daemon/server.hpp"
+#include "l5pg_version.hpp"
 
 namespace {
 
@@ -60,7 +61,7 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
                 options.check_only = true;
                 break;
             case 'V':
-                std::printf("l5pgd 0.1.0\n");
+                std::printf("l5pgd %s\n", L5PG_VERSION);
                 exit_code = 0;
                 return std::nullopt;
             case 'h':

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "transport/rdma/verbs/ibverbs.hpp"
 #include "transport/rdma/verbs/validate.hpp"
 
 using namespace l5pg::rdma;
@@ -144,4 +145,24 @@ TEST_CASE("device kinds parse and print", "[rdma][verbs]") {
     CHECK(k == DeviceKind::Auto);
     CHECK_FALSE(parse_device_kind("rxe", k));
     CHECK(std::string(to_string(DeviceKind::Soft)) == "soft");
+}
+
+// ctest runs every test case in its own process, so this one starts with nothing loaded;
+// run in one process with the others, an earlier verbs test may have loaded it already.
+TEST_CASE("verbs: libibverbs is loaded on first use of the verbs device only", "[rdma][verbs]") {
+    if (ibverbs_loaded()) {
+        WARN("SKIPPED: an earlier test in this process used the verbs device");
+        return;
+    }
+    auto soft = l5pg::rdma::test::open_soft();
+    CHECK_FALSE(ibverbs_loaded());
+    std::string error;
+    DeviceOptions bad;
+    bad.port = 0;  // rejected before anything is loaded
+    CHECK(open_device(DeviceKind::Verbs, bad, error) == nullptr);
+    CHECK_FALSE(ibverbs_loaded());
+    const bool present = load_ibverbs(error) != nullptr;
+    CHECK(ibverbs_loaded() == present);
+    if (!present)
+        CHECK_THAT(error, Catch::StartsWith("libibverbs.so.1 not found: install rdma-core's"));
 }

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include "transport/rdma/verbs/ibverbs.hpp"
+
 namespace l5pg::rdma::verbs {
 
 // Why a QP (or the whole device) stopped working. Set from completions and from async
@@ -42,6 +44,7 @@ class FailureState {
 };
 
 struct VerbsConfig {
+    const IbvApi* api = nullptr;  // loaded libibverbs; lives as long as the process
     std::shared_ptr<ibv_context> context;
     std::shared_ptr<FailureState> device_failure;  // IBV_EVENT_DEVICE_FATAL
     uint8_t port = 1;

@@ -16,7 +16,8 @@ namespace l5pg::rdma::verbs {
 namespace {
 
 struct DeviceListDeleter {
-    void operator()(ibv_device** list) const noexcept { ibv_free_device_list(list); }
+    const IbvApi* api;
+    void operator()(ibv_device** list) const noexcept { api->free_device_list(list); }
 };
 
 class VerbsMemoryRegion final : public MemoryRegion {
@@ -50,13 +51,14 @@ class VerbsPd final : public ProtectionDomain {
             error = "cannot register an empty memory region";
             return nullptr;
         }
-        ibv_mr* raw = ibv_reg_mr(pd_.get(), addr, length, access_flags(access));
+        ibv_mr* raw = config_->api->reg_mr(pd_.get(), addr, length, access_flags(access));
         if (raw == nullptr) {
             error = sys::errno_text("ibv_reg_mr", errno);
             return nullptr;
         }
         // The MR keeps its PD alive; the PD keeps the device context alive.
-        std::shared_ptr<ibv_mr> mr(raw, [pd = pd_](ibv_mr* m) { ibv_dereg_mr(m); });
+        std::shared_ptr<ibv_mr> mr(raw,
+                                   [pd = pd_, api = config_->api](ibv_mr* m) { api->dereg_mr(m); });
         return std::make_unique<VerbsMemoryRegion>(std::move(mr), addr, length);
     }
 
@@ -78,12 +80,13 @@ class VerbsDevice final : public Device {
     std::string name() const override { return name_; }
 
     std::unique_ptr<ProtectionDomain> alloc_pd(std::string& error) override {
-        ibv_pd* raw = ibv_alloc_pd(config_->context.get());
+        ibv_pd* raw = config_->api->alloc_pd(config_->context.get());
         if (raw == nullptr) {
             error = sys::errno_text("ibv_alloc_pd", errno);
             return nullptr;
         }
-        std::shared_ptr<ibv_pd> pd(raw, [ctx = config_->context](ibv_pd* p) { ibv_dealloc_pd(p); });
+        std::shared_ptr<ibv_pd> pd(
+            raw, [ctx = config_->context, api = config_->api](ibv_pd* p) { api->dealloc_pd(p); });
         return std::make_unique<VerbsPd>(std::move(pd), config_);
     }
 
@@ -95,9 +98,9 @@ class VerbsDevice final : public Device {
     void process_async_events() noexcept override {
         for (;;) {
             ibv_async_event event;
-            if (ibv_get_async_event(config_->context.get(), &event) != 0)
+            if (config_->api->get_async_event(config_->context.get(), &event) != 0)
                 return;  // EAGAIN: the fd is non-blocking
-            const std::string what = ibv_event_type_str(event.event_type);
+            const std::string what = config_->api->event_type_str(event.event_type);
             switch (event.event_type) {
                 case IBV_EVENT_QP_FATAL:
                 case IBV_EVENT_QP_REQ_ERR:
@@ -116,7 +119,7 @@ class VerbsDevice final : public Device {
                 default:  // port/LID/GID changes, COMM_EST, ...: QPs that suffer fail by retries
                     break;
             }
-            ibv_ack_async_event(&event);
+            config_->api->ack_async_event(&event);
         }
     }
 
@@ -125,41 +128,42 @@ class VerbsDevice final : public Device {
     std::shared_ptr<const VerbsConfig> config_;
 };
 
-[[nodiscard]] const char* port_state_name(ibv_port_state state) noexcept {
-    return ibv_port_state_str(state);
-}
-
 }  // namespace
 
 std::unique_ptr<Device> open_verbs_device(const DeviceOptions& options, std::string& error) {
     if (!validate_options(options, error))
         return nullptr;
+    const IbvApi* api = load_ibverbs(error);  // the first use of RDMA verbs loads the library
+    if (api == nullptr)
+        return nullptr;
     int count = 0;
     errno = 0;
-    std::unique_ptr<ibv_device*, DeviceListDeleter> list(ibv_get_device_list(&count));
+    std::unique_ptr<ibv_device*, DeviceListDeleter> list(api->get_device_list(&count),
+                                                         DeviceListDeleter{api});
     if (list == nullptr || count <= 0) {
         error = no_device_message(list == nullptr ? errno : 0);
         return nullptr;
     }
     std::vector<std::string> names;
     for (int i = 0; i < count; ++i)
-        names.emplace_back(ibv_get_device_name(list.get()[i]));
+        names.emplace_back(api->get_device_name(list.get()[i]));
     size_t index = 0;
     if (!select_device(names, options.device_name, index, error))
         return nullptr;
 
-    ibv_context* raw = ibv_open_device(list.get()[index]);
+    ibv_context* raw = api->open_device(list.get()[index]);
     if (raw == nullptr) {
         error = sys::errno_text(("ibv_open_device(" + names[index] + ")").c_str(), errno);
         return nullptr;
     }
     auto config = std::make_shared<VerbsConfig>();
+    config->api = api;
     config->context =
-        std::shared_ptr<ibv_context>(raw, [](ibv_context* c) { ibv_close_device(c); });
+        std::shared_ptr<ibv_context>(raw, [api](ibv_context* c) { api->close_device(c); });
     config->device_failure = std::make_shared<FailureState>();
 
     ibv_device_attr device_attr{};
-    if (const int rc = ibv_query_device(raw, &device_attr); rc != 0) {
+    if (const int rc = api->query_device(raw, &device_attr); rc != 0) {
         error = sys::errno_text("ibv_query_device", rc);
         return nullptr;
     }
@@ -167,12 +171,12 @@ std::unique_ptr<Device> open_verbs_device(const DeviceOptions& options, std::str
     info.port_count = device_attr.phys_port_cnt;
     ibv_port_attr port_attr{};
     if (options.port >= 1 && options.port <= info.port_count) {
-        if (const int rc = ibv_query_port(raw, options.port, &port_attr); rc != 0) {
+        if (const int rc = api->query_port(raw, options.port, &port_attr); rc != 0) {
             error = sys::errno_text("ibv_query_port", rc);
             return nullptr;
         }
         info.active = port_attr.state == IBV_PORT_ACTIVE;
-        info.state_name = port_state_name(port_attr.state);
+        info.state_name = api->port_state_str(port_attr.state);
         info.ethernet = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
         info.gid_table_length = port_attr.gid_tbl_len;
     }
@@ -182,7 +186,7 @@ std::unique_ptr<Device> open_verbs_device(const DeviceOptions& options, std::str
     }
     if (options.gid_index >= 0) {
         ibv_gid gid{};
-        if (ibv_query_gid(raw, options.port, options.gid_index, &gid) != 0) {
+        if (api->query_gid(raw, options.port, options.gid_index, &gid) != 0) {
             error = sys::errno_text("ibv_query_gid", errno);
             return nullptr;
         }

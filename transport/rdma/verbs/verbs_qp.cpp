@@ -40,9 +40,9 @@ constexpr int kPollBatch = 16;
     }
 }
 
-[[nodiscard]] bool modify(ibv_qp* qp, ibv_qp_attr& attr, int mask, const char* what,
-                          std::string& error) {
-    if (const int rc = ibv_modify_qp(qp, &attr, mask); rc != 0) {
+[[nodiscard]] bool modify(const IbvApi* api, ibv_qp* qp, ibv_qp_attr& attr, int mask,
+                          const char* what, std::string& error) {
+    if (const int rc = api->modify_qp(qp, &attr, mask); rc != 0) {
         error = sys::errno_text(what, rc);
         return false;
     }
@@ -72,14 +72,16 @@ VerbsQueuePair::VerbsQueuePair(std::shared_ptr<ibv_pd> pd,
 
 bool VerbsQueuePair::init(uint32_t depth, std::string& error) {
     ibv_context* ctx = config_->context.get();
+    const IbvApi* api = config_->api;
     // One CQ entry per possible outstanding WR: every one may be signaled or fail, and
     // an overrun CQ would take the QP down.
-    ibv_cq* cq = ibv_create_cq(ctx, static_cast<int>(depth) + 1, &failure_, nullptr, 0);
+    ibv_cq* cq = api->create_cq(ctx, static_cast<int>(depth) + 1, &failure_, nullptr, 0);
     if (cq == nullptr) {
         error = sys::errno_text("ibv_create_cq", errno);
         return false;
     }
-    cq_ = std::shared_ptr<ibv_cq>(cq, [ctx = config_->context](ibv_cq* c) { ibv_destroy_cq(c); });
+    cq_ = std::shared_ptr<ibv_cq>(cq,
+                                  [ctx = config_->context, api](ibv_cq* c) { api->destroy_cq(c); });
 
     ibv_qp_init_attr init{};
     init.qp_context = &failure_;
@@ -92,14 +94,14 @@ bool VerbsQueuePair::init(uint32_t depth, std::string& error) {
     init.cap.max_inline_data = config_->max_inline;
     init.qp_type = IBV_QPT_RC;
     init.sq_sig_all = 0;  // selective signaling: only WRs flagged signaled complete
-    ibv_qp* qp = ibv_create_qp(pd_.get(), &init);
+    ibv_qp* qp = api->create_qp(pd_.get(), &init);
     if (qp == nullptr) {
         error = sys::errno_text("ibv_create_qp (RC)", errno);
         if (errno == EINVAL)
             error += "; max_inline or max_send_wr may exceed what the device supports";
         return false;
     }
-    qp_ = std::shared_ptr<ibv_qp>(qp, [pd = pd_](ibv_qp* q) { ibv_destroy_qp(q); });
+    qp_ = std::shared_ptr<ibv_qp>(qp, [pd = pd_, api](ibv_qp* q) { api->destroy_qp(q); });
     max_inline_ = init.cap.max_inline_data;  // what the provider actually granted
     max_send_wr_ = init.cap.max_send_wr;
     psn_ = static_cast<uint32_t>(std::random_device{}()) & 0xffffffu;
@@ -110,7 +112,8 @@ bool VerbsQueuePair::init(uint32_t depth, std::string& error) {
     attr.port_num = config_->port;
     attr.qp_access_flags =
         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    return modify(qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+    return modify(config_->api, qp, attr,
+                  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
                   "ibv_modify_qp(INIT)", error);
 }
 
@@ -158,7 +161,7 @@ bool VerbsQueuePair::connect(const QpEndpoint& remote, std::string& error) {
         attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(config_->gid_index);
         attr.ah_attr.grh.hop_limit = 64;
     }
-    if (!modify(qp_.get(), attr,
+    if (!modify(config_->api, qp_.get(), attr,
                 IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
                 "ibv_modify_qp(RTR)", error))
@@ -171,7 +174,7 @@ bool VerbsQueuePair::connect(const QpEndpoint& remote, std::string& error) {
     attr.rnr_retry = config_->rnr_retry;
     attr.sq_psn = psn_;
     attr.max_rd_atomic = config_->max_rd_atomic;
-    if (!modify(qp_.get(), attr,
+    if (!modify(config_->api, qp_.get(), attr,
                 IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
                 "ibv_modify_qp(RTS)", error))
@@ -211,6 +214,8 @@ bool VerbsQueuePair::post(const WorkRequest& wr, std::string& error) {
     swr.wr.rdma.remote_addr = wr.remote_addr;
     swr.wr.rdma.rkey = wr.rkey;
     ibv_send_wr* bad = nullptr;
+    // ibv_post_send and ibv_poll_cq are static inline in verbs.h: they call the
+    // provider through the context's ops and need no symbol from libibverbs.
     if (const int rc = ibv_post_send(qp_.get(), &swr, &bad); rc != 0) {
         error = sys::errno_text("ibv_post_send", rc);
         if (rc == ENOMEM)
@@ -228,7 +233,7 @@ Completion VerbsQueuePair::convert(const ibv_wc& wc) {
     c.byte_len = wc.byte_len;
     if (wc.status != IBV_WC_SUCCESS) {
         // After an error completion the QP is in the error state: everything else flushes.
-        failure_.set(std::string("completion error: ") + ibv_wc_status_str(wc.status) +
+        failure_.set(std::string("completion error: ") + config_->api->wc_status_str(wc.status) +
                      " (vendor error " + std::to_string(wc.vendor_err) + ")");
     }
     return c;
