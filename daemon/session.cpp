@@ -182,7 +182,10 @@ void Session::send_fatal_now(std::span<const std::byte> message) {
         return;  // close() sets server_closed and rings the doorbell
     }
     if (is_rdma()) {
-        (void)rdma_->write(message);  // its lingering flush delivers it
+        // Its lingering flush delivers it. With the client's ring nearly full only a part
+        // may go (the channel has no all-or-nothing write yet): the client then sees its
+        // connection end mid-message, as it would without the FATAL.
+        (void)rdma_->write(message);
         return;
     }
     (void)stream_.send(message.data(), message.size());

@@ -76,7 +76,6 @@ class Session {
     // Shutdown (SIGTERM, a second SIGINT): FATAL 57P01 to the client when it can go out
     // now without breaking its framing, then close().
     void terminate_for_shutdown();
-    void send_fatal_now(std::span<const std::byte> message);
 
     // The client is gone (EOF, ECONNRESET, EPIPE, client_closed, RDMA channel closed):
     // what it published still goes to Postgres before the session closes. Only marks the
@@ -88,6 +87,7 @@ class Session {
     void continue_departure();
 
   private:
+    void send_fatal_now(std::span<const std::byte> message);  // see terminate_for_shutdown()
     // startup (session_startup.cpp)
     void on_startup_readable();
     bool read_startup_from_socket();
