@@ -71,6 +71,52 @@ void load_rdma_settings(Settings& s) {
     }
 }
 
+void copy_env(const char* name, char* out, size_t size) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0')
+        return;
+    if (std::strlen(value) >= size) {
+        debug_log().str(name).str(" is too long, ignored").end();
+        return;
+    }
+    std::strcpy(out, value);
+}
+
+void load_tls_settings(Settings& s) {
+    if (const char* mode = std::getenv("L5PG_SSLMODE"); mode && *mode) {
+        static constexpr struct {
+            const char* name;
+            SslMode mode;
+        } kModes[] = {{"disable", SslMode::Disable},
+                      {"prefer", SslMode::Prefer},
+                      {"require", SslMode::Require},
+                      {"verify-ca", SslMode::VerifyCa},
+                      {"verify-full", SslMode::VerifyFull}};
+        bool known = false;
+        for (const auto& m : kModes) {
+            if (std::strcmp(mode, m.name) == 0) {
+                s.ssl_mode = m.mode;
+                known = true;
+            }
+        }
+        if (!known) {  // the safe reading of a typo: verify everything
+            debug_log().str("L5PG_SSLMODE=").str(mode).str(" is unknown, using verify-full").end();
+            s.ssl_mode = SslMode::VerifyFull;
+        }
+    }
+    copy_env("L5PG_SSLROOTCERT", s.ssl_root_cert, sizeof s.ssl_root_cert);
+    if (s.ssl_root_cert[0] == '\0') {
+        if (const char* home = std::getenv("HOME");
+            home && *home && std::strlen(home) + 32 < sizeof s.ssl_root_cert) {
+            std::strcpy(s.ssl_root_cert, home);
+            std::strcat(s.ssl_root_cert, "/.postgresql/root.crt");
+        }
+    }
+    copy_env("L5PG_SSLCERT", s.ssl_cert, sizeof s.ssl_cert);
+    copy_env("L5PG_SSLKEY", s.ssl_key, sizeof s.ssl_key);
+    copy_env("L5PG_SSLHOST", s.ssl_host, sizeof s.ssl_host);
+}
+
 }  // namespace
 
 void load_settings() noexcept {
@@ -98,6 +144,7 @@ void load_settings() noexcept {
     if (const char* uid = std::getenv("L5PG_TRUSTED_UID"); uid && *uid)
         s.trusted_uid = static_cast<int64_t>(env_number("L5PG_TRUSTED_UID", 0, 0, UINT32_MAX - 1));
     load_rdma_settings(s);
+    load_tls_settings(s);
     g_settings = s;
 }
 

@@ -13,6 +13,12 @@ namespace l5pg::shim {
 // connections to the ports in L5PG_RDMA_PORTS are upgraded to the RDMA channel.
 enum class TransportMode { Auto, Off, Rdma };
 
+// L5PG_SSLMODE: TLS for the RDMA upgrade's handshake on the TCP socket (clientlib/
+// upgrade_tls.hpp). Like libpq's sslmode, for the shim's own exchange with l5pgd only.
+enum class SslMode { Disable, Prefer, Require, VerifyCa, VerifyFull };
+
+inline constexpr size_t kMaxPath = 1024;
+
 inline constexpr size_t kMaxRdmaPorts = 16;
 
 struct Settings {
@@ -31,6 +37,16 @@ struct Settings {
     char rdma_device_name[64] = {};  // L5PG_RDMA_DEVICE_NAME (verbs; "" = first device)
     uint8_t rdma_device_port = 1;    // L5PG_RDMA_DEVICE_PORT (verbs, 1-based)
     int rdma_gid_index = -1;         // L5PG_RDMA_GID_INDEX (verbs; -1 = LID routing)
+    // ---- TLS around the RDMA upgrade (mode rdma)
+    SslMode ssl_mode = SslMode::Prefer;  // L5PG_SSLMODE
+    // L5PG_SSLROOTCERT (verify-ca/verify-full; default ~/.postgresql/root.crt, "system" =
+    // OpenSSL's default trust store), L5PG_SSLCERT/L5PG_SSLKEY (a client certificate, for
+    // an l5pgd with tls.ca_file), L5PG_SSLHOST (the name verify-full checks; default the
+    // server's IP address, since the shim never sees the host name libpq was given).
+    char ssl_root_cert[kMaxPath] = {};
+    char ssl_cert[kMaxPath] = {};
+    char ssl_key[kMaxPath] = {};
+    char ssl_host[256] = {};
 };
 
 // mode rdma and `port` listed in L5PG_RDMA_PORTS. Async-signal-safe.

@@ -13,16 +13,19 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
+#include "clientlib/handshake_stream.hpp"
 #include "clientlib/real_calls.hpp"
+#include "clientlib/reconnect.hpp"
 #include "clientlib/settings.hpp"
 #include "clientlib/upgrade_common.hpp"
 #include "protocol/startup.hpp"
 #include "transport/rdma/channel/client.hpp"
-#include "transport/rdma/channel/exchange.hpp"
+#include "transport/rdma/channel/hello.hpp"
 #include "transport/rdma/channel/offer.hpp"
 
 namespace l5pg::shim {
@@ -61,48 +64,6 @@ rdma::Device* rdma_device() noexcept {
     rdma::Device* device = g_rdma_device;
     ::pthread_mutex_unlock(&g_rdma_mutex);
     return device;
-}
-
-bool send_all(int fd, const std::byte* data, size_t len) noexcept {
-    size_t sent = 0;
-    int remaining_ms = settings().upgrade_timeout_ms;
-    while (sent < len) {
-        const ssize_t n = real().send(fd, data + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            sent += static_cast<size_t>(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN)
-            return false;
-        if (!wait_for(fd, POLLOUT, remaining_ms))
-            return false;
-    }
-    return true;
-}
-
-bool recv_exact(int fd, std::byte* out, size_t len) noexcept {
-    size_t got = 0;
-    int remaining_ms = settings().upgrade_timeout_ms;
-    while (got < len) {
-        const ssize_t n = real().recv(fd, out + got, len - got, MSG_DONTWAIT);
-        if (n > 0) {
-            got += static_cast<size_t>(n);
-            continue;
-        }
-        if (n == 0) {
-            errno = ECONNRESET;
-            return false;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN)
-            return false;
-        if (!wait_for(fd, POLLIN, remaining_ms))
-            return false;
-    }
-    return true;
 }
 
 // Opens the soft device's wire: a second TCP connection to the same l5pgd host, at the
@@ -145,7 +106,7 @@ int connect_wire(int session_fd, const rdma::Offer& offer, const char*& why) noe
     }
     std::array<std::byte, rdma::kWireHelloSize> greeting{};
     rdma::encode_wire_hello(offer.token, greeting);
-    if (!send_all(wire, greeting.data(), greeting.size())) {
+    if (!HandshakeStream(wire).send_all(greeting.data(), greeting.size())) {
         why = "cannot send the soft wire greeting";
         real().close(wire);
         return -1;
@@ -159,27 +120,83 @@ const char* answer_text(char answer) noexcept {
                          : "an unexpected byte";
 }
 
+const char* ssl_mode_name(SslMode mode) noexcept {
+    switch (mode) {
+        case SslMode::Disable:
+            return "disable";
+        case SslMode::Prefer:
+            return "prefer";
+        case SslMode::Require:
+            return "require";
+        case SslMode::VerifyCa:
+            return "verify-ca";
+        case SslMode::VerifyFull:
+            return "verify-full";
+    }
+    return "?";
+}
+
+// The upgrade will not happen: the connection carries on as plain TCP for libpq. After
+// TLS began that needs a fresh connection (reconnect.hpp).
+UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno,
+                            const char* why) noexcept {
+    if (!stream.encrypted())
+        return stay_plain(fd, saved_errno, ": ", why, ", staying on TCP");
+    if (!reconnect_plain(fd))
+        return upgrade_failed(fd, ": ", why,
+                              "; reconnecting for plain TCP failed: ", std::strerror(errno));
+    return stay_plain(fd, saved_errno, ": ", why, ", staying on TCP (a fresh connection)");
+}
+
 // After l5pgd's offer we cannot simply stop: it waits for our Hello. An all-zero Hello
 // says "never mind"; l5pgd answers 'N' and the connection carries on as plain TCP.
-UpgradeResult abandon_rdma(int fd, const char* why, int saved_errno) noexcept {
-    debug_log()
-        .str("fd ")
-        .inum(fd)
-        .str(": RDMA upgrade abandoned (")
-        .str(why)
-        .str("), staying on TCP")
-        .end();
+UpgradeResult abandon_rdma(HandshakeStream& stream, int fd, const char* why,
+                           int saved_errno) noexcept {
+    debug_log().str("fd ").inum(fd).str(": RDMA upgrade abandoned (").str(why).str(")").end();
     const std::array<std::byte, rdma::kHelloSize> zeros{};
-    if (!send_all(fd, zeros.data(), zeros.size()))
+    if (!stream.send_all(zeros.data(), zeros.size()))
         return UpgradeResult::Failed;
-    const char answer = await_answer(fd);
+    const char answer = stream.await_answer();
     if (answer != 'N') {
         if (answer != 0)
             errno = ECONNRESET;
         return UpgradeResult::Failed;
     }
-    errno = saved_errno;
-    return UpgradeResult::Plain;
+    return leave_for_tcp(stream, fd, saved_errno, "the upgrade was abandoned");
+}
+
+// L5PG_SSLMODE: the rest of the handshake inside TLS when l5pgd offers it (prefer) or
+// insists on it. Plain when TLS may go on as planned; otherwise the result to return.
+std::optional<UpgradeResult> secure_handshake(HandshakeStream& stream, int fd,
+                                              int saved_errno) noexcept {
+    const SslMode mode = settings().ssl_mode;
+    if (mode == SslMode::Disable)
+        return std::nullopt;
+    switch (stream.start_tls()) {
+        case HandshakeStream::Tls::On:
+            return std::nullopt;
+        case HandshakeStream::Tls::Refused:
+            if (mode == SslMode::Prefer)
+                return std::nullopt;
+            return stay_plain(fd, saved_errno,
+                              ": l5pgd answered our SSLRequest with N (no TLS) and L5PG_SSLMODE=",
+                              ssl_mode_name(mode),
+                              " forbids the RDMA upgrade in clear, staying on TCP");
+        case HandshakeStream::Tls::Failed:
+            debug_log()
+                .str("fd ")
+                .inum(fd)
+                .str(": TLS with l5pgd failed: ")
+                .str(stream.error())
+                .end();
+            if (!reconnect_plain(fd))
+                return upgrade_failed(
+                    fd, ": reconnecting for plain TCP failed: ", std::strerror(errno));
+            return stay_plain(fd, saved_errno,
+                              ": no RDMA upgrade without TLS (L5PG_SSLMODE=", ssl_mode_name(mode),
+                              "), staying on TCP (a fresh connection)");
+    }
+    return std::nullopt;
 }
 
 UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) {
@@ -198,20 +215,22 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
         return stay_plain(fd, saved_errno, ": no RDMA device (", g_rdma_failure,
                           "), staying on TCP");
     }
+    HandshakeStream stream(fd);
+    if (std::optional<UpgradeResult> result = secure_handshake(stream, fd, saved_errno))
+        return *result;
     protocol::L5UpgradeRequest request;
     request.transport = protocol::L5Transport::Rdma;
     request.c2s_ring_size = s.ring_size;
     request.s2c_ring_size = s.ring_size;
     const auto packet = protocol::build_l5_upgrade_request(request);
-    if (!send_all(fd, packet.data(), packet.size())) {
+    if (!stream.send_all(packet.data(), packet.size())) {
         return upgrade_failed(fd,
                               ": sending the RDMA upgrade request failed: ", std::strerror(errno));
     }
-    char answer = await_answer(fd);
-    if (answer == 'N') {
-        return stay_plain(fd, saved_errno,
-                          ": l5pgd declined the RDMA upgrade (see its log), staying on TCP");
-    }
+    char answer = stream.await_answer();
+    if (answer == 'N')
+        return leave_for_tcp(stream, fd, saved_errno,
+                             "l5pgd declined the RDMA upgrade (see its log)");
     if (answer != static_cast<char>(rdma::kOfferTag)) {
         if (answer != 0)
             errno = ECONNRESET;
@@ -220,11 +239,11 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
     }
     std::array<std::byte, rdma::kOfferSize> offer_bytes{};
     rdma::Offer offer;
-    if (!recv_exact(fd, offer_bytes.data(), offer_bytes.size())) {
+    if (!stream.recv_exact(offer_bytes.data(), offer_bytes.size())) {
         return upgrade_failed(fd, ": reading l5pgd's RDMA offer failed: ", std::strerror(errno));
     }
     if (!rdma::decode_offer(offer_bytes, offer))
-        return abandon_rdma(fd, "invalid offer from l5pgd", saved_errno);
+        return abandon_rdma(stream, fd, "invalid offer from l5pgd", saved_errno);
     if (offer.kind != device->kind()) {
         debug_log()
             .str("fd ")
@@ -235,14 +254,14 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
             .str(rdma::to_string(device->kind()))
             .str(" one (L5PG_RDMA_DEVICE)")
             .end();
-        return abandon_rdma(fd, "device kinds differ", saved_errno);
+        return abandon_rdma(stream, fd, "device kinds differ", saved_errno);
     }
     rdma::QpOptions qp_options;
     if (offer.kind == rdma::DeviceKind::Soft) {
         const char* why = "";
         qp_options.soft_wire_fd = connect_wire(fd, offer, why);
         if (qp_options.soft_wire_fd < 0)
-            return abandon_rdma(fd, why, saved_errno);
+            return abandon_rdma(stream, fd, why, saved_errno);
     }
     rdma::ClientOptions options;
     options.c2s_ring_size = s.ring_size;
@@ -258,24 +277,26 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
             .str(": cannot create the RDMA channel: ")
             .str(error.c_str())
             .end();
-        return abandon_rdma(fd, "no channel", saved_errno);
+        return abandon_rdma(stream, fd, "no channel", saved_errno);
     }
     std::array<std::byte, rdma::kHelloSize> hello{};
     rdma::encode_hello(rdma->hello(), hello);
-    if (!send_all(fd, hello.data(), hello.size()))
+    if (!stream.send_all(hello.data(), hello.size()))
         return UpgradeResult::Failed;
-    answer = await_answer(fd);
+    answer = stream.await_answer();
     if (answer == 'N') {
-        return stay_plain(
-            fd, saved_errno,
-            ": l5pgd declined the RDMA upgrade after our hello (see its log), staying on TCP");
+        return leave_for_tcp(stream, fd, saved_errno,
+                             "l5pgd declined the RDMA upgrade after our hello (see its log)");
     }
     rdma::Hello server;
+    std::array<std::byte, rdma::kHelloSize> server_hello{};
     if (answer != static_cast<char>(protocol::kL5Accepted) ||
-        !rdma::recv_hello(fd, server, std::chrono::milliseconds(s.upgrade_timeout_ms), error) ||
-        !rdma->connect(server, error)) {
+        !stream.recv_exact(server_hello.data(), server_hello.size()) || !stream.drained() ||
+        !rdma::decode_hello(server_hello, server, error) || !rdma->connect(server, error)) {
         if (answer != static_cast<char>(protocol::kL5Accepted))
             error = answer != 0 ? "unexpected answer" : std::strerror(errno);
+        else if (error.empty())
+            error = stream.drained() ? std::strerror(errno) : "bytes after l5pgd's hello";
         debug_log().str("fd ").inum(fd).str(": RDMA upgrade failed: ").str(error.c_str()).end();
         errno = ECONNRESET;
         return UpgradeResult::Failed;
@@ -295,7 +316,8 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
         .str(rdma::to_string(offer.kind))
         .str(" device, rings of ")
         .num(s.ring_size)
-        .str(" bytes each way)")
+        .str(" bytes each way")
+        .str(stream.encrypted() ? ", handshake inside TLS)" : ")")
         .end();
     errno = saved_errno;
     return UpgradeResult::Upgraded;

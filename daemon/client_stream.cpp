@@ -76,6 +76,13 @@ size_t ClientStream::pending() const noexcept {
     return ssl_ ? static_cast<size_t>(SSL_pending(ssl_.get())) : 0;
 }
 
+bool ClientStream::end_tls() noexcept {
+    if (pending() != 0)
+        return false;
+    ssl_.reset();
+    return true;
+}
+
 void ClientStream::say_goodbye() noexcept {
     if (ssl_ && handshake_done_) {
         (void)SSL_shutdown(ssl_.get());

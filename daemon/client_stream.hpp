@@ -32,6 +32,12 @@ class ClientStream {
     // The last TLS call that returned EAGAIN needs the socket writable, not readable.
     [[nodiscard]] bool wants_write() const noexcept { return wants_write_; }
 
+    // Back to the bare socket without close_notify, once an RDMA upgrade negotiated inside
+    // TLS is accepted (the client drops TLS at the same point; from then on the socket
+    // carries only doorbells and EOF). False, and TLS kept, if the client sent anything
+    // after its last handshake message: a protocol error.
+    [[nodiscard]] bool end_tls() noexcept;
+
     // Best effort close_notify before the socket closes (TLS only; never blocks).
     void say_goodbye() noexcept;
 

@@ -93,6 +93,8 @@ class Session {
     bool read_startup_from_socket();
     bool read_startup_from_tls(size_t want);
     bool read_startup_from_ring();
+    // The client's Hello after an RDMA offer, else a startup packet.
+    void process_startup_input();
     void process_startup_buffer();
     // Reads with `read` and processes startup packets until none is complete or the session
     // leaves Startup; several may be queued (SSLRequest, then StartupMessage).

@@ -38,17 +38,17 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
     const config::RdmaConfig& cfg = worker_.config().rdma;
     if (transport_ != Transport::Tcp)
         return "RDMA needs the TCP listener";
-    if (stream_.tls())
-        return "RDMA inside TLS is not supported yet";
     if (!cfg.enabled)
         return "rdma.enabled is false";
     // No client on TCP is served: allocate nothing for it (its StartupMessage, sent over
     // TCP after the decline, is refused with 28000).
     if (worker_.admission().auth.tcp == config::AuthMethod::Reject)
         return "auth.tcp is reject";
-    // The upgrade's tokens and rkeys would cross in clear (RDMA inside TLS: not yet).
-    if (worker_.admission().tls_mode == config::TlsMode::Require)
-        return "tls.mode is require";
+    // The offer's token and the Hellos' rkeys would cross in clear; the shim negotiates
+    // inside TLS unless its L5PG_SSLMODE is disable.
+    if (worker_.admission().tls_mode == config::TlsMode::Require && !stream_.tls())
+        return "tls.mode is require and the upgrade request came in clear (the client's "
+               "L5PG_SSLMODE is disable)";
     if (worker_.rdma_endpoint() == nullptr)
         return worker_.rdma_unavailable();
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
@@ -183,6 +183,10 @@ void Session::finish_rdma_accept(UniqueFd wire) {
     worker_.set_polled(this, true);
     if (!send_now(answer)) {
         close("cannot answer the RDMA hello", true);
+        return;
+    }
+    if (stream_.tls() && !stream_.end_tls()) {
+        close("the client sent bytes after its RDMA hello inside TLS", true);
         return;
     }
     metrics_.upgrade_accepted();

@@ -52,25 +52,34 @@ void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
 }  // namespace
 
 void Session::on_startup_readable() {
-    if (rdma_phase_ == RdmaPhase::AwaitWire)
-        return;  // the client waits for our answer; its socket is not watched meanwhile
-    if (stream_.tls()) {
-        // A packet's first bytes and the rest come out of one TLS record, the rest from
-        // OpenSSL's buffer, which no readiness event announces: read until nothing moves.
-        if (!stream_.handshake_done())
+    for (;;) {
+        // After an RDMA offer's Hello the socket is no longer read here: the client waits
+        // for our answer (AwaitWire), then it carries doorbells (transport Rdma).
+        if (state_ != SessionState::Startup || rdma_phase_ == RdmaPhase::AwaitWire ||
+            transport_ == Transport::Rdma)
+            return;
+        if (stream_.tls() && !stream_.handshake_done()) {
             continue_tls_handshake();
-        else
-            (void)drain_startup(&Session::read_startup_from_socket);
+            return;
+        }
+        const size_t before = startup_.size();
+        if (!read_startup_from_socket() || startup_.size() == before)
+            return;
+        process_startup_input();
+        // A socket announces its next bytes with the next readiness event; through TLS they
+        // may already wait in OpenSSL's buffer, which nothing announces: read on.
+        if (!stream_.tls())
+            return;
+    }
+}
+
+void Session::process_startup_input() {
+    if (rdma_phase_ != RdmaPhase::AwaitHello) {
+        process_startup_buffer();
         return;
     }
-    if (!read_startup_from_socket())
-        return;
-    if (rdma_phase_ == RdmaPhase::AwaitHello) {
-        if (startup_.size() == rdma::kHelloSize)
-            on_rdma_hello();
-        return;
-    }
-    process_startup_buffer();
+    if (startup_.size() == rdma::kHelloSize)
+        on_rdma_hello();
 }
 
 // Returns false when the session was closed.

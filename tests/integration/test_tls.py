@@ -4,8 +4,9 @@ import subprocess
 
 import pytest
 
-from tests.harness.client import Target, psql_cmd, run
+from tests.harness.client import Target, psql_cmd, run, shim_debug_lines
 from tests.harness.l5pgd import L5pgd
+from tests.harness.rdma import rdma_overrides, rdma_target, upgraded_rdma
 
 
 def openssl(*args, cwd):
@@ -31,9 +32,9 @@ def pki(workdir):
     return d
 
 
-def tls_l5pgd(workdir, cluster, pki, name, mode, ca=False):
+def tls_l5pgd(workdir, cluster, pki, name, mode, ca=False, rdma=False):
     overrides = [f"tls.mode={mode}", f"tls.cert_file={pki / 'server.crt'}",
-                 f"tls.key_file={pki / 'server.key'}"]
+                 f"tls.key_file={pki / 'server.key'}"] + (rdma_overrides("soft") if rdma else [])
     if ca:
         overrides.append(f"tls.ca_file={pki / 'ca.crt'}")
     return L5pgd(workdir / name, cluster, extra_overrides=overrides)
@@ -114,3 +115,72 @@ def test_unreadable_certificate_stops_l5pgd_at_start(l5pgd_binary, pki):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "tls.cert_file" in r.stderr and "missing.crt" in r.stderr
+
+
+# ---- RDMA (soft device) negotiated inside TLS: the shim's L5PG_SSLMODE
+
+@pytest.fixture(scope="module")
+def required_rdma(workdir, cluster, pki):
+    d = tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-rdma", "require", rdma=True)
+    d.start()
+    yield d
+    d.stop()
+
+
+def rdma_conninfo(d, **env):
+    target = rdma_target(d, device="soft", L5PG_DEBUG=1, **env)
+    return run(psql_cmd("-c", r"\conninfo", "-c", "select 42"), target, check=False, timeout=60)
+
+
+def test_rdma_session_negotiated_inside_tls(required_rdma, pki):
+    """tls.mode=require: the upgrade's offer, token and Hellos go inside TLS, verified
+    against the test's CA and the server's IP address; the session then runs over RDMA."""
+    sessions = required_rdma.metric("l5pg_sessions_total", transport="rdma")
+    r = rdma_conninfo(required_rdma, L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "ca.crt")
+    assert r.returncode == 0, r.stderr
+    assert "42" in r.stdout
+    assert upgraded_rdma(r.stderr), r.stderr
+    assert any("handshake inside TLS" in ln for ln in shim_debug_lines(r.stderr)), r.stderr
+    assert required_rdma.metric("l5pg_sessions_total", transport="rdma") == sessions + 1
+
+
+def test_rdma_upgrade_in_clear_is_declined_under_require(required_rdma):
+    """L5PG_SSLMODE=disable: l5pgd will not hand out tokens in clear; libpq's own TLS
+    connection carries on over TCP."""
+    r = rdma_conninfo(required_rdma, L5PG_SSLMODE="disable", PGSSLMODE="require")
+    assert r.returncode == 0, r.stderr
+    assert "SSL connection" in r.stdout and "42" in r.stdout
+    assert not upgraded_rdma(r.stderr)
+    assert "the upgrade request came in clear" in required_rdma.log_text()
+
+
+def test_unverifiable_server_gets_no_upgrade_and_libpq_carries_on(required_rdma, pki):
+    """A CA that did not sign l5pgd's certificate: the shim sends nothing to that server,
+    opens a fresh connection and libpq connects exactly as it would without the shim."""
+    r = rdma_conninfo(required_rdma, L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "client.crt",
+                      PGSSLMODE="require")
+    assert r.returncode == 0, r.stderr
+    assert "SSL connection" in r.stdout and "42" in r.stdout
+    lines = "\n".join(shim_debug_lines(r.stderr))
+    assert "TLS with l5pgd failed" in lines and "a fresh connection" in lines, lines
+    assert not upgraded_rdma(r.stderr)
+
+
+def test_declined_inside_tls_falls_back_to_a_fresh_connection(required, pki):
+    """l5pgd without RDMA declines inside TLS; the connection libpq gets is a new, clean one."""
+    r = rdma_conninfo(required, L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "ca.crt",
+                      PGSSLMODE="require")
+    assert r.returncode == 0, r.stderr
+    assert "SSL connection" in r.stdout and "42" in r.stdout
+    lines = "\n".join(shim_debug_lines(r.stderr))
+    assert "declined the RDMA upgrade" in lines and "a fresh connection" in lines, lines
+
+
+def test_prefer_without_tls_on_l5pgd_upgrades_in_clear(workdir, cluster):
+    """The default L5PG_SSLMODE=prefer against an l5pgd without a certificate: SSLRequest,
+    'N', then the upgrade as before."""
+    with L5pgd(workdir / "l5pgd-rdma-plain", cluster, extra_overrides=rdma_overrides("soft")) as d:
+        r = rdma_conninfo(d)
+        assert r.returncode == 0, r.stderr
+        assert upgraded_rdma(r.stderr), r.stderr
+        assert not any("inside TLS" in ln for ln in shim_debug_lines(r.stderr))

@@ -1,0 +1,242 @@
+#include "clientlib/handshake_stream.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "clientlib/real_calls.hpp"
+#include "clientlib/settings.hpp"
+#include "clientlib/upgrade_common.hpp"
+#include "protocol/startup.hpp"
+#include "protocol/wire.hpp"
+
+namespace l5pg::shim {
+namespace {
+
+// OpenSSL's socket BIO would call read()/write(), which are ours: the fd is still an
+// upgrade candidate and its first write would start another upgrade. This BIO goes to
+// libc directly and never blocks (tls_call() waits).
+int fd_of(BIO* bio) noexcept {
+    return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
+}
+
+int bio_write(BIO* bio, const char* data, int len) noexcept {
+    BIO_clear_retry_flags(bio);
+    const ssize_t n =
+        real().send(fd_of(bio), data, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        BIO_set_retry_write(bio);
+    return static_cast<int>(n);
+}
+
+int bio_read(BIO* bio, char* out, int len) noexcept {
+    BIO_clear_retry_flags(bio);
+    const ssize_t n = real().recv(fd_of(bio), out, static_cast<size_t>(len), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        BIO_set_retry_read(bio);
+    return static_cast<int>(n);
+}
+
+long bio_ctrl(BIO*, int cmd, long, void*) noexcept {
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is buffered here
+}
+
+// The server's address as text, which verify-full checks when L5PG_SSLHOST is not set.
+bool peer_ip(int fd, char* out, size_t size) noexcept {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0)
+        return false;
+    const void* addr =
+        peer.ss_family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&peer)->sin_addr);
+    return ::inet_ntop(peer.ss_family, addr, out, static_cast<socklen_t>(size)) != nullptr;
+}
+
+}  // namespace
+
+HandshakeStream::Tls HandshakeStream::fail(const char* why) noexcept {
+    const unsigned long code = ERR_get_error();
+    std::snprintf(error_, sizeof error_, "%s", why);
+    if (code != 0) {
+        const size_t used = std::strlen(error_);
+        std::snprintf(error_ + used, sizeof error_ - used, ": ");
+        ERR_error_string_n(code, error_ + used + 2, sizeof error_ - used - 2);
+    }
+    ERR_clear_error();
+    ssl_.reset();
+    return Tls::Failed;
+}
+
+bool HandshakeStream::configure(SSL_CTX* ctx) noexcept {
+    const Settings& s = settings();
+    if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1)
+        return false;
+    if (s.ssl_cert[0] != '\0' && s.ssl_key[0] != '\0' &&
+        (SSL_CTX_use_certificate_chain_file(ctx, s.ssl_cert) != 1 ||
+         SSL_CTX_use_PrivateKey_file(ctx, s.ssl_key, SSL_FILETYPE_PEM) != 1))
+        return false;
+    if (s.ssl_mode != SslMode::VerifyCa && s.ssl_mode != SslMode::VerifyFull) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+        return true;
+    }
+    const bool system = std::strcmp(s.ssl_root_cert, "system") == 0;
+    if (system ? SSL_CTX_set_default_verify_paths(ctx) != 1
+               : SSL_CTX_load_verify_locations(ctx, s.ssl_root_cert, nullptr) != 1)
+        return false;
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    return true;
+}
+
+HandshakeStream::Tls HandshakeStream::start_tls() noexcept {
+    std::array<std::byte, 8> request{};
+    protocol::write_be32(request.data(), 8);
+    protocol::write_be32(request.data() + 4, protocol::kSslRequestCode);
+    if (!send_all(request.data(), request.size()))
+        return fail("sending the SSLRequest failed");
+    const char answer = await_answer();
+    if (answer == 'N')
+        return Tls::Refused;
+    if (answer != 'S')
+        return fail(answer == 0 ? "no answer to the SSLRequest"
+                                : "unexpected answer to the SSLRequest");
+    ERR_clear_error();
+    ctx_.reset(SSL_CTX_new(TLS_client_method()));
+    if (!ctx_ || !configure(ctx_.get()))
+        return fail("cannot set up TLS (L5PG_SSLROOTCERT, L5PG_SSLCERT, L5PG_SSLKEY)");
+    method_.reset(BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "l5pg-shim"));
+    if (!method_ || BIO_meth_set_write(method_.get(), bio_write) != 1 ||
+        BIO_meth_set_read(method_.get(), bio_read) != 1 ||
+        BIO_meth_set_ctrl(method_.get(), bio_ctrl) != 1)
+        return fail("cannot set up TLS");
+    ssl_.reset(SSL_new(ctx_.get()));
+    BIO* bio = ssl_ ? BIO_new(method_.get()) : nullptr;
+    if (bio == nullptr)
+        return fail("cannot set up TLS");
+    BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd_)));
+    BIO_set_init(bio, 1);
+    SSL_set_bio(ssl_.get(), bio, bio);  // the SSL owns it now
+    return connect_tls() ? Tls::On : Tls::Failed;
+}
+
+bool HandshakeStream::connect_tls() noexcept {
+    const Settings& s = settings();
+    if (s.ssl_mode == SslMode::VerifyFull) {
+        X509_VERIFY_PARAM* param = SSL_get0_param(ssl_.get());
+        char ip[INET6_ADDRSTRLEN] = {};
+        const bool named = s.ssl_host[0] != '\0';
+        if (named ? X509_VERIFY_PARAM_set1_host(param, s.ssl_host, 0) != 1
+                  : !peer_ip(fd_, ip, sizeof ip) || X509_VERIFY_PARAM_set1_ip_asc(param, ip) != 1) {
+            (void)fail("cannot set the name to verify (L5PG_SSLHOST)");
+            return false;
+        }
+        if (named)
+            (void)SSL_set_tlsext_host_name(ssl_.get(), s.ssl_host);
+    }
+    int remaining_ms = s.upgrade_timeout_ms;
+    if (tls_call([&] { return SSL_connect(ssl_.get()); }, remaining_ms) != 1) {
+        const long verify = SSL_get_verify_result(ssl_.get());
+        (void)fail(verify != X509_V_OK ? X509_verify_cert_error_string(verify)
+                                       : "TLS handshake failed");
+        return false;
+    }
+    return true;
+}
+
+template <class Op>
+int HandshakeStream::tls_call(Op op, int& remaining_ms) noexcept {
+    for (;;) {
+        ERR_clear_error();
+        const int r = op();
+        if (r > 0)
+            return r;
+        const int saved = errno;
+        switch (SSL_get_error(ssl_.get(), r)) {
+            case SSL_ERROR_WANT_READ:
+                if (!wait_for(fd_, POLLIN, remaining_ms))
+                    return -1;
+                continue;
+            case SSL_ERROR_WANT_WRITE:
+                if (!wait_for(fd_, POLLOUT, remaining_ms))
+                    return -1;
+                continue;
+            case SSL_ERROR_SYSCALL:
+                errno = saved != 0 ? saved : ECONNRESET;
+                return -1;
+            default:  // EOF (close_notify or not) or a TLS protocol error
+                errno = ECONNRESET;
+                return -1;
+        }
+    }
+}
+
+bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
+    int remaining_ms = settings().upgrade_timeout_ms;
+    size_t sent = 0;
+    while (sent < len) {
+        if (ssl_) {
+            const int n = tls_call(
+                [&] { return SSL_write(ssl_.get(), data + sent, static_cast<int>(len - sent)); },
+                remaining_ms);
+            if (n <= 0)
+                return false;
+            sent += static_cast<size_t>(n);
+            continue;
+        }
+        const ssize_t n = real().send(fd_, data + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0)
+            sent += static_cast<size_t>(n);
+        else if (n < 0 && errno != EINTR &&
+                 (errno != EAGAIN || !wait_for(fd_, POLLOUT, remaining_ms)))
+            return false;
+    }
+    return true;
+}
+
+bool HandshakeStream::recv_exact(std::byte* out, size_t len) noexcept {
+    int remaining_ms = settings().upgrade_timeout_ms;
+    size_t got = 0;
+    while (got < len) {
+        if (ssl_) {
+            const int n = tls_call(
+                [&] { return SSL_read(ssl_.get(), out + got, static_cast<int>(len - got)); },
+                remaining_ms);
+            if (n <= 0)
+                return false;
+            got += static_cast<size_t>(n);
+            continue;
+        }
+        const ssize_t n = real().recv(fd_, out + got, len - got, MSG_DONTWAIT);
+        if (n > 0) {
+            got += static_cast<size_t>(n);
+        } else if (n == 0) {
+            errno = ECONNRESET;
+            return false;
+        } else if (errno != EINTR && (errno != EAGAIN || !wait_for(fd_, POLLIN, remaining_ms))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+char HandshakeStream::await_answer() noexcept {
+    if (!ssl_)
+        return shim::await_answer(fd_);
+    std::byte answer{};
+    return recv_exact(&answer, 1) ? static_cast<char>(answer) : 0;
+}
+
+bool HandshakeStream::drained() const noexcept {
+    return !ssl_ || SSL_pending(ssl_.get()) == 0;
+}
+
+}  // namespace l5pg::shim

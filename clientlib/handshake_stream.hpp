@@ -1,0 +1,70 @@
+// The RDMA upgrade's exchange with l5pgd on the session's TCP socket (docs/wire-format.md
+// section 5), in clear or inside TLS (L5PG_SSLMODE), so that the offer, the tokens and
+// the Hellos' rkeys never cross the network in clear when l5pgd has a certificate.
+//
+// TLS covers the handshake only. Once l5pgd has accepted the upgrade, both ends drop it
+// without close_notify (l5pgd in Session::finish_rdma_accept) and the socket carries
+// doorbell bytes and EOF in clear: they say nothing. The RDMA payload is not encrypted.
+// If the upgrade does not happen after TLS began, the socket cannot go back to what libpq
+// expects; upgrade_rdma.cpp then replaces the connection with a fresh one (reconnect.hpp).
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace l5pg::shim {
+
+class HandshakeStream {
+  public:
+    explicit HandshakeStream(int fd) noexcept : fd_(fd) {}
+
+    enum class Tls {
+        On,       // the rest of the handshake runs inside TLS
+        Refused,  // l5pgd answered the SSLRequest with 'N': the socket is still clean
+        Failed,   // TLS did not come up (error() says why): the socket is unusable
+    };
+    // SSLRequest, then the TLS handshake with the checks L5PG_SSLMODE asks for.
+    [[nodiscard]] Tls start_tls() noexcept;
+    [[nodiscard]] bool encrypted() const noexcept { return ssl_ != nullptr; }
+    // Why start_tls() failed.
+    [[nodiscard]] const char* error() const noexcept { return error_; }
+
+    // Bounded by L5PG_UPGRADE_TIMEOUT_MS; false with errno set on timeout, EOF or error.
+    [[nodiscard]] bool send_all(const std::byte* data, size_t len) noexcept;
+    [[nodiscard]] bool recv_exact(std::byte* out, size_t len) noexcept;
+    // l5pgd's one-byte answer; 0 with errno set on timeout, EOF or error.
+    [[nodiscard]] char await_answer() noexcept;
+    // Inside TLS: nothing l5pgd sent is left unread (anything after its last handshake
+    // message would be a protocol error).
+    [[nodiscard]] bool drained() const noexcept;
+
+  private:
+    struct SslFree {
+        void operator()(SSL* ssl) const noexcept { SSL_free(ssl); }
+    };
+    struct CtxFree {
+        void operator()(SSL_CTX* ctx) const noexcept { SSL_CTX_free(ctx); }
+    };
+    struct MethodFree {
+        void operator()(BIO_METHOD* m) const noexcept { BIO_meth_free(m); }
+    };
+
+    [[nodiscard]] bool configure(SSL_CTX* ctx) noexcept;
+    [[nodiscard]] bool connect_tls() noexcept;
+    // Runs `op` (an SSL call) until it succeeds, waiting for the socket as OpenSSL asks;
+    // its result, or -1 with errno set.
+    template <class Op>
+    int tls_call(Op op, int& remaining_ms) noexcept;
+    Tls fail(const char* why) noexcept;
+
+    int fd_;
+    char error_[256] = {};
+    // Declared in this order so that the SSL (which holds its BIO) goes first.
+    std::unique_ptr<BIO_METHOD, MethodFree> method_;
+    std::unique_ptr<SSL_CTX, CtxFree> ctx_;
+    std::unique_ptr<SSL, SslFree> ssl_;
+};
+
+}  // namespace l5pg::shim
