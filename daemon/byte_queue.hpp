@@ -14,10 +14,36 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace l5pg::daemon {
+
+// An allocator whose value-less construct() leaves the bytes as they are: prepare(n)
+// grows the vector by n bytes that recv() is about to overwrite, and zeroing them first
+// cost a 64 KiB memset per read (38 % of l5pgd's CPU with 8 RDMA clients polling).
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+    using value_type = T;
+    template <class U>
+    struct rebind {
+        using other = UninitializedAllocator<U>;
+    };
+    UninitializedAllocator() noexcept = default;
+    template <class U>
+    explicit UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+    template <class U>
+    void construct(U* p) noexcept {
+        ::new (static_cast<void*>(p)) U;  // default-initialisation: no write for std::byte
+    }
+    template <class U, class... Args>
+    void construct(U* p, Args&&... args) {
+        ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+};
 
 class ByteQueue {
   public:
@@ -64,7 +90,7 @@ class ByteQueue {
             data_.reserve(data_.size() + n);
     }
 
-    std::vector<std::byte> data_;
+    std::vector<std::byte, UninitializedAllocator<std::byte>> data_;
     size_t head_ = 0;
     size_t tail_mark_ = 0;
 };
