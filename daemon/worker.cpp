@@ -290,6 +290,10 @@ bool Worker::spinning_pays_off(clock::time_point now) noexcept {
     return pays;
 }
 
+// Longest wait for an RDMA flag WRITE's completion before the worker looks at its
+// sessions again (a completion usually ends it much sooner).
+constexpr std::chrono::microseconds kSettleWait{200};
+
 // Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)
 // and only then sleeps in epoll; a client that publishes after our re-check sees the
 // flag and writes a doorbell byte, which wakes the epoll.
@@ -302,8 +306,14 @@ void Worker::block_until_event() {
         // safe once those WRITEs completed ("settled"), else we go round once more.
         std::array<rdma::ServerSession*, 64> rdma_ready;
         bool settled = false;
-        if (rdma_endpoint_->prepare_to_block(rdma_ready, settled) > 0 || !settled)
+        if (rdma_endpoint_->prepare_to_block(rdma_ready, settled) > 0) {
             ready = true;
+        } else if (!settled) {
+            // The flag WRITEs are in flight: wait for them rather than spin (the soft
+            // device's threads, which complete them, need this CPU), then go round again.
+            rdma_endpoint_->await_completions(kSettleWait);
+            ready = true;
+        }
     }
     if (!ready) {
         metrics_.worker_blocked();

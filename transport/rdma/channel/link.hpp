@@ -100,6 +100,8 @@ class Link {
     [[nodiscard]] bool outstanding_signaled() const noexcept { return completed_ < last_signaled_; }
     // Blocks (bounded by the timeout) until work request `seq` (signaled) completed.
     [[nodiscard]] bool await(uint64_t seq);
+    // Blocks until the queue pair has a completion to poll, at most `max` (no polling).
+    void wait_for_completion(std::chrono::nanoseconds max) { (void)qp_->wait(max); }
     // Handles every completion available now. Returns false once broken, which includes
     // a signaled request outstanding for longer than the timeout.
     bool progress();

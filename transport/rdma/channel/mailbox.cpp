@@ -1,5 +1,7 @@
 #include "transport/rdma/channel/mailbox.hpp"
 
+#include <algorithm>
+
 namespace l5pg::rdma {
 
 std::optional<MailboxArray> MailboxArray::create(uint32_t slots, std::string& error) {
@@ -21,6 +23,7 @@ std::optional<uint32_t> MailboxArray::acquire() {
     for (uint32_t i = 0; i < slots_; ++i) {
         if (!used_[i]) {
             used_[i] = true;
+            used_end_ = std::max(used_end_, i + 1);
             store_u8(slot_addr(i), 0, std::memory_order_relaxed);
             return i;
         }
@@ -33,11 +36,15 @@ void MailboxArray::release(uint32_t slot) noexcept {
         return;
     used_[slot] = false;
     store_u8(slot_addr(slot), 0, std::memory_order_relaxed);
+    while (used_end_ > 0 && !used_[used_end_ - 1])
+        --used_end_;
 }
 
 size_t MailboxArray::scan(std::span<uint32_t> out) noexcept {
     size_t n = 0;
-    const uint32_t words = (slots_ + 7) / 8;
+    // Slots past used_end_ are free; their bytes were zeroed at release and no client
+    // holds a memory region on them.
+    const uint32_t words = (used_end_ + 7) / 8;
     for (uint32_t w = 0; w < words && n < out.size(); ++w) {
         std::byte* base = memory_.data() + size_t{w} * 8;
         if (atomic_at<uint64_t>(base).load(std::memory_order_relaxed) == 0)

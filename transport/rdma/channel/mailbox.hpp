@@ -43,6 +43,7 @@ class MailboxArray {
     Buffer memory_;
     uint32_t slots_ = 0;
     std::vector<bool> used_;
+    uint32_t used_end_ = 0;  // one past the highest slot in use: scan() stops there
 };
 
 }  // namespace l5pg::rdma

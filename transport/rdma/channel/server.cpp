@@ -54,7 +54,7 @@ std::unique_ptr<ServerSession> ServerEndpoint::accept(int session_fd, const Hell
 
     auto session = std::make_unique<ServerSession>(*this, *slot, options_);
     by_slot_[*slot] = session.get();  // from here on the session's destructor cleans up
-    ++live_;
+    live_.push_back(session.get());
     Link& link = session->link_;
     if (!link.init(device_, qp_options, ring, session_fd, options_.completion_timeout, error))
         return nullptr;
@@ -108,8 +108,8 @@ size_t ServerEndpoint::poll(std::span<ServerSession*> ready) {
 
 size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& settled) {
     settled = true;
-    for (ServerSession* s : by_slot_) {
-        if (s == nullptr || s->closing_ || s->broken() || s->peer_closed())
+    for (ServerSession* s : live_) {
+        if (s->closing_ || s->broken() || s->peer_closed())
             continue;  // reported as ready below (unless closing: flush_step() polls those)
         // Completions first: a data WRITE's completion may owe its client a doorbell.
         if (!s->progress())
@@ -124,12 +124,11 @@ size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& s
             settled = false;
     }
     size_t n = poll(ready);
-    for (ServerSession* s : by_slot_) {
+    for (ServerSession* s : live_) {
         if (n == ready.size())
             break;
-        if (s == nullptr || s->closing_ ||
-            std::find(ready.begin(), ready.begin() + static_cast<ptrdiff_t>(n), s) !=
-                ready.begin() + static_cast<ptrdiff_t>(n))
+        if (s->closing_ || std::find(ready.begin(), ready.begin() + static_cast<ptrdiff_t>(n), s) !=
+                               ready.begin() + static_cast<ptrdiff_t>(n))
             continue;
         if (s->readable() || (s->write_blocked() && s->writable()))
             ready[n++] = s;
@@ -137,11 +136,20 @@ size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& s
     return n;
 }
 
+void ServerEndpoint::await_completions(std::chrono::microseconds max) {
+    for (ServerSession* s : live_) {
+        if (!s->closing_ && !s->broken() && s->link_.outstanding_signaled()) {
+            s->link_.wait_for_completion(max);
+            return;
+        }
+    }
+}
+
 void ServerEndpoint::detach(uint32_t slot) noexcept {
     if (slot < by_slot_.size() && by_slot_[slot] != nullptr) {
+        live_.erase(std::find(live_.begin(), live_.end(), by_slot_[slot]));
         by_slot_[slot] = nullptr;
         mailboxes_.release(slot);
-        --live_;
     }
 }
 

@@ -79,7 +79,12 @@ class ServerEndpoint {
     // A session whose requests stay unanswered fails after the completion timeout.
     [[nodiscard]] size_t prepare_to_block(std::span<ServerSession*> ready, bool& settled);
 
-    [[nodiscard]] size_t sessions() const noexcept { return live_; }
+    // Waits (at most `max`) for a completion of one session whose requests are in flight,
+    // for a worker that got `settled` false and nothing ready: on the soft device the
+    // completions come from a device thread that needs the CPU a spinning worker would take.
+    void await_completions(std::chrono::microseconds max);
+
+    [[nodiscard]] size_t sessions() const noexcept { return live_.size(); }
 
     // Private, for make_unique.
     ServerEndpoint(Device& device, const ServerOptions& options, MailboxArray mailboxes);
@@ -92,8 +97,8 @@ class ServerEndpoint {
     ServerOptions options_;
     MailboxArray mailboxes_;
     std::vector<ServerSession*> by_slot_;
+    std::vector<ServerSession*> live_;  // the non-null entries of by_slot_, in no order
     std::vector<uint32_t> scratch_;
-    size_t live_ = 0;
 };
 
 class ServerSession {
