@@ -17,6 +17,7 @@
 #include "clientlib/settings.hpp"
 #include "clientlib/upgrade_common.hpp"
 #include "protocol/startup.hpp"
+#include "protocol/wire.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -101,14 +102,12 @@ bool send_upgrade_request(int fd, const shm::Segment& segment) noexcept {
     return n == static_cast<ssize_t>(packet.size());
 }
 
-// Waits for l5pgd's one-byte answer, whether or not the socket is non-blocking.
-// Returns the byte, or 0 with errno set.
+// A StartupMessage, SSLRequest or GSSENCRequest: what libpq sends first on a connection it
+// may use for queries (the upgrade goes first, the packet then travels the new channel).
 bool is_upgradable_first_packet(const std::byte* first, size_t len) noexcept {
     if (len < protocol::kMinStartupPacketLength)
         return false;
-    const uint32_t code = (static_cast<uint32_t>(first[4]) << 24) |
-                          (static_cast<uint32_t>(first[5]) << 16) |
-                          (static_cast<uint32_t>(first[6]) << 8) | static_cast<uint32_t>(first[7]);
+    const uint32_t code = protocol::read_be32(first + 4);
     return protocol::is_startup_message({first, len}) || code == protocol::kSslRequestCode ||
            code == protocol::kGssEncRequestCode;
 }
@@ -199,11 +198,11 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
         return upgrade_failed(fd, ": sending the upgrade request failed: ", std::strerror(errno));
     }
     const char answer = await_answer(fd);
-    if (answer == 'N') {
+    if (answer == static_cast<char>(protocol::kL5Declined)) {
         return stay_plain(fd, saved_errno,
                           ": l5pgd declined the upgrade (see its log), staying on the socket");
     }
-    if (answer != 'L') {
+    if (answer != static_cast<char>(protocol::kL5Accepted)) {
         if (answer != 0)
             errno = ECONNRESET;
         return upgrade_failed(fd,

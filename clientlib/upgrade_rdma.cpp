@@ -157,7 +157,7 @@ UpgradeResult abandon_rdma(HandshakeStream& stream, int fd, const char* why,
     if (!stream.send_all(zeros.data(), zeros.size()))
         return UpgradeResult::Failed;
     const char answer = stream.await_answer();
-    if (answer != 'N') {
+    if (answer != static_cast<char>(protocol::kL5Declined)) {
         if (answer != 0)
             errno = ECONNRESET;
         return UpgradeResult::Failed;
@@ -228,7 +228,7 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
                               ": sending the RDMA upgrade request failed: ", std::strerror(errno));
     }
     char answer = stream.await_answer();
-    if (answer == 'N')
+    if (answer == static_cast<char>(protocol::kL5Declined))
         return leave_for_tcp(stream, fd, saved_errno,
                              "l5pgd declined the RDMA upgrade (see its log)");
     if (answer != static_cast<char>(rdma::kOfferTag)) {
@@ -284,7 +284,7 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
     if (!stream.send_all(hello.data(), hello.size()))
         return UpgradeResult::Failed;
     answer = stream.await_answer();
-    if (answer == 'N') {
+    if (answer == static_cast<char>(protocol::kL5Declined)) {
         return leave_for_tcp(stream, fd, saved_errno,
                              "l5pgd declined the RDMA upgrade after our hello (see its log)");
     }

@@ -51,7 +51,7 @@ class Session {
     // Called by the worker's polling loop for SHM and RDMA sessions: moves ring (channel)
     // data to the upstream socket and resumes reading upstream when ring space was freed.
     // Returns true if anything moved.
-    bool poll_shm();
+    bool poll_channel();
     // Arms the client->server ring's reader_waiting flag before the worker blocks;
     // returns true if data arrived meanwhile (then the worker must not block).
     bool arm_before_block();
@@ -131,6 +131,8 @@ class Session {
     enum class RdmaPhase { None, AwaitHello, AwaitWire };
     void handle_rdma_upgrade(const protocol::L5UpgradeRequest& req);
     [[nodiscard]] std::optional<std::string> rdma_refusal(const protocol::L5UpgradeRequest& req);
+    // Why ring sizes `a` and `b` are refused (above rdma.max_ring_size), if they are.
+    [[nodiscard]] std::optional<std::string> ring_size_refusal(uint64_t a, uint64_t b) const;
     void on_rdma_hello();
     void try_finish_rdma_accept();
     void finish_rdma_accept(UniqueFd wire);
@@ -186,7 +188,6 @@ class Session {
     bool close_when_flushed_ = false;  // close once to_client_ (or to_upstream_) drains
     std::string close_reason_;         // for close_when_flushed_
     bool upstream_blocked_ = false;    // upstream send returned EAGAIN
-    bool upstream_reading_ = false;    // upstream_read_ is added
     bool ring_full_ = false;           // server->client ring had no room
     bool awaiting_upstream_ = false;   // see awaiting_upstream()
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
@@ -222,7 +223,7 @@ class Session {
     std::vector<std::byte> startup_;  // private copy of the startup packet being read
     protocol::MessageBoundaryTracker from_upstream_;  // where Postgres's messages end
     ByteQueue to_upstream_;
-    ByteQueue to_client_;  // socket clients only
+    ByteQueue to_client_;  // to a socket or RDMA client (SHM writes into its ring)
 
     std::optional<shm::Segment> segment_;
     SegmentRegistry::Claim segment_claim_;  // segment_'s entry in the registry

@@ -77,7 +77,7 @@ void Session::wake_client() {
         client_departed("client socket gone (doorbell failed)");
 }
 
-bool Session::poll_shm() {
+bool Session::poll_channel() {
     const bool moved = is_rdma() ? poll_rdma() : poll_ring();
     continue_departure();
     return moved;
@@ -173,7 +173,7 @@ void Session::on_doorbell() {
         client_departed(fmt::format("client socket error: {}", std::strerror(err)),
                         err != ECONNRESET && err != EPIPE);
     }
-    (void)poll_shm();
+    (void)poll_channel();
 }
 
 void Session::on_upstream_readable() {

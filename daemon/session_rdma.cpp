@@ -34,6 +34,13 @@ bool Session::send_now(std::span<const std::byte> bytes) {
     return n == static_cast<ssize_t>(bytes.size());
 }
 
+std::optional<std::string> Session::ring_size_refusal(uint64_t a, uint64_t b) const {
+    const uint64_t max = worker_.config().rdma.max_ring_size;
+    if (a > max || b > max)
+        return fmt::format("ring size above rdma.max_ring_size ({})", max);
+    return std::nullopt;
+}
+
 std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeRequest& req) {
     const config::RdmaConfig& cfg = worker_.config().rdma;
     if (transport_ != Transport::Tcp)
@@ -51,9 +58,7 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
                "L5PG_SSLMODE is disable)";
     if (worker_.rdma_endpoint() == nullptr)
         return worker_.rdma_unavailable();
-    if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
-        return fmt::format("ring size above rdma.max_ring_size ({})", cfg.max_ring_size);
-    return std::nullopt;
+    return ring_size_refusal(req.c2s_ring_size, req.s2c_ring_size);
 }
 
 void Session::handle_rdma_upgrade(const protocol::L5UpgradeRequest& req) {
@@ -123,9 +128,10 @@ void Session::on_rdma_hello() {
         decline_rdma(error);
         return;
     }
-    const uint64_t max = worker_.config().rdma.max_ring_size;
-    if (hello.ring_size > max || hello.requested_ring_size > max) {
-        decline_rdma(fmt::format("ring size above rdma.max_ring_size ({})", max));
+    // The Hello may name other sizes than the request did: checked again.
+    if (std::optional<std::string> refusal =
+            ring_size_refusal(hello.ring_size, hello.requested_ring_size)) {
+        decline_rdma(*refusal);
         return;
     }
     client_hello_ = hello;

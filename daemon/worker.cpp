@@ -238,7 +238,7 @@ Worker::PollRound Worker::poll_sessions() {
         // Read before the poll: whether Postgres owed this session an answer already.
         if (session->awaiting_upstream())
             round.upstream_pending = true;
-        if (session->poll_shm())
+        if (session->poll_channel())
             round.progress = true;
     }
     return round;

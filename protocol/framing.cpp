@@ -43,11 +43,13 @@ void MessageBoundaryTracker::feed(std::span<const std::byte> bytes) noexcept {
         if (header_have_ < kMessageHeaderSize)
             return;
         header_have_ = 0;
-        const uint32_t length = read_be32(header_ + 1);
-        if (length < 4)
-            broken_ = true;
+        // No upper bound here: Postgres's messages are as long as Postgres says.
+        const MessageHeaderParse parse =
+            parse_message_header({header_, kMessageHeaderSize}, UINT32_MAX);
+        if (parse.status == ParseStatus::Ok)
+            body_left_ = parse.header.length - 4;
         else
-            body_left_ = length - 4;
+            broken_ = true;
     }
 }
 

@@ -28,7 +28,7 @@ def stop_process(p):
         pass
 
 
-# Runs `select pg_sleep(60)` and cancels it from another thread after 0.5 s (PQcancel opens a
+# Runs `select pg_sleep(60)` and cancels it from another thread once it runs (PQcancel opens a
 # new connection with the backend's key); prints JSON: result ("canceled" expected), seconds
 # from the cancel to the error, and the result of a query after the rollback (5).
 PQCANCEL_SCRIPT = r'''
@@ -37,7 +37,18 @@ conn = psycopg2.connect("")
 cur = conn.cursor()
 state = {}
 def canceller():
-    time.sleep(0.5)
+    # Cancel once the backend runs the statement (seen from a second session).
+    watcher = psycopg2.connect("")
+    watcher.autocommit = True
+    wcur = watcher.cursor()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        wcur.execute("select count(*) from pg_stat_activity where state = 'active' "
+                     "and query = 'select pg_sleep(60)'")
+        if wcur.fetchone()[0] > 0:
+            break
+        time.sleep(0.01)
+    watcher.close()
     state["t_cancel"] = time.monotonic()
     conn.cancel()
 th = threading.Thread(target=canceller)

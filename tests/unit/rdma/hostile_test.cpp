@@ -1,9 +1,42 @@
 // A hostile client writes whatever it likes wherever its keys let it. The server must
 // never crash, must close only that client's session, and every other session must
 // keep working.
+#include <algorithm>
 #include <cstring>
 
 #include "test_util.hpp"
+
+namespace l5pg::rdma {
+
+// WRITEs `bytes` to any remote address with any rkey, bypassing the ring protocol,
+// optionally followed by the client's mailbox byte; waits for the completion. False when
+// the WRITE failed (the QP is then broken).
+struct HostileClient {
+    static bool raw_write(ClientChannel& c, uint64_t remote_addr, uint32_t rkey,
+                          std::span<const std::byte> bytes, bool then_mailbox) {
+        Link& link_ = c.link_;
+        const Hello& server_ = c.server_;
+        std::string error;
+        auto buffer = Buffer::allocate(std::max<size_t>(bytes.size(), 1), error);
+        if (!buffer || bytes.empty())
+            return false;
+        std::memcpy(buffer->data(), bytes.data(), bytes.size());
+        auto mr =
+            link_.pd().register_memory(buffer->data(), bytes.size(), Access::LocalWrite, error);
+        if (mr == nullptr)
+            return false;
+        if (!link_.post_write(buffer->data(), mr->lkey(), static_cast<uint32_t>(bytes.size()),
+                              remote_addr, rkey, !then_mailbox))
+            return false;
+        // Publish: a sleeping server gets its doorbell, as for a real record.
+        if (then_mailbox &&
+            !link_.post_one(WrKind::Publish, server_.mailbox_addr, server_.mailbox_rkey, true))
+            return false;
+        return link_.await(link_.last_signaled());
+    }
+};
+
+}  // namespace l5pg::rdma
 
 using namespace l5pg::rdma;
 using namespace l5pg::rdma::test;
@@ -56,7 +89,7 @@ struct Fixture {
     void keep_writing_until_closed(uint64_t addr, uint32_t rkey, std::span<const std::byte> bytes) {
         const bool closed = eventually(
             [&] {
-                if (!evil->raw_write_for_test(addr, rkey, bytes, true))
+                if (!HostileClient::raw_write(*evil.channel, addr, rkey, bytes, true))
                     return server.live() == 1;  // our QP died: the server dropped us
                 std::this_thread::sleep_for(2ms);
                 return server.live() == 1;
@@ -112,18 +145,19 @@ TEST_CASE("hostile client: WRITEs outside its own memory are refused", "[rdma][h
     const auto bytes = pattern(5, 64);
     SECTION("past the end of its area") {
         const uint64_t end = f.evil_ring() + f.evil->server_hello().ring_size;
-        CHECK_FALSE(f.evil->raw_write_for_test(end - 8, f.evil_rkey(), bytes, false));
+        CHECK_FALSE(
+            HostileClient::raw_write(*f.evil.channel, end - 8, f.evil_rkey(), bytes, false));
     }
     SECTION("the good client's mailbox byte, next to its own") {
         const Hello& h = f.evil->server_hello();
         const uint64_t other = f.good->server_hello().mailbox_addr;
-        CHECK_FALSE(
-            f.evil->raw_write_for_test(other, h.mailbox_rkey, std::span(bytes).first(1), false));
+        CHECK_FALSE(HostileClient::raw_write(*f.evil.channel, other, h.mailbox_rkey,
+                                             std::span(bytes).first(1), false));
     }
     SECTION("the good client's area with the good client's rkey") {
         const Hello& g = f.good->server_hello();
-        CHECK_FALSE(
-            f.evil->raw_write_for_test(g.area_addr + kControlSize, g.area_rkey, bytes, false));
+        CHECK_FALSE(HostileClient::raw_write(*f.evil.channel, g.area_addr + kControlSize,
+                                             g.area_rkey, bytes, false));
     }
     CHECK(f.evil->broken());
     REQUIRE(eventually([&] { return f.server.live() == 1; }));
@@ -134,8 +168,8 @@ TEST_CASE("hostile client: WRITEs outside its own memory are refused", "[rdma][h
 TEST_CASE("hostile client: garbage in its control block harms nobody else", "[rdma][hostile]") {
     Fixture f;
     const auto garbage = pattern(8, kControlSize);
-    REQUIRE(
-        f.evil->raw_write_for_test(f.evil->server_hello().area_addr, f.evil_rkey(), garbage, true));
+    REQUIRE(HostileClient::raw_write(*f.evil.channel, f.evil->server_hello().area_addr,
+                                     f.evil_rkey(), garbage, true));
     f.check_good_client(7);
     f.check_good_client(8);
     CHECK(f.server.errors().empty());

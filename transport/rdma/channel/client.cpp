@@ -193,24 +193,4 @@ bool ClientChannel::wait_writable(std::chrono::milliseconds timeout) {
     return wait_until([this] { return writable(); }, true, timeout);
 }
 
-bool ClientChannel::raw_write_for_test(uint64_t remote_addr, uint32_t rkey,
-                                       std::span<const std::byte> bytes, bool then_mailbox) {
-    std::string error;
-    auto buffer = Buffer::allocate(std::max<size_t>(bytes.size(), 1), error);
-    if (!buffer || bytes.empty())
-        return false;
-    std::memcpy(buffer->data(), bytes.data(), bytes.size());
-    auto mr = link_.pd().register_memory(buffer->data(), bytes.size(), Access::LocalWrite, error);
-    if (mr == nullptr)
-        return false;
-    if (!link_.post_write(buffer->data(), mr->lkey(), static_cast<uint32_t>(bytes.size()),
-                          remote_addr, rkey, !then_mailbox))
-        return false;
-    // Publish: a sleeping server gets its doorbell, as for a real record.
-    if (then_mailbox &&
-        !link_.post_one(WrKind::Publish, server_.mailbox_addr, server_.mailbox_rkey, true))
-        return false;
-    return link_.await(link_.last_signaled());
-}
-
 }  // namespace l5pg::rdma

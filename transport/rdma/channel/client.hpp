@@ -82,11 +82,9 @@ class ClientChannel {
     // The server's hello (valid after connect()).
     [[nodiscard]] const Hello& server_hello() const noexcept { return server_; }
 
-    // TEST ONLY (hostile-client tests): WRITEs `bytes` to any remote address with any
-    // rkey, bypassing the ring protocol, optionally followed by our mailbox byte; waits
-    // for the completion. False when the WRITE failed (the QP is then broken).
-    [[nodiscard]] bool raw_write_for_test(uint64_t remote_addr, uint32_t rkey,
-                                          std::span<const std::byte> bytes, bool then_mailbox);
+    // The hostile-client tests' raw WRITEs (tests/unit/rdma/hostile_test.cpp): defined
+    // there, so the shim and l5pgd never carry them.
+    friend struct HostileClient;
 
     ClientChannel() = default;  // use create()
 
