@@ -4,7 +4,7 @@ import subprocess
 from pathlib import Path
 
 from tests.harness import paths
-from tests.harness.cluster import PgCluster, _chown_postgres
+from tests.harness.cluster import PgCluster
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_overrides
 
@@ -54,10 +54,7 @@ class Services:
     def start_postgres(self):
         self.log(f"starting PostgreSQL 15 in {self.cluster.base_dir} (port {self.cluster.port})")
         self.cluster.init()
-        auto = self.cluster.data_dir / "postgresql.auto.conf"
-        with open(auto, "a") as f:
-            f.write(bench_postgres_settings(self.max_clients))
-        _chown_postgres(auto)
+        self.cluster.add_settings(bench_postgres_settings(self.max_clients))
         self.cluster.start()
         have = int(self.cluster.sql("SHOW max_connections"))
         if have < 2 * self.max_clients + 10:

@@ -80,6 +80,19 @@ class PgCluster:
         _chown_postgres(auto)
         return self
 
+    def add_settings(self, text):
+        """Appends postgresql.conf lines (postgresql.auto.conf, read last; before start())."""
+        auto = self.data_dir / "postgresql.auto.conf"
+        with open(auto, "a") as f:
+            f.write(text)
+        _chown_postgres(auto)
+
+    def write_config_file(self, name, text):
+        """Writes pg_hba.conf, pg_ident.conf, ... in the data directory, owned by postgres."""
+        path = self.data_dir / name
+        path.write_text(text)
+        _chown_postgres(path)
+
     def start(self):
         if not (self.data_dir / "PG_VERSION").exists():
             self.init()

@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import paths
 from tests.harness.client import shim_debug_lines, shim_preload, upgraded
-from tests.harness.cluster import PgCluster, _chown_postgres
+from tests.harness.cluster import PgCluster
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_env, rdma_overrides
 
@@ -76,10 +76,8 @@ def peer_cluster(workdir, alice):
     c = PgCluster(workdir / "pg-peer")
     c.init()
     for name, text in (("pg_hba.conf", PG_HBA), ("pg_ident.conf", PG_IDENT)):
-        (c.data_dir / name).write_text(text)
-        _chown_postgres(c.data_dir / name)
-    with open(c.data_dir / "postgresql.auto.conf", "a") as f:
-        f.write("log_connections = on\n")
+        c.write_config_file(name, text)
+    c.add_settings("log_connections = on\n")
     try:
         c.start()
         for role in (ALICE, READER, OTHER):

@@ -7,7 +7,7 @@ import threading
 import psycopg2
 import pytest
 
-from tests.harness.cluster import PgCluster, _chown_postgres
+from tests.harness.cluster import PgCluster
 from tests.harness.l5pgd import L5pgd
 
 CLIENTS = 300
@@ -18,10 +18,7 @@ def roomy_cluster(workdir):
     """A cluster that admits every client of the burst (the shared one stops at 200)."""
     c = PgCluster(workdir / "pg-burst")
     c.init()
-    auto = c.data_dir / "postgresql.auto.conf"
-    with open(auto, "a") as f:
-        f.write(f"max_connections = {CLIENTS + 20}\n")
-    _chown_postgres(auto)
+    c.add_settings(f"max_connections = {CLIENTS + 20}\n")
     try:
         c.start()
         yield c

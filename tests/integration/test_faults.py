@@ -19,7 +19,7 @@ from tests.harness import paths
 from tests.harness.cancel import stop_process
 from tests.harness.client import (PYTHON, LineReader, make_target, pgbench, popen, psql,
                                   psql_cmd, shm_target)
-from tests.harness.cluster import PgCluster, _as_postgres, _chown_postgres
+from tests.harness.cluster import PgCluster, _as_postgres
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_overrides, rdma_target
 
@@ -54,10 +54,7 @@ def fault_cluster(workdir):
     Postgres crash loses none of them: what the ledger then misses, a proxy lost."""
     c = PgCluster(workdir / "pg-faults")
     c.init()
-    auto = c.data_dir / "postgresql.auto.conf"
-    with open(auto, "a") as f:
-        f.write("synchronous_commit = on\nrestart_after_crash = on\n")
-    _chown_postgres(auto)
+    c.add_settings("synchronous_commit = on\nrestart_after_crash = on\n")
     try:
         c.start()
         c.sql("create table ledger (writer text, seq int, primary key (writer, seq))")

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.harness import paths  # noqa: E402
 from tests.harness.client import LineReader, PYTHON, popen, shm_target  # noqa: E402
-from tests.harness.cluster import PgCluster, _chown_postgres  # noqa: E402
+from tests.harness.cluster import PgCluster  # noqa: E402
 from tests.harness.l5pgd import L5pgd  # noqa: E402
 from tests.harness.procstat import cpu_seconds, open_fds, status_kb  # noqa: E402
 
@@ -137,9 +137,7 @@ def main():
     os.chmod(work, 0o755)
     cluster = PgCluster(work / "pg")
     cluster.init()
-    with open(cluster.data_dir / "postgresql.auto.conf", "a") as f:
-        f.write("max_connections = 260\n")
-    _chown_postgres(cluster.data_dir / "postgresql.auto.conf")
+    cluster.add_settings("max_connections = 260\n")
     procs, d = [], None
     try:
         cluster.start()
