@@ -18,9 +18,10 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
 # it reports the tests' plain writes to registered memory racing the device thread's reads.
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
-ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psql.py test_rdma.py
+ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psql.py test_rdma.py \
+  test_admin_console.py
 TSAN_IT := test_startup.py test_tls.py test_connection_burst.py test_psql.py test_auth.py \
-  test_shutdown_fatal.py
+  test_shutdown_fatal.py test_admin_console.py
 # -O1 -g1: the sanitizer builds compile about twice as fast as at -O2 -g and keep file:line
 # in reports.
 SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g1" \

@@ -15,8 +15,9 @@ namespace l5pg::config {
 
 namespace {
 
-constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers", "shm",
-                                          "rdma",   "limits",  "logging",  "auth",    "tls"};
+constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers",
+                                          "shm",    "rdma",    "limits",   "logging",
+                                          "auth",   "tls",     "admin"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -123,6 +124,21 @@ std::vector<int> get_cpu_list(const YAML::Node& node, const std::string& key) {
         cpus.push_back(static_cast<int>(get_int(node[i], item_key, 0, 1023)));  // CPU_SETSIZE
     }
     return cpus;
+}
+
+std::vector<std::string> get_name_list(const YAML::Node& node, const std::string& key) {
+    if (node.IsNull())
+        return {};
+    if (!node.IsSequence())
+        fail(key, "must be a list of names, e.g. [postgres, monitor] (got " + describe(node) + ")");
+    std::vector<std::string> names;
+    for (size_t i = 0; i < node.size(); ++i) {
+        const std::string item_key = key + "[" + std::to_string(i) + "]";
+        names.push_back(get_string(node[i], item_key));
+        if (names.back().empty())
+            fail(item_key, "must not be empty");
+    }
+    return names;
 }
 
 uint64_t get_ring_size(const YAML::Node& node, const std::string& key) {
@@ -265,6 +281,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
         {"tls.ca_file", [](Config& c, N n, K k) { c.tls.ca_file = get_string(n, k); }},
         {"auth.upstream_authenticates",
          [](Config& c, N n, K k) { c.auth.upstream_authenticates = get_bool(n, k); }},
+        {"admin.database", [](Config& c, N n, K k) { c.admin.database = get_string(n, k); }},
+        {"admin.users", [](Config& c, N n, K k) { c.admin.users = get_name_list(n, k); }},
     };
     return table;
 }

@@ -126,6 +126,12 @@ struct TlsConfig {
     std::string ca_file;    // "": no client certificates; else clients must present one
 };
 
+// The admin console (daemon/admin_console.hpp): a virtual database answered by l5pgd.
+struct AdminConfig {
+    std::string database = "l5pgd";              // "" = no console
+    std::vector<std::string> users{"postgres"};  // roles that may use it
+};
+
 struct Config {
     ListenConfig listen;
     UpstreamConfig upstream;
@@ -137,6 +143,7 @@ struct Config {
     LoggingConfig logging;
     AuthConfig auth;
     TlsConfig tls;
+    AdminConfig admin;
 };
 
 // Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted

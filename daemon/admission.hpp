@@ -1,7 +1,7 @@
 // What l5pgd checks before it serves a client: the startup caps (taken by the acceptor),
 // the auth rules with their ident map (applied by the session to its StartupMessage) and
-// the registry of attached SHM segments (checked at each upgrade). One per l5pgd, shared by the
-// acceptor thread and the workers.
+// the registry of attached SHM segments (checked at each upgrade), and the directory of
+// admitted sessions. One per l5pgd, shared by the acceptor thread and the workers.
 #pragma once
 
 #include <memory>
@@ -11,6 +11,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
 #include "daemon/segment_registry.hpp"
+#include "daemon/session_directory.hpp"
 #include "daemon/startup_limiter.hpp"
 #include "daemon/tls_context.hpp"
 #include "daemon/unique_fd.hpp"
@@ -26,7 +27,8 @@ struct Admission {
           tls(config.tls.mode == config::TlsMode::Disable
                   ? nullptr
                   : std::make_unique<TlsContext>(config.tls)),
-          startup(config.limits.max_startup_sessions, config.limits.max_startup_per_peer) {}
+          startup(config.limits.max_startup_sessions, config.limits.max_startup_per_peer),
+          admin(config.admin) {}
 
     const config::AuthConfig& auth;
     const config::TlsMode tls_mode;
@@ -34,6 +36,8 @@ struct Admission {
     const std::unique_ptr<const TlsContext> tls;  // null when tls.mode is disable
     StartupLimiter startup;
     SegmentRegistry segments;  // SHM segments attached to live sessions
+    const config::AdminConfig& admin;
+    SessionDirectory sessions;  // who passed the check, for the admin console
 };
 
 // A client the acceptor let in, on its way to a worker.

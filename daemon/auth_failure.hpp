@@ -7,8 +7,16 @@
 
 namespace l5pg::daemon {
 
-enum class AuthFailure { None, Rejected, PeerMismatch, UnknownOsUser, NoRole, TlsRequired };
-inline constexpr size_t kAuthFailureCount = 6;
+enum class AuthFailure {
+    None,
+    Rejected,
+    PeerMismatch,
+    UnknownOsUser,
+    NoRole,
+    TlsRequired,
+    AdminConsole,  // admin.database asked for by a role not in admin.users (or passthrough)
+};
+inline constexpr size_t kAuthFailureCount = 7;
 
 [[nodiscard]] constexpr std::string_view to_string(AuthFailure f) noexcept {
     switch (f) {
@@ -24,6 +32,8 @@ inline constexpr size_t kAuthFailureCount = 6;
             return "no_role";
         case AuthFailure::TlsRequired:
             return "tls_required";
+        case AuthFailure::AdminConsole:
+            return "admin_console";
     }
     return "?";
 }

@@ -38,6 +38,8 @@ Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
 // closed: only now are the segment unmapped, the RDMA channel destroyed and the sockets
 // closed (members, in reverse order of declaration: events before the fds they watch).
 Session::~Session() {
+    if (record_)
+        worker_.sessions().remove(id_);
     if (rdma_ && linger_rdma_)
         worker_.linger(id_, std::move(rdma_), std::move(client_));
 }

@@ -18,6 +18,7 @@
 
 #include "daemon/admission.hpp"
 #include "daemon/byte_queue.hpp"
+#include "daemon/client_auth.hpp"
 #include "daemon/client_stream.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/log_limiter.hpp"
@@ -96,6 +97,11 @@ class Session {
     // The client's Hello after an RDMA offer, else a startup packet.
     void process_startup_input();
     void process_startup_buffer();
+    // admin.database: served by the worker's AdminConsole once admit_to_console() agrees.
+    [[nodiscard]] bool is_admin_database(std::string_view database) const;
+    [[nodiscard]] AuthVerdict admit_to_console(std::string_view role);
+    // The SessionDirectory entry SHOW SESSIONS lists.
+    void publish_record(std::string_view role, std::string_view database);
     // Reads with `read` and processes startup packets until none is complete or the session
     // leaves Startup; several may be queued (SSLRequest, then StartupMessage).
     bool drain_startup(bool (Session::*read)());
@@ -164,6 +170,9 @@ class Session {
     void grant_doorbells(unsigned occasions) noexcept;
     bool account_doorbells(size_t count);  // false: closed the session (doorbell flood)
     void finish_after_flush(std::string reason);
+    // The bytes metrics and this session's directory record.
+    void count_bytes(Direction direction, uint64_t n);
+    void set_awaiting_upstream(bool awaiting);
     void update_upstream_reading();
     [[nodiscard]] size_t high_water() const noexcept;
 
@@ -183,13 +192,15 @@ class Session {
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionState state_ = SessionState::Startup;
-    bool counted_ = false;             // included in sessions_active
-    bool cancel_request_ = false;      // upstream leg only carries a CancelRequest
-    bool close_when_flushed_ = false;  // close once to_client_ (or to_upstream_) drains
-    std::string close_reason_;         // for close_when_flushed_
-    bool upstream_blocked_ = false;    // upstream send returned EAGAIN
-    bool ring_full_ = false;           // server->client ring had no room
-    bool awaiting_upstream_ = false;   // see awaiting_upstream()
+    bool counted_ = false;                   // included in sessions_active
+    bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
+    bool close_when_flushed_ = false;        // close once to_client_ (or to_upstream_) drains
+    std::string close_reason_;               // for close_when_flushed_
+    bool upstream_blocked_ = false;          // upstream send returned EAGAIN
+    bool ring_full_ = false;                 // server->client ring had no room
+    bool awaiting_upstream_ = false;         // see awaiting_upstream(); set_awaiting_upstream()
+    bool admin_ = false;                     // served by the admin console, not Postgres
+    std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
     std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
     // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.

@@ -77,6 +77,22 @@ void Session::wake_client() {
         client_departed("client socket gone (doorbell failed)");
 }
 
+void Session::count_bytes(Direction direction, uint64_t n) {
+    metrics_.add_bytes(transport_, direction, n);
+    if (!record_)
+        return;
+    auto& total = direction == Direction::ClientToServer ? record_->bytes_from_client
+                                                         : record_->bytes_to_client;
+    total.fetch_add(n, std::memory_order_relaxed);
+    record_->note_activity(std::chrono::steady_clock::now());
+}
+
+void Session::set_awaiting_upstream(bool awaiting) {
+    awaiting_upstream_ = awaiting;
+    if (record_)
+        record_->active.store(awaiting, std::memory_order_relaxed);
+}
+
 bool Session::poll_channel() {
     const bool moved = is_rdma() ? poll_rdma() : poll_ring();
     continue_departure();
@@ -140,7 +156,7 @@ bool Session::forward_ring_to_upstream() {
             ::send(upstream_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
             from_client_.consume(static_cast<size_t>(n));
-            metrics_.add_bytes(transport_, Direction::ClientToServer, static_cast<uint64_t>(n));
+            count_bytes(Direction::ClientToServer, static_cast<uint64_t>(n));
             moved = true;
         } else if (n < 0 && errno == EAGAIN) {
             upstream_blocked_ = true;
@@ -151,7 +167,7 @@ bool Session::forward_ring_to_upstream() {
         }
     }
     if (moved)
-        awaiting_upstream_ = true;
+        set_awaiting_upstream(true);
     if (moved && state_ != SessionState::Closed && from_client_.writer_needs_wakeup())
         wake_client();
     return moved;
@@ -212,9 +228,9 @@ void Session::read_upstream_into_ring() {
             // whether its own session gets a FATAL at shutdown.
             from_upstream_.feed(space.first(static_cast<size_t>(n)));
             to_client_ring_.commit(static_cast<size_t>(n));
-            metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
+            count_bytes(Direction::ServerToClient, static_cast<uint64_t>(n));
             published = true;
-            awaiting_upstream_ = false;
+            set_awaiting_upstream(false);
             if (static_cast<size_t>(n) < space.size())
                 break;
         } else if (n == 0) {
@@ -240,7 +256,7 @@ void Session::read_upstream_into_queue() {
         from_upstream_.feed(space.first(static_cast<size_t>(n)));
     to_client_.commit(n > 0 ? static_cast<size_t>(n) : 0);
     if (n > 0)
-        awaiting_upstream_ = false;
+        set_awaiting_upstream(false);
     if (n == 0 || (n < 0 && err == ECONNRESET)) {
         // Postgres hung up (often right after a FATAL ErrorResponse; ECONNRESET when it
         // left bytes we forwarded unread, e.g. terminated): deliver what it sent, then close.
@@ -289,7 +305,8 @@ void Session::flush_upstream() {
             ::send(upstream_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
             to_upstream_.consume(static_cast<size_t>(n));
-            metrics_.add_bytes(transport_, Direction::ClientToServer, static_cast<uint64_t>(n));
+            count_bytes(Direction::ClientToServer, static_cast<uint64_t>(n));
+            set_awaiting_upstream(true);
         } else if (n < 0 && errno == EAGAIN) {
             upstream_blocked_ = true;
             set_event(upstream_write_.get(), true);
@@ -341,7 +358,7 @@ void Session::send_to_client(std::span<const std::byte> bytes) {
             close("cannot write to the client ring", true);
             return;
         }
-        metrics_.add_bytes(transport_, Direction::ServerToClient, n);
+        count_bytes(Direction::ServerToClient, n);
         bytes = bytes.subspan(n);
     }
     if (to_client_ring_.reader_needs_wakeup())
@@ -364,7 +381,7 @@ void Session::flush_client() {
         const ssize_t n = stream_.send(data.data(), data.size());
         if (n > 0) {
             to_client_.consume(static_cast<size_t>(n));
-            metrics_.add_bytes(transport_, Direction::ServerToClient, static_cast<uint64_t>(n));
+            count_bytes(Direction::ServerToClient, static_cast<uint64_t>(n));
         } else if (n < 0 && errno == EAGAIN) {
             set_event(client_write_.get(), true);
             update_upstream_reading();

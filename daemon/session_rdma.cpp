@@ -272,7 +272,7 @@ bool Session::forward_channel_to_upstream() {
         break;
     }
     if (moved)
-        awaiting_upstream_ = true;
+        set_awaiting_upstream(true);
     return moved;
 }
 
@@ -284,7 +284,7 @@ void Session::flush_client_rdma() {
         const rdma::IoResult r = rdma_->write(data);
         if (r.bytes > 0) {
             to_client_.consume(r.bytes);
-            metrics_.add_bytes(transport_, Direction::ServerToClient, r.bytes);
+            count_bytes(Direction::ServerToClient, r.bytes);
         }
         if (r.status == rdma::IoStatus::Closed || r.status == rdma::IoStatus::Error) {
             close_on_channel_status(r.status);

@@ -366,6 +366,45 @@ std::string_view parameter(const protocol::StartupPacket& packet, std::string_vi
 
 }  // namespace
 
+bool Session::is_admin_database(std::string_view database) const {
+    const std::string& console = worker_.admission().admin.database;
+    return !console.empty() && database == console;
+}
+
+// The console shows every session's client and role: only roles in admin.users, and only
+// where l5pgd itself established who the client is (peer or trust, not passthrough, where
+// Postgres would have checked a password the console never asks for).
+AuthVerdict Session::admit_to_console(std::string_view role) {
+    const Admission& admission = worker_.admission();
+    const config::AuthMethod method = peer_.local ? admission.auth.local : admission.auth.tcp;
+    const auto& users = admission.admin.users;
+    if (method == config::AuthMethod::Passthrough)
+        return AuthVerdict{AuthFailure::AdminConsole,
+                           "l5pgd: the admin console needs l5pgd to identify the client "
+                           "(rule auth.local/auth.tcp=passthrough)"};
+    if (std::find(users.begin(), users.end(), role) == users.end())
+        return AuthVerdict{AuthFailure::AdminConsole,
+                           fmt::format("l5pgd: role \"{}\" may not use the admin console (rule "
+                                       "admin.users)",
+                                       role)};
+    admin_ = true;
+    return AuthVerdict{};
+}
+
+void Session::publish_record(std::string_view role, std::string_view database) {
+    auto record = std::make_shared<SessionRecord>();
+    record->id = id_;
+    record->transport = transport_;
+    record->client = peer_.describe();
+    record->database = std::string(database);
+    record->role = std::string(role);
+    record->connected_at = std::chrono::system_clock::now();
+    record->connected = std::chrono::steady_clock::now();
+    record->note_activity(record->connected);
+    record_ = record;
+    worker_.sessions().add(std::move(record));
+}
+
 bool Session::admit_startup(const protocol::StartupPacket& packet) {
     const std::string_view role = parameter(packet, "user");
     const std::string_view database = parameter(packet, "database");
@@ -378,9 +417,13 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
         admission.tls_mode == config::TlsMode::Require)
         verdict = AuthVerdict{AuthFailure::TlsRequired,
                               "l5pgd: SSL required for TCP clients (rule tls.mode=require)"};
+    if (verdict.allowed() && is_admin_database(database.empty() ? role : database))
+        verdict = admit_to_console(role);
     if (verdict.allowed()) {
-        spdlog::info("session {}: login: role \"{}\" database \"{}\" from {} over {}", id_, role,
-                     database.empty() ? role : database, peer_.describe(), to_string(transport_));
+        spdlog::info("session {}: login: role \"{}\" database \"{}\" from {} over {}{}", id_, role,
+                     database.empty() ? role : database, peer_.describe(), to_string(transport_),
+                     admin_ ? " (admin console)" : "");
+        publish_record(role, database.empty() ? role : database);
         return true;
     }
     metrics_.auth_failed(transport_, verdict.failure);
@@ -407,7 +450,13 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
 // as a TCP connect would wait in the kernel's SYN queue.
 void Session::connect_upstream() {
     const config::UpstreamConfig& cfg = worker_.config().upstream;
-    UpstreamConnect attempt = start_upstream_connect(cfg);
+    UpstreamConnect attempt;
+    if (admin_) {
+        attempt.fd = worker_.admin_console().open();
+        attempt.error = attempt.fd.valid() ? 0 : errno;
+    } else {
+        attempt = start_upstream_connect(cfg);
+    }
     if (!attempt.fd.valid()) {
         const auto now = std::chrono::steady_clock::now();
         if (attempt.error == EAGAIN && now + upstream_retry_delay_ < upstream_deadline_) {

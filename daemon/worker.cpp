@@ -165,6 +165,12 @@ void Worker::adopt_handed_over() {
     activity_ = true;
 }
 
+AdminConsole& Worker::admin_console() {
+    if (!admin_console_)
+        admin_console_ = std::make_unique<AdminConsole>(base_.get(), admission_.sessions);
+    return *admin_console_;
+}
+
 void Worker::set_polled(Session* session, bool polled) {
     auto it = std::find(polled_.begin(), polled_.end(), session);
     if (polled && it == polled_.end())

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "daemon/admin_console.hpp"
 #include "daemon/admission.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
@@ -62,6 +63,9 @@ class Worker {
     [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
     [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
     [[nodiscard]] SegmentRegistry& segments() noexcept { return admission_.segments; }
+    [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_.sessions; }
+    // This worker's admin console server (created on first use).
+    [[nodiscard]] AdminConsole& admin_console();
     void note_activity() noexcept { activity_ = true; }
     // This worker's RDMA endpoint; null when RDMA is disabled or the device could not be
     // opened (rdma_unavailable() says why).
@@ -142,6 +146,7 @@ class Worker {
     EventPtr linger_timer_;  // polls lingering_ while it is not empty
 
     uint64_t next_id_;
+    std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop
     std::vector<Session*> retired_;  // closed, destroyed after the current callback

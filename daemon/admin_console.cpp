@@ -1,0 +1,208 @@
+#include "daemon/admin_console.hpp"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string_view>
+
+#include "daemon/admin_query.hpp"
+#include "l5pg_version.hpp"
+#include "protocol/backend_messages.hpp"
+#include "protocol/error_response.hpp"
+#include "protocol/framing.hpp"
+#include "protocol/startup.hpp"
+#include "protocol/wire.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+// A console query is a short command: anything longer is not one of ours.
+constexpr uint32_t kMaxConsoleMessage = 64 * 1024;
+
+// What libpq and psql read from a server at login.
+void greet(protocol::BackendWriter& out) {
+    out.authentication_ok();
+    out.parameter_status("server_version", "15.0 (l5pgd " L5PG_VERSION " admin console)");
+    out.parameter_status("server_encoding", "UTF8");
+    out.parameter_status("client_encoding", "UTF8");
+    out.parameter_status("DateStyle", "ISO, MDY");
+    out.parameter_status("integer_datetimes", "on");
+    out.parameter_status("standard_conforming_strings", "on");
+    out.ready_for_query();
+}
+
+bool is_extended_protocol(char type) {
+    return std::string_view("PBDECHF").find(type) != std::string_view::npos;
+}
+
+}  // namespace
+
+struct AdminConsole::Connection {
+    AdminConsole* console = nullptr;
+    UniqueFd fd;
+    EventPtr read;
+    EventPtr write;
+    std::vector<std::byte> in;
+    std::vector<std::byte> out;
+    bool started = false;            // the StartupMessage was answered
+    bool skipping_extended = false;  // an extended-protocol message was refused: until Sync
+    bool closing = false;            // end once `out` is written
+};
+
+AdminConsole::AdminConsole(event_base* base, const SessionDirectory& sessions)
+    : base_(base), sessions_(sessions) {}
+
+AdminConsole::~AdminConsole() = default;
+
+UniqueFd AdminConsole::open() {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0)
+        return UniqueFd{};
+    UniqueFd session_end(pair[0]);
+    auto c = std::make_unique<Connection>();
+    c->console = this;
+    c->fd.reset(pair[1]);
+    c->read.reset(event_new(base_, c->fd.get(), EV_READ | EV_PERSIST, read_cb, c.get()));
+    c->write.reset(event_new(base_, c->fd.get(), EV_WRITE | EV_PERSIST, write_cb, c.get()));
+    if (!c->read || !c->write || event_add(c->read.get(), nullptr) != 0) {
+        errno = ENOMEM;
+        return UniqueFd{};
+    }
+    const Connection* key = c.get();
+    connections_.emplace(key, std::move(c));
+    return session_end;
+}
+
+void AdminConsole::read_cb(int, short, void* arg) {
+    auto* c = static_cast<Connection*>(arg);
+    c->console->on_readable(*c);
+}
+
+void AdminConsole::write_cb(int, short, void* arg) {
+    auto* c = static_cast<Connection*>(arg);
+    c->console->flush(*c);
+}
+
+void AdminConsole::on_readable(Connection& c) {
+    std::byte chunk[4096];
+    for (;;) {
+        const ssize_t n = ::recv(c.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
+        if (n > 0) {
+            c.in.insert(c.in.end(), chunk, chunk + n);
+            if (c.in.size() > 2 * kMaxConsoleMessage) {
+                drop(c);  // the session would not send this much to Postgres unasked
+                return;
+            }
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            break;
+        drop(c);  // the session is gone (or a socket error)
+        return;
+    }
+    if (!process(c))
+        c.closing = true;
+    flush(c);
+}
+
+bool AdminConsole::process(Connection& c) {
+    if (!c.started && !process_startup(c))
+        return false;
+    while (c.started && c.in.size() >= protocol::kMessageHeaderSize) {
+        const char type = static_cast<char>(c.in[0]);
+        const protocol::MessageHeaderParse header =
+            protocol::parse_message_header(c.in, kMaxConsoleMessage);
+        if (header.status != protocol::ParseStatus::Ok) {
+            protocol::BackendWriter out;
+            out.error("FATAL", protocol::kSqlstateProtocolViolation,
+                      "l5pgd admin console: invalid message");
+            c.out.insert(c.out.end(), out.bytes().begin(), out.bytes().end());
+            return false;
+        }
+        const size_t total = 1 + header.header.length;
+        if (c.in.size() < total)
+            break;
+        const std::vector<std::byte> body(c.in.begin() + protocol::kMessageHeaderSize,
+                                          c.in.begin() + static_cast<ptrdiff_t>(total));
+        c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(total));
+        if (!process_message(c, type, body))
+            return false;
+    }
+    return true;
+}
+
+// The session sends the client's StartupMessage first, as it would to Postgres.
+bool AdminConsole::process_startup(Connection& c) {
+    if (c.in.size() < 4)
+        return true;
+    const uint32_t length = protocol::read_be32(c.in.data());
+    if (length < protocol::kMinStartupPacketLength || length > protocol::kMaxStartupPacketLength)
+        return false;
+    if (c.in.size() < length)
+        return true;
+    c.in.erase(c.in.begin(), c.in.begin() + length);
+    c.started = true;
+    protocol::BackendWriter out;
+    greet(out);
+    c.out.insert(c.out.end(), out.bytes().begin(), out.bytes().end());
+    return true;
+}
+
+bool AdminConsole::process_message(Connection& c, char type, std::span<const std::byte> body) {
+    protocol::BackendWriter out;
+    bool go_on = true;
+    if (type == 'Q') {
+        const auto* text = reinterpret_cast<const char*>(body.data());
+        const std::string_view sql(text, std::find(text, text + body.size(), '\0') - text);
+        answer_admin_query(sql, sessions_, out);
+    } else if (type == 'X') {
+        go_on = false;
+    } else if (type == 'S') {  // Sync: the end of a refused extended-protocol exchange
+        c.skipping_extended = false;
+        out.ready_for_query();
+    } else if (is_extended_protocol(type)) {
+        if (!c.skipping_extended)
+            out.error("ERROR", "0A000",
+                      "l5pgd admin console: only simple queries (the extended query protocol "
+                      "is not supported)");
+        c.skipping_extended = true;
+    } else {
+        out.error("FATAL", protocol::kSqlstateProtocolViolation,
+                  "l5pgd admin console: unexpected message type");
+        go_on = false;
+    }
+    c.out.insert(c.out.end(), out.bytes().begin(), out.bytes().end());
+    return go_on;
+}
+
+void AdminConsole::flush(Connection& c) {
+    size_t sent = 0;
+    while (sent < c.out.size()) {
+        const ssize_t n = ::send(c.fd.get(), c.out.data() + sent, c.out.size() - sent,
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            sent += static_cast<size_t>(n);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            break;
+        drop(c);
+        return;
+    }
+    c.out.erase(c.out.begin(), c.out.begin() + static_cast<ptrdiff_t>(sent));
+    if (c.out.empty() && c.closing) {
+        drop(c);
+        return;
+    }
+    if (c.out.empty())
+        event_del(c.write.get());
+    else
+        event_add(c.write.get(), nullptr);
+}
+
+void AdminConsole::drop(Connection& c) {
+    connections_.erase(&c);  // closes the fd: the session sees Postgres hang up
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,54 @@
+// The admin console: l5pgd answers a virtual database (admin.database, default "l5pgd")
+// itself, e.g. `psql -h /run/l5pg -p 6432 -d l5pgd -c 'SHOW SESSIONS'`.
+//
+// A session whose StartupMessage asks for that database and passes the admin check
+// (Session::admit_startup) gets, instead of a connection to Postgres, one end of a
+// socketpair whose other end is served here, on the same worker thread. The session
+// forwards bytes exactly as it would to Postgres, so the console works over every
+// transport (Unix socket, TCP, TLS, SHM, RDMA) without a line of transport code, and is
+// counted, limited and listed like any other session. Commands: admin_query.hpp.
+#pragma once
+
+#include <event2/event.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "daemon/event_ptr.hpp"
+#include "daemon/session_directory.hpp"
+#include "daemon/unique_fd.hpp"
+
+namespace l5pg::daemon {
+
+class AdminConsole {
+  public:
+    AdminConsole(event_base* base, const SessionDirectory& sessions);
+    ~AdminConsole();
+    AdminConsole(const AdminConsole&) = delete;
+    AdminConsole& operator=(const AdminConsole&) = delete;
+
+    // A new console connection: the session's end (non-blocking, close-on-exec), or an
+    // invalid fd with errno set.
+    [[nodiscard]] UniqueFd open();
+
+  private:
+    struct Connection;
+    static void read_cb(int fd, short what, void* arg);
+    static void write_cb(int fd, short what, void* arg);
+    void on_readable(Connection& c);
+    // Handles every complete message in c.in; false when the connection must end.
+    bool process(Connection& c);
+    bool process_startup(Connection& c);
+    bool process_message(Connection& c, char type, std::span<const std::byte> body);
+    void flush(Connection& c);
+    void drop(Connection& c);
+
+    event_base* base_;
+    const SessionDirectory& sessions_;
+    std::map<const Connection*, std::unique_ptr<Connection>> connections_;
+};
+
+}  // namespace l5pg::daemon

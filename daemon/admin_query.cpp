@@ -1,0 +1,106 @@
+#include "daemon/admin_query.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "l5pg_version.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+using Row = std::vector<std::optional<std::string>>;
+
+// "  show   Sessions ; " -> "show sessions"
+std::string normalize(std::string_view sql) {
+    std::string out;
+    bool space = false;
+    for (const char c : sql) {
+        if (std::isspace(static_cast<unsigned char>(c))) {
+            space = !out.empty();
+            continue;
+        }
+        if (space)
+            out += ' ';
+        space = false;
+        out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    while (!out.empty() && (out.back() == ';' || out.back() == ' '))
+        out.pop_back();
+    return out;
+}
+
+std::string seconds_since(int64_t then_ns, std::chrono::steady_clock::time_point now) {
+    const int64_t ns = now.time_since_epoch().count() - then_ns;
+    return fmt::format("{:.3f}", static_cast<double>(std::max<int64_t>(ns, 0)) / 1e9);
+}
+
+std::string iso_time(std::chrono::system_clock::time_point t) {
+    const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+    std::tm tm{};
+    ::gmtime_r(&secs, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+Row session_row(const SessionRecord& r, AdminClock clock) {
+    return {std::to_string(r.id),
+            std::string(to_string(r.transport)),
+            r.client,
+            r.database,
+            r.role,
+            r.active.load(std::memory_order_relaxed) ? "active" : "idle",
+            std::to_string(r.bytes_from_client.load(std::memory_order_relaxed)),
+            std::to_string(r.bytes_to_client.load(std::memory_order_relaxed)),
+            iso_time(r.connected_at),
+            seconds_since(r.connected.time_since_epoch().count(), clock.now),
+            seconds_since(r.last_activity_ns.load(std::memory_order_relaxed), clock.now)};
+}
+
+void show_sessions(const SessionDirectory& sessions, protocol::BackendWriter& out,
+                   AdminClock clock) {
+    out.row_description({"id", "transport", "client", "database", "role", "state",
+                         "bytes_from_client", "bytes_to_client", "connected_at", "age_s",
+                         "idle_s"});
+    const auto records = sessions.snapshot();
+    for (const auto& record : records)
+        out.data_row(session_row(*record, clock));
+    out.command_complete(fmt::format("SHOW {}", records.size()));
+}
+
+void show_rows(std::string_view column, const std::vector<std::string>& rows,
+               protocol::BackendWriter& out) {
+    out.row_description({column});
+    for (const std::string& row : rows)
+        out.data_row({row});
+    out.command_complete(fmt::format("SHOW {}", rows.size()));
+}
+
+}  // namespace
+
+void answer_admin_query(std::string_view sql, const SessionDirectory& sessions,
+                        protocol::BackendWriter& out, AdminClock clock) {
+    const std::string command = normalize(sql);
+    if (command.empty()) {
+        out.empty_query_response();
+    } else if (command == "show sessions" || command == "show clients") {
+        show_sessions(sessions, out, clock);
+    } else if (command == "show version") {
+        show_rows("version", {"l5pgd " L5PG_VERSION}, out);
+    } else if (command == "show help") {
+        show_rows("command", {"SHOW SESSIONS", "SHOW VERSION", "SHOW HELP"}, out);
+    } else {
+        out.error("ERROR", "0A000",
+                  fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",
+                              std::string(sql.substr(0, 200))));
+    }
+    out.ready_for_query();
+}
+
+}  // namespace l5pg::daemon

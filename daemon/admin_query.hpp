@@ -1,0 +1,28 @@
+// The admin console's commands (admin_console.hpp): one simple Query's text in, complete
+// backend messages out. Pure of I/O, so unit tests drive it directly.
+//
+//   SHOW SESSIONS   who is connected (also SHOW CLIENTS, as in PgBouncer)
+//   SHOW VERSION    l5pgd's version
+//   SHOW HELP       these commands
+//
+// Case does not matter; a trailing ';' and surrounding white space are ignored.
+#pragma once
+
+#include <chrono>
+#include <string_view>
+
+#include "daemon/session_directory.hpp"
+#include "protocol/backend_messages.hpp"
+
+namespace l5pg::daemon {
+
+struct AdminClock {
+    std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+};
+
+// Appends the answer to `sql`, ending with ReadyForQuery. An unknown command is an ERROR
+// (SQLSTATE 0A000) naming SHOW HELP; the session goes on.
+void answer_admin_query(std::string_view sql, const SessionDirectory& sessions,
+                        protocol::BackendWriter& out, AdminClock clock = {});
+
+}  // namespace l5pg::daemon

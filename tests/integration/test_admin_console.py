@@ -1,0 +1,88 @@
+"""The admin console: `psql -d l5pgd -c 'SHOW SESSIONS'` answered by l5pgd itself, behind
+the same client check as every session plus admin.users."""
+import time
+
+import pytest
+
+from tests.harness.client import popen, psql, psql_cmd, run, shm_target, tcp_target, unix_target
+from tests.harness.l5pgd import L5pgd
+
+COLUMNS = ["id", "transport", "client", "database", "role", "state", "bytes_from_client",
+           "bytes_to_client", "connected_at", "age_s", "idle_s"]
+
+
+def console(target, sql, **kw):
+    return psql(target, sql, dbname="l5pgd", **kw)
+
+
+def show_sessions(target):
+    out = run(psql_cmd("-d", "l5pgd", "-F", "\t", "-c", "SHOW SESSIONS"), target).stdout
+    return [dict(zip(COLUMNS, line.split("\t"))) for line in out.splitlines() if line]
+
+
+@pytest.mark.timeout(90)
+def test_show_sessions_lists_shm_unix_and_tcp_sessions(l5pgd, shim):
+    """Three sessions each running a statement; the console sees each with its transport,
+    role, database and state, and itself as an idle-free admin session."""
+    sleepers = {name: popen(psql_cmd("-c", f"select pg_sleep(30) /* {name} */"), make(l5pgd))
+                for name, make in (("shm", shm_target), ("unix", unix_target), ("tcp", tcp_target))}
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            rows = show_sessions(unix_target(l5pgd))
+            busy = {r["transport"]: r for r in rows if r["database"] == "postgres" and
+                    r["state"] == "active"}
+            if {"shm", "unix", "tcp"} <= busy.keys() or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert {"shm", "unix", "tcp"} <= busy.keys(), rows
+        for transport, row in busy.items():
+            assert row["role"] == "postgres"
+            assert int(row["bytes_from_client"]) > 0 and int(row["bytes_to_client"]) > 0, row
+            assert float(row["age_s"]) >= 0
+        assert busy["tcp"]["client"].startswith("127.0.0.1:")
+        assert busy["shm"]["client"].startswith("uid ")
+        # The console session itself is listed too, over the Unix socket.
+        assert any(r["database"] == "l5pgd" and r["transport"] == "unix" for r in rows), rows
+    finally:
+        for p in sleepers.values():
+            p.kill()
+            p.wait()
+    # Gone once their clients are.
+    deadline = time.monotonic() + 20
+    while any(r["database"] == "postgres" for r in show_sessions(unix_target(l5pgd))):
+        assert time.monotonic() < deadline, show_sessions(unix_target(l5pgd))
+        time.sleep(0.1)
+
+
+def test_console_over_shared_memory(l5pgd, shim):
+    assert console(shm_target(l5pgd), "show version").startswith("l5pgd ")
+    rows = show_sessions(shm_target(l5pgd))
+    assert any(r["database"] == "l5pgd" and r["transport"] == "shm" for r in rows), rows
+
+
+def test_unknown_command_is_an_error_and_the_session_goes_on(l5pgd):
+    r = run(psql_cmd("-d", "l5pgd", "-v", "ON_ERROR_STOP=0", "-c", "select 1", "-c",
+                     "SHOW VERSION;"), unix_target(l5pgd), check=False)
+    assert 'unknown command "select 1"' in r.stderr and "SHOW HELP" in r.stderr, r.stderr
+    assert "l5pgd " in r.stdout
+
+
+def test_a_role_not_in_admin_users_is_refused(workdir, cluster):
+    with L5pgd(workdir / "l5pgd-admin-users", cluster,
+               extra_overrides=["admin.users=[monitor]"]) as d:
+        before = d.metric("l5pg_auth_failures_total", transport="unix", reason="admin_console")
+        r = console(unix_target(d), "show sessions", check=False)
+        assert r.returncode != 0
+        assert 'role "postgres" may not use the admin console (rule admin.users)' in r.stderr
+        assert d.metric("l5pg_auth_failures_total", transport="unix",
+                        reason="admin_console") == before + 1
+        # Ordinary databases are unaffected.
+        assert psql(unix_target(d), "select 1") == "1"
+
+
+def test_admin_database_can_be_renamed_or_disabled(workdir, cluster):
+    with L5pgd(workdir / "l5pgd-admin-db", cluster, extra_overrides=["admin.database="]) as d:
+        # No console: the name goes to Postgres, which has no such database.
+        r = console(unix_target(d), "show sessions", check=False)
+        assert r.returncode != 0 and 'database "l5pgd" does not exist' in r.stderr, r.stderr

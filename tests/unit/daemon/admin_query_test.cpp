@@ -1,0 +1,83 @@
+// The admin console's commands, fed directly (the console's I/O is tested end to end in
+// tests/integration/test_admin_console.py).
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/admin_query.hpp"
+#include "protocol/wire.hpp"
+
+using namespace l5pg;
+using namespace l5pg::daemon;
+
+namespace {
+
+struct Message {
+    char type;
+    std::string body;
+};
+
+std::vector<Message> split(const std::vector<std::byte>& bytes) {
+    std::vector<Message> out;
+    size_t at = 0;
+    while (at + 5 <= bytes.size()) {
+        const uint32_t len = protocol::read_be32(bytes.data() + at + 1);
+        REQUIRE(at + 1 + len <= bytes.size());
+        out.push_back({static_cast<char>(bytes[at]),
+                       std::string(reinterpret_cast<const char*>(bytes.data()) + at + 5, len - 4)});
+        at += 1 + len;
+    }
+    REQUIRE(at == bytes.size());
+    return out;
+}
+
+std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions) {
+    protocol::BackendWriter out;
+    answer_admin_query(sql, sessions, out);
+    return split(out.bytes());
+}
+
+std::string types(const std::vector<Message>& messages) {
+    std::string t;
+    for (const auto& m : messages)
+        t += m.type;
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("admin console: SHOW SESSIONS lists the directory's records in id order") {
+    SessionDirectory sessions;
+    for (uint64_t id : {7, 3}) {
+        auto r = std::make_shared<SessionRecord>();
+        r->id = id;
+        r->transport = id == 3 ? Transport::Shm : Transport::Tcp;
+        r->client = id == 3 ? "uid 1000 pid 42" : "10.0.0.1:5555";
+        r->database = "app";
+        r->role = "alice";
+        r->bytes_from_client = 10 * id;
+        sessions.add(std::move(r));
+    }
+    const auto m = ask("  show   Sessions ; ", sessions);
+    REQUIRE(types(m) == "TDDCZ");
+    CHECK(m[1].body.find("shm") != std::string::npos);
+    CHECK(m[1].body.find("uid 1000 pid 42") != std::string::npos);
+    CHECK(m[1].body.find("30") != std::string::npos);
+    CHECK(m[2].body.find("10.0.0.1:5555") != std::string::npos);
+    CHECK(m[3].body == std::string("SHOW 2") + '\0');
+    sessions.remove(3);
+    CHECK(types(ask("SHOW CLIENTS", sessions)) == "TDCZ");
+}
+
+TEST_CASE("admin console: unknown commands are errors, empty queries are empty") {
+    const SessionDirectory sessions;
+    const auto unknown = ask("select * from pg_shadow", sessions);
+    REQUIRE(types(unknown) == "EZ");
+    CHECK(unknown[0].body.find("0A000") != std::string::npos);
+    CHECK(unknown[0].body.find("SHOW HELP") != std::string::npos);
+    CHECK(types(ask(" ; ", sessions)) == "IZ");
+    CHECK(types(ask("show version", sessions)) == "TDCZ");
+    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDCZ");
+}
