@@ -546,7 +546,7 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& key, const s
         host = value.substr(0, colon);
         port = value.substr(colon + 1);
         if (host.find(':') != std::string::npos) {
-            fail(key, "IPv6 addresses must be bracketed, e.g. [::1]:9187" + usage);
+            fail(key, "IPv6 addresses must be bracketed, e.g. [::1]:6439" + usage);
         }
     }
     if (host.empty()) {

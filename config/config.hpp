@@ -68,7 +68,7 @@ struct RdmaConfig {
 };
 
 struct MetricsConfig {
-    std::string listen = "127.0.0.1:9187";  // host:port; "" disables
+    std::string listen = "127.0.0.1:6439";  // host:port; "" disables
 };
 
 struct LimitsConfig {

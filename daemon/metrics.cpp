@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "l5pg_version.hpp"
+
+#include <algorithm>
 #include <iterator>
 
 namespace l5pg::daemon {
@@ -125,6 +128,16 @@ void Metrics::connection_refused(ConnectionRefusal reason) noexcept {
     bump(refusals_[static_cast<size_t>(reason)]);
 }
 
+void Metrics::observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) noexcept {
+    Histogram& h = round_trips_[idx(t)];
+    const double seconds = std::chrono::duration<double>(elapsed).count();
+    size_t b = 0;
+    while (b < kRoundTripBuckets.size() && seconds > kRoundTripBuckets[b])
+        ++b;
+    bump(h.buckets[b]);  // non-cumulative here; render() adds them up
+    bump(h.sum_ns, static_cast<uint64_t>(std::max<int64_t>(elapsed.count(), 0)));
+}
+
 std::string Metrics::render() const {
     std::string out;
     out.reserve(4096);
@@ -162,7 +175,33 @@ std::string Metrics::render() const {
     scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
            read(worker_blocks_));
     render_refusals(out);
+    render_round_trips(out);
+    header(out, "l5pg_build_info", "gauge", "l5pgd's version (the value is always 1).");
+    fmt::format_to(std::back_inserter(out), "l5pg_build_info{{version=\"{}\"}} 1\n", L5PG_VERSION);
     return out;
+}
+
+void Metrics::render_round_trips(std::string& out) const {
+    header(out, "l5pg_upstream_round_trip_seconds", "histogram",
+           "From forwarding a client's request to Postgres to Postgres's first answer byte.");
+    for (Transport t : kTransports) {
+        const Histogram& h = round_trips_[idx(t)];
+        uint64_t cumulative = 0;
+        for (size_t b = 0; b <= kRoundTripBuckets.size(); ++b) {
+            cumulative += read(h.buckets[b]);
+            const std::string le =
+                b < kRoundTripBuckets.size() ? fmt::format("{}", kRoundTripBuckets[b]) : "+Inf";
+            fmt::format_to(
+                std::back_inserter(out),
+                "l5pg_upstream_round_trip_seconds_bucket{{transport=\"{}\",le=\"{}\"}} {}\n",
+                to_string(t), le, cumulative);
+        }
+        fmt::format_to(std::back_inserter(out),
+                       "l5pg_upstream_round_trip_seconds_sum{{transport=\"{}\"}} {:.9f}\n"
+                       "l5pg_upstream_round_trip_seconds_count{{transport=\"{}\"}} {}\n",
+                       to_string(t), static_cast<double>(read(h.sum_ns)) / 1e9, to_string(t),
+                       cumulative);
+    }
 }
 
 void Metrics::render_refusals(std::string& out) const {

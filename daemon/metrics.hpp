@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -46,6 +47,8 @@ class Metrics {
     void worker_blocked() noexcept;    // a worker gave up spinning and blocked
     void auth_failed(Transport t, AuthFailure reason) noexcept;
     void connection_refused(ConnectionRefusal reason) noexcept;
+    // From forwarding a request to Postgres to its first answer byte, as l5pgd sees it.
+    void observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) noexcept;
 
     // Prometheus text exposition format 0.0.4, with HELP and TYPE lines:
     //   l5pg_sessions_total{transport}            counter
@@ -57,10 +60,18 @@ class Metrics {
     //   l5pg_doorbells_total, l5pg_worker_blocks_total   counters
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
+    //   l5pg_upstream_round_trip_seconds{transport}       histogram
+    //   l5pg_build_info{version}                          gauge, always 1
     [[nodiscard]] std::string render() const;
+
+    // Upper bounds of the round-trip histogram's buckets, in seconds (+Inf follows).
+    static constexpr std::array<double, 14> kRoundTripBuckets{
+        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+        0.01,    0.025,  0.05,    0.1,    0.25,  1.0,    5.0};
 
   private:
     void render_refusals(std::string& out) const;
+    void render_round_trips(std::string& out) const;
     template <class T>
     using PerTransport = std::array<std::atomic<T>, kTransportCount>;
     PerTransport<uint64_t> sessions_total_{};
@@ -77,6 +88,11 @@ class Metrics {
     std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
         auth_failures_{};
     std::array<std::atomic<uint64_t>, kConnectionRefusalCount> refusals_{};
+    struct Histogram {
+        std::array<std::atomic<uint64_t>, kRoundTripBuckets.size() + 1> buckets{};  // last: +Inf
+        std::atomic<uint64_t> sum_ns{0};
+    };
+    std::array<Histogram, kTransportCount> round_trips_{};
 };
 
 }  // namespace l5pg::daemon

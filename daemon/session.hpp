@@ -192,13 +192,14 @@ class Session {
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionState state_ = SessionState::Startup;
-    bool counted_ = false;                   // included in sessions_active
-    bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
-    bool close_when_flushed_ = false;        // close once to_client_ (or to_upstream_) drains
-    std::string close_reason_;               // for close_when_flushed_
-    bool upstream_blocked_ = false;          // upstream send returned EAGAIN
-    bool ring_full_ = false;                 // server->client ring had no room
-    bool awaiting_upstream_ = false;         // see awaiting_upstream(); set_awaiting_upstream()
+    bool counted_ = false;             // included in sessions_active
+    bool cancel_request_ = false;      // upstream leg only carries a CancelRequest
+    bool close_when_flushed_ = false;  // close once to_client_ (or to_upstream_) drains
+    std::string close_reason_;         // for close_when_flushed_
+    bool upstream_blocked_ = false;    // upstream send returned EAGAIN
+    bool ring_full_ = false;           // server->client ring had no room
+    bool awaiting_upstream_ = false;   // see awaiting_upstream(); set_awaiting_upstream()
+    std::chrono::steady_clock::time_point request_forwarded_at_;  // awaiting_upstream_ began
     bool admin_ = false;                     // served by the admin console, not Postgres
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms

@@ -88,6 +88,13 @@ void Session::count_bytes(Direction direction, uint64_t n) {
 }
 
 void Session::set_awaiting_upstream(bool awaiting) {
+    if (awaiting != awaiting_upstream_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (awaiting)
+            request_forwarded_at_ = now;
+        else
+            metrics_.observe_round_trip(transport_, now - request_forwarded_at_);
+    }
     awaiting_upstream_ = awaiting;
     if (record_)
         record_->active.store(awaiting, std::memory_order_relaxed);

@@ -1,6 +1,9 @@
 """The shim's upgrade decisions (L5PG_DEBUG) and l5pgd's Prometheus metrics."""
+import subprocess
+
 import pytest
 
+from tests.harness import paths
 from tests.harness.client import (direct_unix_target, pgbench, psql, psql_cmd, run, shim_debug_lines, shim_preload,
                                   shm_target, unix_target, upgraded)
 
@@ -84,3 +87,22 @@ def test_poll_clients_get_no_doorbell_per_response(l5pgd, pgbench_db, shim):
     assert r.processed == n and r.failed == 0, r.stdout
     doorbells = l5pgd.metric("l5pg_doorbells_total") - d0
     assert doorbells < n / 10, f"{doorbells} doorbells for {n} transactions"
+
+
+@pytest.mark.timeout(60)
+def test_round_trip_histogram_and_build_info(l5pgd, shim):
+    """Each statement over SHM is one round trip to Postgres in the histogram; a 0.2 s
+    pg_sleep lands above the 0.1 s bucket and at most in the 0.25 s one."""
+    name = "l5pg_upstream_round_trip_seconds"
+    count0 = l5pgd.metric(f"{name}_count", transport="shm")
+    slow0 = l5pgd.metric(f"{name}_bucket", transport="shm", le="0.1")
+    run(psql_cmd("-c", "select pg_sleep(0.2)"), shm_target(l5pgd))
+    # Startup, the query, and psql's Terminate-free exit: at least two round trips.
+    assert l5pgd.metric(f"{name}_count", transport="shm") >= count0 + 2
+    count1 = l5pgd.metric(f"{name}_count", transport="shm")
+    below = l5pgd.metric(f"{name}_bucket", transport="shm", le="0.1")
+    assert count1 - below >= 1 + (count0 - slow0), "the 0.2 s statement is not above 0.1 s"
+    assert l5pgd.metric(f"{name}_sum", transport="shm") >= 0.2
+    version = subprocess.run([paths.L5PGD, "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[-1]
+    assert l5pgd.metric("l5pg_build_info", version=version) == 1

@@ -50,7 +50,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.shm.spin_us == 50);
     CHECK(c.shm.yield_us == 200);
     CHECK_FALSE(c.shm.spin_awaiting_upstream);
-    CHECK(c.metrics.listen == "127.0.0.1:9187");
+    CHECK(c.metrics.listen == "127.0.0.1:6439");
     CHECK(c.limits.max_sessions == 1000);
     CHECK(c.limits.startup_timeout_ms == 10000);
     CHECK(c.limits.session_buffer_bytes == 256 * 1024);

@@ -6,10 +6,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
+#include "l5pg_version.hpp"
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
@@ -170,4 +172,27 @@ TEST_CASE("MetricsServer starts and stops quickly, repeatedly") {
         if (i % 5 == 0)                           // and each one serves while it lives
             CHECK_THAT(http_get(server.port(), "/metrics"), Contains(" 200 "));
     }
+}
+
+TEST_CASE("Metrics: round-trip histogram is cumulative, with sum, count and build info") {
+    Metrics m;
+    using namespace std::chrono;
+    m.observe_round_trip(Transport::Shm, microseconds(30));   // <= 50 us
+    m.observe_round_trip(Transport::Shm, microseconds(700));  // <= 1 ms
+    m.observe_round_trip(Transport::Shm, seconds(9));         // +Inf only
+    const std::string text = m.render();
+    CHECK(
+        has_line(text, R"(l5pg_upstream_round_trip_seconds_bucket{transport="shm",le="5e-05"} 1)"));
+    CHECK(has_line(text,
+                   R"(l5pg_upstream_round_trip_seconds_bucket{transport="shm",le="0.0005"} 1)"));
+    CHECK(
+        has_line(text, R"(l5pg_upstream_round_trip_seconds_bucket{transport="shm",le="0.001"} 2)"));
+    CHECK(has_line(text, R"(l5pg_upstream_round_trip_seconds_bucket{transport="shm",le="5"} 2)"));
+    CHECK(
+        has_line(text, R"(l5pg_upstream_round_trip_seconds_bucket{transport="shm",le="+Inf"} 3)"));
+    CHECK(has_line(text, R"(l5pg_upstream_round_trip_seconds_count{transport="shm"} 3)"));
+    CHECK(has_line(text, R"(l5pg_upstream_round_trip_seconds_sum{transport="shm"} 9.000730000)"));
+    CHECK(has_line(text, R"(l5pg_upstream_round_trip_seconds_count{transport="tcp"} 0)"));
+    CHECK(has_line(text, "# TYPE l5pg_upstream_round_trip_seconds histogram"));
+    CHECK(has_line(text, std::string(R"(l5pg_build_info{version=")") + L5PG_VERSION + "\"} 1"));
 }
