@@ -34,7 +34,7 @@ FUZZ_PACKAGES := clang libclang-rt-14-dev
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 
-.PHONY: help deps install-packages build package test sanitize-test soak unit-test integration-test demo bench fuzz format format-check clean
+.PHONY: help deps install-packages build package test sanitize-test soak image-check unit-test integration-test demo bench fuzz format format-check clean
 
 help:
 	@echo "make deps              install missing Debian packages (as root, else prints the command)"
@@ -45,6 +45,7 @@ help:
 	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 3 placements) into bench/results/"
 	@echo "                       QUICK=1: reduced matrix (<10 min on 2 cores); BENCH_ARGS='...' more options"
 	@echo "make soak              200 SHM sessions for SOAK_MINUTES (default 10): errors, RSS, fds, CPU"
+	@echo "make image-check       l5pgd and a shimmed psql from the docker image's file set (debootstrap)"
 	@echo "make fuzz              libFuzzer on every target in tests/fuzz for FUZZ_SECONDS (default 60) each"
 	@echo "make format            clang-format all C++ sources"
 
@@ -114,6 +115,12 @@ bench: build
 SOAK_MINUTES ?= 10
 soak: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) tests/soak/run_soak.py --minutes $(SOAK_MINUTES)
+
+# The sidecar image's runtime file set, without a container engine (debootstrap + chroot).
+image-check: build
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES) debootstrap"
+	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) tests/container/check_image_files.py \
+	  --build-dir $(abspath $(BUILD_DIR))
 
 fuzz:
 	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES) $(FUZZ_PACKAGES)"

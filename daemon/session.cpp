@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/worker.hpp"
@@ -193,16 +194,23 @@ void Session::send_fatal_now(std::span<const std::byte> message) {
     (void)stream_.send(message.data(), message.size());
 }
 
+std::string Session::describe() const {
+    if (!record_)
+        return fmt::format("{} over {}", peer_.describe(), to_string(transport_));
+    return fmt::format("role \"{}\" database \"{}\", {} over {}", record_->role, record_->database,
+                       peer_.describe(), to_string(transport_));
+}
+
 void Session::close(std::string_view reason, bool error) {
     if (state_ == SessionState::Closed)
         return;
     const bool was_forwarding = state_ == SessionState::Forwarding;
     state_ = SessionState::Closed;
     if (error)
-        client_logs().session_error.log(spdlog::level::warn, "session {}: closing: {}", id_,
-                                        reason);
+        client_logs().session_error.log(spdlog::level::warn, "session {} ({}): closing: {}", id_,
+                                        describe(), reason);
     else
-        spdlog::debug("session {}: closing: {}", id_, reason);
+        spdlog::debug("session {} ({}): closing: {}", id_, describe(), reason);
     if (segment_) {
         // Everything we published stays readable: the flag tells the client that no more
         // will come, the doorbell wakes it if it is blocked.

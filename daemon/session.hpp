@@ -102,6 +102,8 @@ class Session {
     [[nodiscard]] AuthVerdict admit_to_console(std::string_view role);
     // The SessionDirectory entry SHOW SESSIONS lists.
     void publish_record(std::string_view role, std::string_view database);
+    // For log lines: role, database (once admitted), peer and transport.
+    [[nodiscard]] std::string describe() const;
     // Reads with `read` and processes startup packets until none is complete or the session
     // leaves Startup; several may be queued (SSLRequest, then StartupMessage).
     bool drain_startup(bool (Session::*read)());
