@@ -15,6 +15,7 @@
 
 #include "config/config.hpp"
 #include "daemon/admission.hpp"
+#include "daemon/log_format.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
 #include "daemon/server.hpp"
@@ -84,7 +85,7 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
 
 void setup_logging(const std::string& level) {
     auto logger = spdlog::stderr_color_mt("l5pgd");
-    logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %P [%^%l%$] %v");
+    l5pg::daemon::apply_log_format(*logger, l5pg::daemon::detect_log_destination());
     logger->set_level(spdlog::level::from_str(level));
     logger->flush_on(spdlog::level::info);
     spdlog::set_default_logger(logger);

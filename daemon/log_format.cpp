@@ -1,0 +1,78 @@
+#include "daemon/log_format.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include <spdlog/pattern_formatter.h>
+
+namespace l5pg::daemon {
+namespace {
+
+// "<N>" with the syslog priority of the line's level (sd-daemon(3)).
+class SyslogPriorityFlag final : public spdlog::custom_flag_formatter {
+  public:
+    void format(const spdlog::details::log_msg& msg, const std::tm&,
+                spdlog::memory_buf_t& dest) override {
+        std::string_view prefix = "<6>";
+        switch (msg.level) {
+            case spdlog::level::trace:
+            case spdlog::level::debug:
+                prefix = "<7>";
+                break;
+            case spdlog::level::info:
+                prefix = "<6>";
+                break;
+            case spdlog::level::warn:
+                prefix = "<4>";
+                break;
+            case spdlog::level::err:
+                prefix = "<3>";
+                break;
+            case spdlog::level::critical:
+                prefix = "<2>";
+                break;
+            default:
+                break;
+        }
+        dest.append(prefix.data(), prefix.data() + prefix.size());
+    }
+    [[nodiscard]] std::unique_ptr<custom_flag_formatter> clone() const override {
+        return std::make_unique<SyslogPriorityFlag>();
+    }
+};
+
+bool stderr_is_journal() noexcept {
+    const char* stream = std::getenv("JOURNAL_STREAM");
+    if (stream == nullptr)
+        return false;
+    unsigned long long dev = 0, ino = 0;
+    struct stat st {};
+    return std::sscanf(stream, "%llu:%llu", &dev, &ino) == 2 && ::fstat(STDERR_FILENO, &st) == 0 &&
+           static_cast<unsigned long long>(st.st_dev) == dev &&
+           static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
+}  // namespace
+
+LogDestination detect_log_destination() noexcept {
+    if (stderr_is_journal())
+        return LogDestination::Journal;
+    return ::isatty(STDERR_FILENO) ? LogDestination::Terminal : LogDestination::Plain;
+}
+
+void apply_log_format(spdlog::logger& logger, LogDestination destination) {
+    if (destination != LogDestination::Journal) {
+        // %^...%$ colours the level on a terminal and is empty elsewhere.
+        logger.set_pattern("%Y-%m-%d %H:%M:%S.%e %P [%^%l%$] %v");
+        return;
+    }
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<SyslogPriorityFlag>('*').set_pattern("%*%v");
+    logger.set_formatter(std::move(formatter));
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,24 @@
+// How l5pgd's log lines look, by where stderr goes:
+//   a terminal:        2026-11-25 11:40:02.123 4242 [info] message   (level in colour)
+//   the journal:       <6>message   (JOURNAL_STREAM is set by systemd for a service whose
+//                      stderr is the journal: the syslog priority prefix lets
+//                      `journalctl -p err` filter, and journald adds time and pid itself)
+//   anything else:     the terminal format without colour (files, docker logs, pipes)
+#pragma once
+
+#include <memory>
+
+#include <spdlog/logger.h>
+
+namespace l5pg::daemon {
+
+enum class LogDestination { Terminal, Journal, Plain };
+
+// From isatty(2) and JOURNAL_STREAM (which names stderr's device:inode: a stale value
+// inherited by a child whose stderr was redirected does not count).
+[[nodiscard]] LogDestination detect_log_destination() noexcept;
+
+// Sets the logger's sink pattern for `destination`.
+void apply_log_format(spdlog::logger& logger, LogDestination destination);
+
+}  // namespace l5pg::daemon
