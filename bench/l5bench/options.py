@@ -12,11 +12,14 @@ from .targets import TARGET_NAMES
 from .workloads import WORKLOADS
 
 FULL = {"clients": [1, 2, 4, 8, 16, 32, 64], "workloads": list(WORKLOADS), "duration": 5}
-# 8 targets × 2 client counts × 2 placements × 2 workloads × 3 runs = 192 cells, plus 9 cells of
-# the `shared` placement (placement.QUICK_SHARED_SCOPE). At 2 s each plus ~0.6 s of start/settle
-# per cell that is ~8.7 min, plus setup, the idle check and the microbenchmarks: under 10
-# minutes on 2 cores. (3 s per cell would already be over.)
-QUICK = {"clients": [1, 8], "workloads": ["point-read", "tpcb-like"], "duration": 2}
+# Core: 8 targets × clients 1, 8 × 2 placements × 2 workloads × 3 runs = 192 cells, plus 9 cells
+# of the `shared` placement (placement.QUICK_SHARED_SCOPE). Scaling shape (#16): point reads at
+# clients 2, 4, 32, 64 over direct Unix, PgBouncer Unix, l5pgd Unix and l5pgd SHM, 2
+# placements, 3 runs = 96 cells (placement.QUICK_SCALING_SCOPE). At 2 s each plus ~0.6 s of
+# start/settle per cell that is ~13 min, plus setup, the idle check and the
+# microbenchmarks: under 15 minutes on 2 cores. Scale 10: tpcb-like runs at 8 clients at most.
+QUICK = {"clients": [1, 2, 4, 8, 32, 64], "workloads": ["point-read", "tpcb-like"], "duration": 2,
+         "scale": 10}
 RESULTS_DIR = REPO / "bench" / "results"
 
 
@@ -57,7 +60,8 @@ def parser():
         description="pgbench benchmark: direct TCP/Unix, PgBouncer TCP/Unix, l5pgd TCP/Unix/SHM "
                     "(and RDMA when present), two CPU placements, repeated and interleaved.")
     ap.add_argument("--quick", action="store_true",
-                    help="reduced matrix: clients 1,8; point-read and tpcb-like; 2 s per cell")
+                    help="reduced matrix: clients 1,8 for point-read and tpcb-like; point-read "
+                         "at 2,4,32,64 over the Unix and SHM targets; 2 s per cell")
     ap.add_argument("--duration", type=int, help="seconds per cell, pgbench -T (default 5; quick 2)")
     ap.add_argument("--runs", type=int, default=3, help="repetitions of every cell (default 3)")
     ap.add_argument("--clients", type=_int_list, help="client counts (default 1,2,4,8,16,32,64)")
@@ -100,7 +104,8 @@ def parse(argv):
     return Options(
         quick=a.quick, duration=a.duration or preset["duration"], runs=a.runs,
         clients=sorted(set(clients)), workloads=a.workloads or preset["workloads"],
-        targets=a.targets, placements=a.placements, scale=a.scale or max(10, max(clients)),
+        targets=a.targets, placements=a.placements,
+        scale=a.scale or preset.get("scale") or max(10, max(clients)),
         l5pgd_workers=a.l5pgd_workers, idle_seconds=a.idle_seconds, idle_sessions=a.idle_sessions,
         micro=not a.no_micro, out_dir=(a.out or default_out_dir()).resolve(),
         seed=a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31),

@@ -123,8 +123,19 @@ QUICK_SHARED_SCOPE = {"workloads": ("point-read",), "clients": (1,),
                       "targets": ("direct-tcp", "direct-unix", "l5pgd-shm")}
 
 
+# Beyond 1 and 8 clients the quick matrix shows the scaling shape of point reads over the
+# targets issue #16 compares, in the default and pinned placements.
+QUICK_CORE_CLIENTS = (1, 8)
+QUICK_SCALING_SCOPE = {"workloads": ("point-read",),
+                       "targets": ("direct-unix", "pgbouncer-unix", "l5pgd-unix", "l5pgd-shm")}
+
+
+def _in(scope, workload, clients, target):
+    return (workload in scope["workloads"] and target in scope["targets"]
+            and clients in scope.get("clients", (clients,)))
+
+
 def in_quick_scope(placement, workload, clients, target):
-    if placement.name != "shared":
-        return True
-    scope = QUICK_SHARED_SCOPE
-    return workload in scope["workloads"] and clients in scope["clients"] and target in scope["targets"]
+    if placement.name == "shared":
+        return _in(QUICK_SHARED_SCOPE, workload, clients, target)
+    return clients in QUICK_CORE_CLIENTS or _in(QUICK_SCALING_SCOPE, workload, clients, target)
