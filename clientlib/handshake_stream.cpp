@@ -179,53 +179,48 @@ int HandshakeStream::tls_call(Op op, int& remaining_ms) noexcept {
     }
 }
 
-bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
+// Runs `step(done, remaining_ms)` (bytes moved, 0 at EOF, -1 with errno) until `len`
+// bytes moved, waiting for `events` on EAGAIN, within L5PG_UPGRADE_TIMEOUT_MS.
+template <class Step>
+bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
     int remaining_ms = settings().upgrade_timeout_ms;
-    size_t sent = 0;
-    while (sent < len) {
-        if (ssl_) {
-            const int n = tls_call(
-                [&] { return SSL_write(ssl_.get(), data + sent, static_cast<int>(len - sent)); },
-                remaining_ms);
-            if (n <= 0)
-                return false;
-            sent += static_cast<size_t>(n);
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t n = step(done, remaining_ms);
+        if (n > 0) {
+            done += static_cast<size_t>(n);
             continue;
         }
-        const ssize_t n = real().send(fd_, data + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0)
-            sent += static_cast<size_t>(n);
-        else if (n < 0 && errno != EINTR &&
-                 (errno != EAGAIN || !wait_for(fd_, POLLOUT, remaining_ms)))
+        if (n == 0) {
+            errno = ECONNRESET;
+            return false;
+        }
+        if (errno != EINTR && (errno != EAGAIN || !wait_for(fd_, events, remaining_ms)))
             return false;
     }
     return true;
 }
 
+bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
+    return move_all(len, POLLOUT, [&](size_t done, int& remaining_ms) -> ssize_t {
+        if (!ssl_)
+            return real().send(fd_, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        const int n = tls_call(
+            [&] { return SSL_write(ssl_.get(), data + done, static_cast<int>(len - done)); },
+            remaining_ms);
+        return n > 0 ? n : -1;  // tls_call() waited already; its errno is final
+    });
+}
+
 bool HandshakeStream::recv_exact(std::byte* out, size_t len) noexcept {
-    int remaining_ms = settings().upgrade_timeout_ms;
-    size_t got = 0;
-    while (got < len) {
-        if (ssl_) {
-            const int n = tls_call(
-                [&] { return SSL_read(ssl_.get(), out + got, static_cast<int>(len - got)); },
-                remaining_ms);
-            if (n <= 0)
-                return false;
-            got += static_cast<size_t>(n);
-            continue;
-        }
-        const ssize_t n = real().recv(fd_, out + got, len - got, MSG_DONTWAIT);
-        if (n > 0) {
-            got += static_cast<size_t>(n);
-        } else if (n == 0) {
-            errno = ECONNRESET;
-            return false;
-        } else if (errno != EINTR && (errno != EAGAIN || !wait_for(fd_, POLLIN, remaining_ms))) {
-            return false;
-        }
-    }
-    return true;
+    return move_all(len, POLLIN, [&](size_t done, int& remaining_ms) -> ssize_t {
+        if (!ssl_)
+            return real().recv(fd_, out + done, len - done, MSG_DONTWAIT);
+        const int n =
+            tls_call([&] { return SSL_read(ssl_.get(), out + done, static_cast<int>(len - done)); },
+                     remaining_ms);
+        return n > 0 ? n : -1;
+    });
 }
 
 char HandshakeStream::await_answer() noexcept {

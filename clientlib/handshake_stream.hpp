@@ -57,6 +57,8 @@ class HandshakeStream {
     // its result, or -1 with errno set.
     template <class Op>
     int tls_call(Op op, int& remaining_ms) noexcept;
+    template <class Step>
+    [[nodiscard]] bool move_all(size_t len, short events, Step step) noexcept;
     Tls fail(const char* why) noexcept;
 
     int fd_;

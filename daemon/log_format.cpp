@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string_view>
 
 #include <spdlog/pattern_formatter.h>
@@ -17,27 +18,11 @@ class SyslogPriorityFlag final : public spdlog::custom_flag_formatter {
   public:
     void format(const spdlog::details::log_msg& msg, const std::tm&,
                 spdlog::memory_buf_t& dest) override {
-        std::string_view prefix = "<6>";
-        switch (msg.level) {
-            case spdlog::level::trace:
-            case spdlog::level::debug:
-                prefix = "<7>";
-                break;
-            case spdlog::level::info:
-                prefix = "<6>";
-                break;
-            case spdlog::level::warn:
-                prefix = "<4>";
-                break;
-            case spdlog::level::err:
-                prefix = "<3>";
-                break;
-            case spdlog::level::critical:
-                prefix = "<2>";
-                break;
-            default:
-                break;
-        }
+        // Indexed by spdlog's levels: trace, debug, info, warn, err, critical, off.
+        static constexpr std::string_view kPrefix[] = {"<7>", "<7>", "<6>", "<4>",
+                                                       "<3>", "<2>", ""};
+        const auto level = static_cast<size_t>(msg.level);
+        const std::string_view prefix = level < std::size(kPrefix) ? kPrefix[level] : "<6>";
         dest.append(prefix.data(), prefix.data() + prefix.size());
     }
     [[nodiscard]] std::unique_ptr<custom_flag_formatter> clone() const override {

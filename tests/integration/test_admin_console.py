@@ -30,8 +30,9 @@ def test_show_sessions_lists_shm_unix_and_tcp_sessions(l5pgd, shim):
         deadline = time.monotonic() + 20
         while True:
             rows = show_sessions(unix_target(l5pgd))
+            # Active after the login's answers: running pg_sleep (not just starting up).
             busy = {r["transport"]: r for r in rows if r["database"] == "postgres" and
-                    r["state"] == "active"}
+                    r["state"] == "active" and int(r["bytes_to_client"]) > 0}
             if {"shm", "unix", "tcp"} <= busy.keys() or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

@@ -132,6 +132,15 @@ def rdma_conninfo(d, **env):
     return run(psql_cmd("-c", r"\conninfo", "-c", "select 42"), target, check=False, timeout=60)
 
 
+def assert_fresh_tls_connection(r, why):
+    """No upgrade, for `why`; libpq's own TLS connection on the fresh socket answered."""
+    assert r.returncode == 0, r.stderr
+    assert "SSL connection" in r.stdout and "42" in r.stdout
+    lines = "\n".join(shim_debug_lines(r.stderr))
+    assert why in lines and "a fresh connection" in lines, lines
+    assert not upgraded_rdma(r.stderr)
+
+
 def test_rdma_session_negotiated_inside_tls(required_rdma, pki):
     """tls.mode=require: the upgrade's offer, token and Hellos go inside TLS, verified
     against the test's CA and the server's IP address; the session then runs over RDMA."""
@@ -159,21 +168,14 @@ def test_unverifiable_server_gets_no_upgrade_and_libpq_carries_on(required_rdma,
     opens a fresh connection and libpq connects exactly as it would without the shim."""
     r = rdma_conninfo(required_rdma, L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "client.crt",
                       PGSSLMODE="require")
-    assert r.returncode == 0, r.stderr
-    assert "SSL connection" in r.stdout and "42" in r.stdout
-    lines = "\n".join(shim_debug_lines(r.stderr))
-    assert "TLS with l5pgd failed" in lines and "a fresh connection" in lines, lines
-    assert not upgraded_rdma(r.stderr)
+    assert_fresh_tls_connection(r, "TLS with l5pgd failed")
 
 
 def test_declined_inside_tls_falls_back_to_a_fresh_connection(required, pki):
     """l5pgd without RDMA declines inside TLS; the connection libpq gets is a new, clean one."""
     r = rdma_conninfo(required, L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "ca.crt",
                       PGSSLMODE="require")
-    assert r.returncode == 0, r.stderr
-    assert "SSL connection" in r.stdout and "42" in r.stdout
-    lines = "\n".join(shim_debug_lines(r.stderr))
-    assert "declined the RDMA upgrade" in lines and "a fresh connection" in lines, lines
+    assert_fresh_tls_connection(r, "declined the RDMA upgrade")
 
 
 def test_prefer_without_tls_on_l5pgd_upgrades_in_clear(workdir, cluster):
