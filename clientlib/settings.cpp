@@ -12,6 +12,16 @@ namespace {
 
 Settings g_settings;
 
+struct SslModeName {
+    const char* name;
+    SslMode mode;
+};
+constexpr SslModeName kSslModes[] = {{"disable", SslMode::Disable},
+                                     {"prefer", SslMode::Prefer},
+                                     {"require", SslMode::Require},
+                                     {"verify-ca", SslMode::VerifyCa},
+                                     {"verify-full", SslMode::VerifyFull}};
+
 // Reads an unsigned integer variable; a malformed or out-of-range value keeps the
 // default and, with L5PG_DEBUG, says so (the shim must never break the application).
 uint64_t env_number(const char* name, uint64_t fallback, uint64_t min, uint64_t max) {
@@ -84,16 +94,8 @@ void copy_env(const char* name, char* out, size_t size) {
 
 void load_tls_settings(Settings& s) {
     if (const char* mode = std::getenv("L5PG_SSLMODE"); mode && *mode) {
-        static constexpr struct {
-            const char* name;
-            SslMode mode;
-        } kModes[] = {{"disable", SslMode::Disable},
-                      {"prefer", SslMode::Prefer},
-                      {"require", SslMode::Require},
-                      {"verify-ca", SslMode::VerifyCa},
-                      {"verify-full", SslMode::VerifyFull}};
         bool known = false;
-        for (const auto& m : kModes) {
+        for (const SslModeName& m : kSslModes) {
             if (std::strcmp(mode, m.name) == 0) {
                 s.ssl_mode = m.mode;
                 known = true;
@@ -146,6 +148,13 @@ void load_settings() noexcept {
     load_rdma_settings(s);
     load_tls_settings(s);
     g_settings = s;
+}
+
+const char* to_string(SslMode mode) noexcept {
+    for (const SslModeName& m : kSslModes)
+        if (m.mode == mode)
+            return m.name;
+    return "?";
 }
 
 bool is_rdma_port(uint16_t port) noexcept {

@@ -49,6 +49,9 @@ struct Settings {
     char ssl_host[256] = {};
 };
 
+// "disable", "prefer", ... as L5PG_SSLMODE spells it.
+[[nodiscard]] const char* to_string(SslMode mode) noexcept;
+
 // mode rdma and `port` listed in L5PG_RDMA_PORTS. Async-signal-safe.
 [[nodiscard]] bool is_rdma_port(uint16_t port) noexcept;
 

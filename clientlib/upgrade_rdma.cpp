@@ -120,22 +120,6 @@ const char* answer_text(char answer) noexcept {
                          : "an unexpected byte";
 }
 
-const char* ssl_mode_name(SslMode mode) noexcept {
-    switch (mode) {
-        case SslMode::Disable:
-            return "disable";
-        case SslMode::Prefer:
-            return "prefer";
-        case SslMode::Require:
-            return "require";
-        case SslMode::VerifyCa:
-            return "verify-ca";
-        case SslMode::VerifyFull:
-            return "verify-full";
-    }
-    return "?";
-}
-
 // The upgrade will not happen: the connection carries on as plain TCP for libpq. After
 // TLS began that needs a fresh connection (reconnect.hpp).
 UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno,
@@ -180,7 +164,7 @@ std::optional<UpgradeResult> secure_handshake(HandshakeStream& stream, int fd,
                 return std::nullopt;
             return stay_plain(fd, saved_errno,
                               ": l5pgd answered our SSLRequest with N (no TLS) and L5PG_SSLMODE=",
-                              ssl_mode_name(mode),
+                              to_string(mode),
                               " forbids the RDMA upgrade in clear, staying on TCP");
         case HandshakeStream::Tls::Failed:
             debug_log()
@@ -193,7 +177,7 @@ std::optional<UpgradeResult> secure_handshake(HandshakeStream& stream, int fd,
                 return upgrade_failed(
                     fd, ": reconnecting for plain TCP failed: ", std::strerror(errno));
             return stay_plain(fd, saved_errno,
-                              ": no RDMA upgrade without TLS (L5PG_SSLMODE=", ssl_mode_name(mode),
+                              ": no RDMA upgrade without TLS (L5PG_SSLMODE=", to_string(mode),
                               "), staying on TCP (a fresh connection)");
     }
     return std::nullopt;

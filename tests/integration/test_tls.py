@@ -186,3 +186,8 @@ def test_prefer_without_tls_on_l5pgd_upgrades_in_clear(workdir, cluster):
         assert r.returncode == 0, r.stderr
         assert upgraded_rdma(r.stderr), r.stderr
         assert not any("inside TLS" in ln for ln in shim_debug_lines(r.stderr))
+        # L5PG_SSLMODE=require will not upgrade in clear: the session stays on TCP.
+        r = rdma_conninfo(d, L5PG_SSLMODE="require")
+        assert r.returncode == 0 and "42" in r.stdout, r.stderr
+        assert not upgraded_rdma(r.stderr)
+        assert any("forbids the RDMA upgrade in clear" in ln for ln in shim_debug_lines(r.stderr))
