@@ -11,6 +11,8 @@
 #include <set>
 #include <string_view>
 
+#include "transport/ring_bounds.hpp"
+
 namespace l5pg::config {
 
 namespace {
@@ -142,14 +144,15 @@ std::vector<std::string> get_name_list(const YAML::Node& node, const std::string
 }
 
 uint64_t get_ring_size(const YAML::Node& node, const std::string& key) {
-    constexpr int64_t lo = 4096;
-    constexpr int64_t hi = 268435456;
+    constexpr auto lo = static_cast<int64_t>(transport::kMinRingSize);
+    constexpr auto hi = static_cast<int64_t>(transport::kMaxRingSize);
     std::optional<int64_t> value;
     if (node.IsScalar()) {
         value = to_int(node.Scalar());
     }
     if (!value || *value < lo || *value > hi || (*value & (*value - 1)) != 0) {
-        fail(key, "must be a power of two between 4096 and 268435456 (got " + describe(node) + ")");
+        fail(key, "must be a power of two between " + std::to_string(lo) + " and " +
+                      std::to_string(hi) + " (got " + describe(node) + ")");
     }
     return static_cast<uint64_t>(*value);
 }
