@@ -25,7 +25,7 @@
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/rdma/channel/client.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -67,7 +67,7 @@ bool wait_for(Channel& ch, int fd, bool for_write) noexcept {
     const auto start = clock::now();
     bool ok = true;
     for (;;) {
-        if (shm::spin_then_yield(ready, channel_wait_budget(ch, true)))
+        if (wait::spin_then_yield(ready, channel_wait_budget(ch, true)))
             break;
         if (!(for_write ? c.arm_write() : c.arm_read()))
             break;  // ready (or broken) after all

@@ -18,7 +18,7 @@
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/spin.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -63,7 +63,7 @@ class MixedPoll {
     int wait(int64_t deadline, const sigset_t* mask) noexcept {
         for (;;) {
             // Spin and yield on the rings alone; ordinary fds wait at most this budget.
-            if (shm::spin_then_yield([this] { return scan_rings() > 0; }, budget_within(deadline)))
+            if (wait::spin_then_yield([this] { return scan_rings() > 0; }, budget_within(deadline)))
                 return finish(scan_rings());
             const int rc = block(deadline, mask);
             if (rc < 0)
@@ -76,12 +76,12 @@ class MixedPoll {
 
     // The largest budget any upgraded fd earned (channel_wait_budget), cut to the
     // caller's timeout.
-    shm::WaitBudget budget_within(int64_t deadline) noexcept {
+    wait::WaitPolicy budget_within(int64_t deadline) noexcept {
         size_t upgraded = 0;
         for_each_upgraded([&upgraded](Channel&, short) { ++upgraded; });
-        shm::WaitBudget budget = shm::WaitBudget::none();
+        wait::WaitPolicy budget = wait::WaitPolicy::none();
         for_each_upgraded([&budget, upgraded](Channel& ch, short) {
-            const shm::WaitBudget b = channel_wait_budget(ch, upgraded == 1);
+            const wait::WaitPolicy b = channel_wait_budget(ch, upgraded == 1);
             if (b.total() > budget.total())
                 budget = b;
         });

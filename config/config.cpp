@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "transport/ring_bounds.hpp"
+#include "transport/wait/defaults.hpp"
 
 namespace l5pg::config {
 
@@ -238,9 +239,13 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
         {"shm.max_ring_size",
          [](Config& c, N n, K k) { c.shm.max_ring_size = get_ring_size(n, k); }},
         {"shm.spin_us",
-         [](Config& c, N n, K k) { c.shm.spin_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+         [](Config& c, N n, K k) {
+             c.shm.spin_us = get_uint<uint32_t>(n, k, 0, wait::kMaxBudgetUs);
+         }},
         {"shm.yield_us",
-         [](Config& c, N n, K k) { c.shm.yield_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+         [](Config& c, N n, K k) {
+             c.shm.yield_us = get_uint<uint32_t>(n, k, 0, wait::kMaxBudgetUs);
+         }},
         {"shm.spin_awaiting_upstream",
          [](Config& c, N n, K k) { c.shm.spin_awaiting_upstream = get_bool(n, k); }},
         {"rdma.enabled", [](Config& c, N n, K k) { c.rdma.enabled = get_bool(n, k); }},

@@ -8,6 +8,8 @@
 
 #include "bench/microbench/posix.hpp"
 #include "transport/shm/segment.hpp"
+#include "transport/wait/doorbell.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::microbench {
 
@@ -22,13 +24,13 @@ shm::Segment make_segment(size_t c2s_bytes, size_t s2c_bytes) {
     return std::move(*seg);
 }
 
-ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode, shm::WaitBudget budget) {
+ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode, wait::WaitPolicy budget) {
     shm::Header& h = seg.header();
     return ShmLink(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
                    shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell, mode, budget);
 }
 
-ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode, shm::WaitBudget budget) {
+ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode, wait::WaitPolicy budget) {
     shm::Header& h = seg.header();
     return ShmLink(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
                    shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell, mode, budget);
@@ -49,7 +51,7 @@ void StallGuard::tick() {
 
 void ShmLink::ring_doorbell() {
     ++doorbells_;
-    if (!shm::ring_doorbell(sock_))
+    if (!wait::ring_doorbell(sock_))
         throw BenchError("doorbell: the peer closed its socket");
 }
 
@@ -59,14 +61,14 @@ void ShmLink::wait(Ready ready, bool for_write) {
     if (mode_ == ShmWait::Spin) {
         StallGuard guard(for_write ? "waiting for ring space" : "waiting for ring data");
         for (uint32_t i = 1; !ready(); ++i) {
-            shm::cpu_relax();
+            wait::cpu_relax();
             if ((i & 0xffff) == 0)
                 guard.tick();
         }
         return;
     }
     for (;;) {
-        if (shm::spin_then_yield(ready, budget_))
+        if (wait::spin_then_yield(ready, budget_))
             return;
         if (for_write)
             tx_.arm();
@@ -87,14 +89,14 @@ void ShmLink::wait(Ready ready, bool for_write) {
         }
         ++polls_;
         size_t count = 0;
-        switch (shm::drain_doorbells(sock_, count)) {
-            case shm::DrainResult::Drained:
+        switch (wait::drain_doorbells(sock_, count)) {
+            case wait::DrainResult::Drained:
                 break;
-            case shm::DrainResult::PeerClosed:
+            case wait::DrainResult::PeerClosed:
                 if (ready())
                     return;
                 throw BenchError("the peer closed the doorbell socket");
-            case shm::DrainResult::Error:
+            case wait::DrainResult::Error:
                 throw_errno("recv on the doorbell socket");
         }
     }
@@ -135,9 +137,9 @@ void ShmLink::recv(std::byte* out, size_t n) {
 void ShmLink::wait_until_drained() {
     StallGuard guard("waiting for the reader to drain the ring");
     for (uint32_t i = 1; !tx_.empty(); ++i) {
-        shm::cpu_relax();
+        wait::cpu_relax();
         if ((i & 0x3ff) == 0)
-            shm::sched_yield_noexcept();  // lets a reader on the same CPU run
+            wait::sched_yield_noexcept();  // lets a reader on the same CPU run
         if ((i & 0xffff) == 0)
             guard.tick();
     }

@@ -10,7 +10,7 @@
 
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::microbench {
 
@@ -19,7 +19,7 @@ namespace l5pg::microbench {
 
 enum class ShmWait {
     Spin,      // busy-poll the ring with `pause`; no fences for the flags, no doorbell
-    Adaptive,  // the channel's protocol with a WaitBudget (default 50 us spin, 200 us yield)
+    Adaptive,  // the channel's protocol with a WaitPolicy (default 50 us spin, 200 us yield)
 };
 
 // Stall detector for busy loops: call tick() every few thousand spins; throws
@@ -40,7 +40,7 @@ class ShmLink {
     // `tx` and/or `rx` may be default-constructed for a one-way link. `doorbell` is this
     // side's end of the socket pair (unused with ShmWait::Spin).
     ShmLink(shm::RingWriter tx, shm::RingReader rx, int doorbell, ShmWait mode,
-            shm::WaitBudget budget) noexcept
+            wait::WaitPolicy budget) noexcept
         : tx_(tx), rx_(rx), sock_(doorbell), mode_(mode), budget_(budget) {}
 
     // Writes all n bytes (several records when needed), waiting for space. Throws BenchError.
@@ -62,7 +62,7 @@ class ShmLink {
     shm::RingReader rx_;
     int sock_ = -1;
     ShmWait mode_;
-    shm::WaitBudget budget_;
+    wait::WaitPolicy budget_;
     uint64_t polls_ = 0;
     uint64_t doorbells_ = 0;
 };
@@ -70,8 +70,8 @@ class ShmLink {
 // The two ends of a segment's ring pair, as in a session: the client writes client->server
 // and reads server->client, the server the other way round.
 [[nodiscard]] ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode,
-                                 shm::WaitBudget budget);
+                                 wait::WaitPolicy budget);
 [[nodiscard]] ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode,
-                                 shm::WaitBudget budget);
+                                 wait::WaitPolicy budget);
 
 }  // namespace l5pg::microbench

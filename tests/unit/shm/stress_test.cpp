@@ -19,9 +19,15 @@
 #include "test_util.hpp"
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/doorbell.hpp"
+#include "transport/wait/spin.hpp"
 
 using namespace l5pg::shm;
+using l5pg::wait::drain_doorbells;
+using l5pg::wait::DrainResult;
+using l5pg::wait::ring_doorbell;
+using l5pg::wait::spin_then_yield;
+using l5pg::wait::WaitPolicy;
 
 namespace {
 
@@ -66,9 +72,9 @@ struct Checksum {
 };
 
 // TINY budgets: spin 0..1 us, yield 0..5 us.
-WaitBudget tiny_budget(SplitMix& rng) {
+WaitPolicy tiny_budget(SplitMix& rng) {
     const uint64_t r = rng.next();
-    return WaitBudget{std::chrono::nanoseconds(r % 1001),
+    return WaitPolicy{std::chrono::nanoseconds(r % 1001),
                       std::chrono::nanoseconds((r >> 20) % 5001)};
 }
 

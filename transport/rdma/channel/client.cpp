@@ -9,6 +9,7 @@
 
 #include "transport/rdma/buffer.hpp"
 #include "transport/rdma/sys.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::rdma {
 
@@ -168,7 +169,7 @@ bool ClientChannel::wait_until(Ready ready, bool for_write, std::chrono::millise
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + timeout;
     for (;;) {
-        if (shm::spin_then_yield(ready, options_.budget))
+        if (wait::spin_then_yield(ready, options_.budget))
             return true;
         if (!(for_write ? arm_write() : arm_read()))
             return true;
