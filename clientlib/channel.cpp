@@ -11,13 +11,13 @@
 #include <cstring>
 
 #include "clientlib/channel_rdma.hpp"
+#include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/wait/cpu_hint.hpp"
 #include "transport/wait/doorbell.hpp"
-#include "transport/wait/spin.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -72,39 +72,43 @@ void prepare_return(Channel& ch, int fd) noexcept {
     ch.poke_outstanding = true;
 }
 
-// Blocks (spin, yield, then poll on the socket) until `ready()`; false with errno set
-// when interrupted by a signal or the poll failed.
+// A blocking wait for ring space (for_write) or data, as a wait::Waiter: the rings' flags,
+// and the application's own poll() on the session socket, where EOF ends the wait.
 template <class Ready>
-bool wait_until_unrecorded(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
-    for (;;) {
-        if (wait::spin_then_yield(ready, channel_wait_budget(ch, true)))
-            return true;
-        if (for_write)
-            ch.tx.arm();
-        else
-            ch.rx.arm();
-        if (ready()) {
-            channel_disarm(ch, for_write ? POLLOUT : POLLIN);
-            return true;
-        }
-        pollfd p{fd, POLLIN, 0};
-        const int rc = real().poll(&p, 1, -1);
-        if (rc < 0)
-            return false;
-        drain_socket(ch, fd);
-        if (ch.peer_closed)
-            return true;
-    }
-}
+class ShmWaiter {
+  public:
+    ShmWaiter(Channel& ch, int fd, bool for_write, Ready ready) noexcept
+        : ch_(ch), fd_(fd), for_write_(for_write), ready_(ready) {}
 
-// wait_until_unrecorded(), teaching the channel's AdaptiveSpin how long the wait took.
+    bool ready() noexcept { return ready_(); }
+    wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
+    bool arm() noexcept {
+        if (for_write_)
+            ch_.tx.arm();
+        else
+            ch_.rx.arm();
+        return true;
+    }
+    void disarm() noexcept { channel_disarm(ch_, for_write_ ? POLLOUT : POLLIN); }
+    wait::Woken sleep() noexcept {
+        pollfd p{fd_, POLLIN, 0};
+        if (real().poll(&p, 1, -1) < 0)
+            return wait::Woken::Stop;
+        drain_socket(ch_, fd_);
+        return ch_.peer_closed ? wait::Woken::Look : wait::Woken::Again;
+    }
+
+  private:
+    Channel& ch_;
+    int fd_;
+    bool for_write_;
+    Ready ready_;
+};
+
 template <class Ready>
 bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    const bool ok = wait_until_unrecorded(ch, fd, for_write, ready);
-    ch.spin.record(clock::now() - start, settings().budget);
-    return ok;
+    ShmWaiter<Ready> waiter(ch, fd, for_write, ready);
+    return channel_wait(ch, waiter);
 }
 
 size_t iov_total(const iovec* iov, int iovcnt) noexcept {

@@ -8,6 +8,7 @@
 
 #include "bench/microbench/posix.hpp"
 #include "transport/shm/segment.hpp"
+#include "transport/wait/block.hpp"
 #include "transport/wait/doorbell.hpp"
 #include "transport/wait/spin.hpp"
 
@@ -55,9 +56,62 @@ void ShmLink::ring_doorbell() {
         throw BenchError("doorbell: the peer closed its socket");
 }
 
-// Mirrors wait_until() in clientlib/channel.cpp; Spin mode busy-polls only.
-template <class Ready>
-void ShmLink::wait(Ready ready, bool for_write) {
+namespace {
+
+// ShmLink's blocking wait as a wait::Waiter: the channel's wait with a fixed policy, a
+// stall check instead of blocking for ever, and errors as exceptions.
+template <class Ready, class Ring>
+class LinkWaiter {
+  public:
+    LinkWaiter(Ready ready, Ring& ring, int sock, const wait::WaitPolicy& policy,
+               uint64_t& polls) noexcept
+        : ready_(ready), ring_(ring), sock_(sock), policy_(policy), polls_(polls) {}
+
+    bool ready() noexcept { return ready_(); }
+    wait::WaitPolicy policy() const noexcept { return policy_; }
+    bool arm() noexcept {
+        ring_.arm();
+        return true;
+    }
+    void disarm() noexcept { (void)ring_.disarm(); }
+    wait::Woken sleep() {
+        pollfd p{sock_, POLLIN, 0};
+        const int rc = ::poll(&p, 1, StallGuard::kStallSeconds * 1000);
+        if (rc == 0)
+            throw BenchError("no doorbell for 10 s (lost wake-up or peer stalled)");
+        if (rc < 0) {
+            if (errno == EINTR)
+                return wait::Woken::Again;
+            throw_errno("poll on the doorbell socket");
+        }
+        ++polls_;
+        size_t count = 0;
+        switch (wait::drain_doorbells(sock_, count)) {
+            case wait::DrainResult::Drained:
+                break;
+            case wait::DrainResult::PeerClosed:
+                if (ready_())
+                    return wait::Woken::Look;
+                throw BenchError("the peer closed the doorbell socket");
+            case wait::DrainResult::Error:
+                throw_errno("recv on the doorbell socket");
+        }
+        return wait::Woken::Again;
+    }
+
+  private:
+    Ready ready_;
+    Ring& ring_;
+    int sock_;
+    wait::WaitPolicy policy_;
+    uint64_t& polls_;
+};
+
+}  // namespace
+
+// Spin mode busy-polls only; Adaptive waits as the shim's channel does.
+template <class Ready, class Ring>
+void ShmLink::wait(Ready ready, Ring& ring, bool for_write) {
     if (mode_ == ShmWait::Spin) {
         StallGuard guard(for_write ? "waiting for ring space" : "waiting for ring data");
         for (uint32_t i = 1; !ready(); ++i) {
@@ -67,39 +121,8 @@ void ShmLink::wait(Ready ready, bool for_write) {
         }
         return;
     }
-    for (;;) {
-        if (wait::spin_then_yield(ready, budget_))
-            return;
-        if (for_write)
-            tx_.arm();
-        else
-            rx_.arm();
-        if (ready()) {
-            (void)(for_write ? tx_.disarm() : rx_.disarm());
-            return;
-        }
-        pollfd p{sock_, POLLIN, 0};
-        const int rc = ::poll(&p, 1, StallGuard::kStallSeconds * 1000);
-        if (rc == 0)
-            throw BenchError("no doorbell for 10 s (lost wake-up or peer stalled)");
-        if (rc < 0) {
-            if (errno == EINTR)
-                continue;
-            throw_errno("poll on the doorbell socket");
-        }
-        ++polls_;
-        size_t count = 0;
-        switch (wait::drain_doorbells(sock_, count)) {
-            case wait::DrainResult::Drained:
-                break;
-            case wait::DrainResult::PeerClosed:
-                if (ready())
-                    return;
-                throw BenchError("the peer closed the doorbell socket");
-            case wait::DrainResult::Error:
-                throw_errno("recv on the doorbell socket");
-        }
-    }
+    LinkWaiter<Ready, Ring> waiter(ready, ring, sock_, budget_, polls_);
+    (void)wait::block_until_ready(waiter);  // true: sleep() throws instead of stopping
 }
 
 void ShmLink::send(const std::byte* data, size_t n) {
@@ -114,7 +137,7 @@ void ShmLink::send(const std::byte* data, size_t n) {
             ring_doorbell();
         if (off == n)
             return;
-        wait([this] { return tx_.free_bytes() > 0; }, true);
+        wait([this] { return tx_.free_bytes() > 0; }, tx_, true);
     }
 }
 
@@ -130,7 +153,7 @@ void ShmLink::recv(std::byte* out, size_t n) {
             ring_doorbell();
         if (got == n)
             return;
-        wait([this] { return rx_.has_data(); }, false);
+        wait([this] { return rx_.has_data(); }, rx_, false);
     }
 }
 

@@ -1,5 +1,5 @@
-// A byte-stream endpoint over the project's SHM rings (transport/shm), waiting the way
-// the shim's channel does (clientlib/channel.cpp): after publishing, wake a sleeping peer
+// A byte-stream endpoint over the project's SHM rings (transport/shm), waiting with the
+// shim channel's wait (transport/wait/block.hpp): after publishing, wake a sleeping peer
 // through the doorbell socket; when the ring is empty (or full), spin, then sched_yield,
 // then arm the flag, re-check and poll() the doorbell socket.
 #pragma once
@@ -19,7 +19,7 @@ namespace l5pg::microbench {
 
 enum class ShmWait {
     Spin,      // busy-poll the ring with `pause`; no fences for the flags, no doorbell
-    Adaptive,  // the channel's protocol with a WaitPolicy (default 50 us spin, 200 us yield)
+    Adaptive,  // the channel's wait (transport/wait/block.hpp) with a fixed WaitPolicy
 };
 
 // Stall detector for busy loops: call tick() every few thousand spins; throws
@@ -54,8 +54,8 @@ class ShmLink {
     [[nodiscard]] uint64_t doorbells() const noexcept { return doorbells_; }  // bytes sent
 
   private:
-    template <class Ready>
-    void wait(Ready ready, bool for_write);
+    template <class Ready, class Ring>
+    void wait(Ready ready, Ring& ring, bool for_write);
     void ring_doorbell();
 
     shm::RingWriter tx_;

@@ -90,8 +90,7 @@ class ClientChannel {
 
   private:
     [[nodiscard]] bool flush(bool publish, bool refresh);
-    template <class Ready>
-    [[nodiscard]] bool wait_until(Ready ready, bool for_write, std::chrono::milliseconds timeout);
+    [[nodiscard]] bool wait_until(bool for_write, std::chrono::milliseconds timeout);
 
     ClientOptions options_;
     Link link_;
