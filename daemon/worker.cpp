@@ -258,22 +258,27 @@ void Worker::end_idle_stretch() noexcept {
 
 // One round with nothing to do: spin, yield, or block, depending on how long we have
 // been idle and whether spinning pays (see spinning_pays_off() and wait::AdaptiveSpin).
+// The same phases as wait::spin_then_yield(), one step per round: between two steps the
+// worker polls all its sessions' rings, not one condition.
 void Worker::idle_round() {
     const auto now = clock::now();
-    const auto idle = now - idle_.since;
-    const wait::WaitPolicy budget =
+    const wait::WaitPolicy policy =
         spinning_pays_off(now) ? idle_spin_.budget(spin_policy_) : wait::WaitPolicy::none();
     idle_.yielding = false;
-    if (idle < budget.spin) {
-        wait::cpu_relax();
-    } else if (idle < budget.total()) {
-        wait::sched_yield_noexcept();
-        idle_.yielding = true;
-    } else {
-        block_until_event();
-        reap();
-        if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
-            end_idle_stretch();
+    switch (policy.phase_after(now - idle_.since)) {
+        case wait::Phase::Spin:
+            wait::cpu_relax();
+            break;
+        case wait::Phase::Yield:
+            wait::sched_yield_noexcept();
+            idle_.yielding = true;
+            break;
+        case wait::Phase::Block:
+            block_until_event();
+            reap();
+            if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
+                end_idle_stretch();
+            break;
     }
 }
 
