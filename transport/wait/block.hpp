@@ -1,8 +1,10 @@
 // The blocking wait, written once (L5 §III-A-3, DESIGN.md "Waiting"): spin, yield, arm the
 // waiting flag, re-check, block on the doorbell socket, drain it, and round again. Used by
-// the shim's SHM and RDMA ends (clientlib/channel*.cpp), the RDMA client channel's own
-// waits (rdma/channel/client.cpp), the microbenchmark and the lost-wake-up stress test, so
-// that test checks the code that ships.
+// the shim's SHM and RDMA ends (clientlib/channel*.cpp) and its poll() over several fds
+// (clientlib/interpose_poll.cpp), the RDMA client channel's own waits
+// (rdma/channel/client.cpp), the microbenchmark and the lost-wake-up stress test, so that
+// test checks the code that ships. l5pgd's worker (daemon/worker.cpp) takes its phases from
+// the same WaitPolicy but blocks in libevent over all its sessions.
 //
 // No lost wake-up (Dekker): the waiter arms its flag, issues a seq_cst fence (the rings'
 // arm(); for RDMA: its flag WRITE into the peer's memory has completed) and re-reads the
