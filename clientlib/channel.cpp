@@ -11,19 +11,20 @@
 #include <cstring>
 
 #include "clientlib/channel_rdma.hpp"
+#include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
-#include "transport/shm/cpu_hint.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/cpu_hint.hpp"
+#include "transport/wait/doorbell.hpp"
 
 namespace l5pg::shim {
 namespace {
 
 std::array<Channel, kMaxChannels> g_pool;
 // Process-wide: the threads of a client program rarely differ in affinity, and it is a hint.
-shm::SoleCpuHint g_sole_cpu;
+wait::SoleCpuHint g_sole_cpu;
 
 [[nodiscard]] bool would_block(const Channel& ch, int flags) noexcept {
     return (flags & MSG_DONTWAIT) != 0 || ch.nonblocking.load(std::memory_order_relaxed);
@@ -46,7 +47,7 @@ void mark_broken(Channel& ch, const char* what) noexcept {
 void drain_socket(Channel& ch, int fd) noexcept {
     size_t count = 0;
     const int saved = errno;
-    if (shm::drain_doorbells(fd, count) == shm::DrainResult::PeerClosed)
+    if (wait::drain_doorbells(fd, count) == wait::DrainResult::PeerClosed)
         ch.peer_closed = true;
     if (count > 0)
         ch.poke_outstanding = false;
@@ -66,44 +67,48 @@ void prepare_return(Channel& ch, int fd) noexcept {
     if (ch.poke_outstanding)
         return;
     ch.rx.arm();
-    if (!shm::ring_doorbell(fd))
+    if (!wait::ring_doorbell(fd))
         ch.peer_closed = true;
     ch.poke_outstanding = true;
 }
 
-// Blocks (spin, yield, then poll on the socket) until `ready()`; false with errno set
-// when interrupted by a signal or the poll failed.
+// A blocking wait for ring space (for_write) or data, as a wait::Waiter: the rings' flags,
+// and the application's own poll() on the session socket, where EOF ends the wait.
 template <class Ready>
-bool wait_until_unrecorded(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
-    for (;;) {
-        if (shm::spin_then_yield(ready, channel_wait_budget(ch, true)))
-            return true;
-        if (for_write)
-            ch.tx.arm();
-        else
-            ch.rx.arm();
-        if (ready()) {
-            channel_disarm(ch, for_write ? POLLOUT : POLLIN);
-            return true;
-        }
-        pollfd p{fd, POLLIN, 0};
-        const int rc = real().poll(&p, 1, -1);
-        if (rc < 0)
-            return false;
-        drain_socket(ch, fd);
-        if (ch.peer_closed)
-            return true;
-    }
-}
+class ShmWaiter {
+  public:
+    ShmWaiter(Channel& ch, int fd, bool for_write, Ready ready) noexcept
+        : ch_(ch), fd_(fd), for_write_(for_write), ready_(ready) {}
 
-// wait_until_unrecorded(), teaching the channel's AdaptiveSpin how long the wait took.
+    bool ready() noexcept { return ready_(); }
+    wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
+    bool arm() noexcept {
+        if (for_write_)
+            ch_.tx.arm();
+        else
+            ch_.rx.arm();
+        return true;
+    }
+    void disarm() noexcept { channel_disarm(ch_, for_write_ ? POLLOUT : POLLIN); }
+    wait::Woken sleep() noexcept {
+        pollfd p{fd_, POLLIN, 0};
+        if (real().poll(&p, 1, -1) < 0)
+            return wait::Woken::Stop;
+        drain_socket(ch_, fd_);
+        return ch_.peer_closed ? wait::Woken::Look : wait::Woken::Again;
+    }
+
+  private:
+    Channel& ch_;
+    int fd_;
+    bool for_write_;
+    Ready ready_;
+};
+
 template <class Ready>
 bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    const bool ok = wait_until_unrecorded(ch, fd, for_write, ready);
-    ch.spin.record(clock::now() - start, settings().budget);
-    return ok;
+    ShmWaiter<Ready> waiter(ch, fd, for_write, ready);
+    return channel_wait(ch, waiter);
 }
 
 size_t iov_total(const iovec* iov, int iovcnt) noexcept {
@@ -169,13 +174,13 @@ ssize_t fail(int err) noexcept {
 
 }  // namespace
 
-shm::WaitBudget channel_wait_budget(Channel& ch, bool only_session) noexcept {
+wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept {
     if (ch.kind == ChannelKind::Shm) {
-        const uint32_t mine = g_sole_cpu.current(shm::SoleCpuHint::clock::now());
+        const uint32_t mine = g_sole_cpu.current(wait::SoleCpuHint::clock::now());
         shm::Header& header = ch.segment->header();
-        if (shm::publish_and_compare(header.client_sole_cpu, header.server_sole_cpu, mine) &&
+        if (wait::publish_and_compare(header.client_sole_cpu, header.server_sole_cpu, mine) &&
             only_session)
-            return shm::WaitBudget::none();
+            return wait::WaitPolicy::none();
     }
     return ch.spin.budget(settings().budget);
 }
@@ -241,7 +246,7 @@ void quiesce_socket(int fd) noexcept {
     const int saved = errno;
     (void)::shutdown(fd, SHUT_RDWR);
     size_t count = 0;
-    (void)shm::drain_doorbells(fd, count);
+    (void)wait::drain_doorbells(fd, count);
     errno = saved;
 }
 }  // namespace
@@ -301,7 +306,7 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
             continue;
         }
         sent += n;
-        if (n > 0 && ch.tx.reader_needs_wakeup() && !shm::ring_doorbell(fd))
+        if (n > 0 && ch.tx.reader_needs_wakeup() && !wait::ring_doorbell(fd))
             ch.peer_closed = true;
         if (sent == total)
             break;
@@ -370,7 +375,7 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
         if (!wait_until(ch, fd, false, [&ch] { return ch.rx.has_data() || server_closed(ch); }))
             return got > 0 ? static_cast<ssize_t>(got) : -1;
     }
-    if (got > 0 && ch.rx.writer_needs_wakeup() && !shm::ring_doorbell(fd))
+    if (got > 0 && ch.rx.writer_needs_wakeup() && !wait::ring_doorbell(fd))
         ch.peer_closed = true;
     prepare_return(ch, fd);
     return static_cast<ssize_t>(got);

@@ -25,7 +25,8 @@
 
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/adaptive_spin.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::rdma {
 class ClientChannel;
@@ -47,7 +48,7 @@ struct Channel {
     bool peer_closed = false;       // EOF seen on the socket
     bool broken = false;            // l5pgd wrote something impossible into a ring
     bool poke_outstanding = false;  // a doorbell byte was requested and not yet drained
-    shm::AdaptiveSpin spin;         // whether waiting on this connection should spin
+    wait::AdaptiveSpin spin;        // whether waiting on this connection should spin
     ChannelKind kind = ChannelKind::Shm;
     // kind Rdma: owned (deleted by the last channel_release; leaked in a forked child,
     // whose copy has no soft-device thread to join and must not touch verbs resources).
@@ -76,12 +77,12 @@ void channel_forget_all_after_fork() noexcept;
                                    int flags) noexcept;
 
 // How long to spin and yield before blocking on this channel: the budget its recent waits
-// earned (shm::AdaptiveSpin), or none when it is the `only_session` waited on and l5pgd's
-// worker is confined to the very CPU we are confined to (shm/cpu_hint.hpp). Publishes our
-// own placement hint on the way. With several sessions in flight on that one CPU, yielding
+// earned (wait::AdaptiveSpin), or none when it is the `only_session` waited on and l5pgd's
+// worker is confined to the very CPU we are confined to (transport/wait/cpu_hint.hpp). Publishes
+// our own placement hint on the way. With several sessions in flight on that one CPU, yielding
 // hands the CPU to their backends and some answer comes soon: spinning there measured 10 %
 // faster than blocking at 8 clients, blocking 80 % faster at 1 (docs/performance.md).
-[[nodiscard]] shm::WaitBudget channel_wait_budget(Channel& ch, bool only_session) noexcept;
+[[nodiscard]] wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept;
 
 // poll() support: readiness from ring state (POLLIN/POLLOUT/POLLHUP/POLLERR).
 [[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;

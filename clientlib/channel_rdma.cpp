@@ -18,14 +18,12 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <chrono>
 
+#include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
-#include "clientlib/settings.hpp"
 #include "transport/rdma/channel/client.hpp"
-#include "transport/shm/wait.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -56,30 +54,37 @@ std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) noexc
     return {};
 }
 
-// Blocks until the channel is readable (writable): spin and yield within the budget,
-// then arm our wait flag in l5pgd's memory and sleep in poll() on the session socket
-// until a doorbell byte or EOF. False with errno set when poll() failed (EINTR: a
-// signal, as a blocking recv/send would report it).
-bool wait_for(Channel& ch, int fd, bool for_write) noexcept {
-    rdma::ClientChannel& c = *ch.rdma;
-    auto ready = [&c, for_write] { return for_write ? c.writable() : c.readable(); };
-    using clock = std::chrono::steady_clock;
-    const auto start = clock::now();
-    bool ok = true;
-    for (;;) {
-        if (shm::spin_then_yield(ready, channel_wait_budget(ch, true)))
-            break;
-        if (!(for_write ? c.arm_write() : c.arm_read()))
-            break;  // ready (or broken) after all
-        pollfd p{fd, POLLIN, 0};
-        if (real().poll(&p, 1, -1) < 0) {
-            ok = false;
-            break;
-        }
-        c.on_socket_readable();
+// Blocking until the channel is readable (writable), as a wait::Waiter: our wait flag
+// lives in l5pgd's memory (arm_*() WRITE it and re-check once the WRITE completed), and we
+// sleep in the application's own poll() on the session socket until a doorbell or EOF.
+class RdmaWaiter {
+  public:
+    RdmaWaiter(Channel& ch, int fd, bool for_write) noexcept
+        : ch_(ch), c_(*ch.rdma), fd_(fd), for_write_(for_write) {}
+
+    bool ready() noexcept { return for_write_ ? c_.writable() : c_.readable(); }
+    wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
+    bool arm() noexcept { return for_write_ ? c_.arm_write() : c_.arm_read(); }
+    void disarm() noexcept {}  // see channel_disarm()
+    wait::Woken sleep() noexcept {
+        pollfd p{fd_, POLLIN, 0};
+        if (real().poll(&p, 1, -1) < 0)
+            return wait::Woken::Stop;
+        c_.on_socket_readable();
+        return wait::Woken::Again;
     }
-    ch.spin.record(clock::now() - start, settings().budget);
-    return ok;
+
+  private:
+    Channel& ch_;
+    rdma::ClientChannel& c_;
+    int fd_;
+    bool for_write_;
+};
+
+// False with errno set when poll() failed (see channel_wait()).
+bool wait_for(Channel& ch, int fd, bool for_write) noexcept {
+    RdmaWaiter waiter(ch, fd, for_write);
+    return channel_wait(ch, waiter);
 }
 
 // Says once (under L5PG_DEBUG) why the channel broke.

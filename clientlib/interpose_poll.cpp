@@ -18,7 +18,7 @@
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/block.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -60,28 +60,58 @@ class MixedPoll {
     }
 
   private:
-    int wait(int64_t deadline, const sigset_t* mask) noexcept {
-        for (;;) {
-            // Spin and yield on the rings alone; ordinary fds wait at most this budget.
-            if (shm::spin_then_yield([this] { return scan_rings() > 0; }, budget_within(deadline)))
-                return finish(scan_rings());
-            const int rc = block(deadline, mask);
-            if (rc < 0)
-                return -1;
-            const int ready = scan_rings() + rc;
-            if (ready > 0 || (deadline != kForever && now_ns() >= deadline))
-                return finish(ready);
+    // The wait of one poll() call as a wait::Waiter: ready when some ring is; spin and yield
+    // on the rings alone (ordinary fds wait at most this budget), then arm every upgraded
+    // fd, re-check and sleep in the real ppoll() on all the fds.
+    class PollWaiter {
+      public:
+        PollWaiter(MixedPoll& poll, int64_t deadline, const sigset_t* mask) noexcept
+            : poll_(poll), deadline_(deadline), mask_(mask) {}
+
+        bool ready() noexcept { return poll_.scan_rings() > 0; }
+        wait::WaitPolicy policy() noexcept { return poll_.budget_within(deadline_); }
+        bool arm() noexcept {
+            poll_.for_each_upgraded([](Channel& ch, short events) { channel_arm(ch, events); });
+            return true;
         }
+        void disarm() noexcept {
+            poll_.for_each_upgraded([](Channel& ch, short events) { channel_disarm(ch, events); });
+        }
+        // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
+        // again, where the rings are looked at first.
+        wait::Woken sleep() noexcept {
+            const int rc = poll_.block(deadline_, mask_);
+            if (rc < 0)
+                return wait::Woken::Stop;
+            ordinary_ready_ = rc;
+            if (rc > 0 || (deadline_ != kForever && now_ns() >= deadline_))
+                return wait::Woken::Look;
+            return wait::Woken::Again;
+        }
+        [[nodiscard]] int ordinary_ready() const noexcept { return ordinary_ready_; }
+
+      private:
+        MixedPoll& poll_;
+        int64_t deadline_;
+        const sigset_t* mask_;
+        int ordinary_ready_ = 0;
+    };
+
+    int wait(int64_t deadline, const sigset_t* mask) noexcept {
+        PollWaiter waiter(*this, deadline, mask);
+        if (!wait::block_until_ready(waiter))
+            return -1;
+        return finish(scan_rings() + waiter.ordinary_ready());
     }
 
     // The largest budget any upgraded fd earned (channel_wait_budget), cut to the
     // caller's timeout.
-    shm::WaitBudget budget_within(int64_t deadline) noexcept {
+    wait::WaitPolicy budget_within(int64_t deadline) noexcept {
         size_t upgraded = 0;
         for_each_upgraded([&upgraded](Channel&, short) { ++upgraded; });
-        shm::WaitBudget budget = shm::WaitBudget::none();
+        wait::WaitPolicy budget = wait::WaitPolicy::none();
         for_each_upgraded([&budget, upgraded](Channel& ch, short) {
-            const shm::WaitBudget b = channel_wait_budget(ch, upgraded == 1);
+            const wait::WaitPolicy b = channel_wait_budget(ch, upgraded == 1);
             if (b.total() > budget.total())
                 budget = b;
         });
@@ -111,15 +141,10 @@ class MixedPoll {
         return ready;
     }
 
-    // Arms every upgraded fd, re-checks, then blocks in the real ppoll() with upgraded
-    // sockets polled for POLLIN only (a doorbell byte or EOF). Returns the number of
-    // ready ordinary fds, or -1 with errno.
+    // Blocks in the real ppoll() (upgraded fds armed by PollWaiter) with upgraded sockets
+    // polled for POLLIN only (a doorbell byte or EOF), then disarms and drains them.
+    // Returns the number of ready ordinary fds, or -1 with errno.
     int block(int64_t deadline, const sigset_t* mask) noexcept {
-        for_each_upgraded([](Channel& ch, short events) { channel_arm(ch, events); });
-        if (scan_rings() > 0) {
-            for_each_upgraded([](Channel& ch, short events) { channel_disarm(ch, events); });
-            return 0;
-        }
         for (nfds_t i = 0; i < n_; ++i) {
             saved_events_[i] = fds_[i].events;
             if (fd_lookup(fds_[i].fd).kind == FdKind::Upgraded)

@@ -5,7 +5,8 @@
 #include <cstring>
 
 #include "clientlib/debug_log.hpp"
-#include "transport/shm/layout.hpp"
+#include "transport/ring_bounds.hpp"
+#include "transport/wait/defaults.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -134,14 +135,17 @@ void load_settings() noexcept {
         else if (std::strcmp(mode, "auto") != 0 && std::strcmp(mode, "shm") != 0)
             debug_log().str("L5PG_TRANSPORT=").str(mode).str(" is unknown, using auto").end();
     }
-    s.ring_size =
-        env_number("L5PG_RING_SIZE", shm::kDefaultRingSize, shm::kMinRingSize, shm::kMaxRingSize);
-    if (!shm::valid_ring_size(s.ring_size)) {
+    s.ring_size = env_number("L5PG_RING_SIZE", transport::kDefaultRingSize, transport::kMinRingSize,
+                             transport::kMaxRingSize);
+    if (!transport::valid_ring_size(s.ring_size)) {
         debug_log().str("L5PG_RING_SIZE is not a power of two, using the default").end();
-        s.ring_size = shm::kDefaultRingSize;
+        s.ring_size = transport::kDefaultRingSize;
     }
-    s.budget.spin = std::chrono::microseconds(env_number("L5PG_SPIN_US", 50, 0, 1000000));
-    s.budget.yield = std::chrono::microseconds(env_number("L5PG_YIELD_US", 200, 0, 1000000));
+    s.budget = wait::WaitPolicy::from_us(
+        static_cast<uint32_t>(
+            env_number("L5PG_SPIN_US", wait::kDefaultSpinUs, 0, wait::kMaxBudgetUs)),
+        static_cast<uint32_t>(
+            env_number("L5PG_YIELD_US", wait::kDefaultYieldUs, 0, wait::kMaxBudgetUs)));
     s.upgrade_timeout_ms = static_cast<int>(env_number("L5PG_UPGRADE_TIMEOUT_MS", 5000, 1, 600000));
     if (const char* uid = std::getenv("L5PG_TRUSTED_UID"); uid && *uid)
         s.trusted_uid = static_cast<int64_t>(env_number("L5PG_TRUSTED_UID", 0, 0, UINT32_MAX - 1));

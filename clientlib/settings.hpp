@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "transport/rdma/device.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::shim {
 
@@ -25,7 +25,7 @@ struct Settings {
     TransportMode mode = TransportMode::Auto;  // L5PG_TRANSPORT=auto|shm|rdma|off
     bool debug = false;                        // L5PG_DEBUG=1
     size_t ring_size = 0;                      // L5PG_RING_SIZE, bytes per direction
-    shm::WaitBudget budget;                    // L5PG_SPIN_US, L5PG_YIELD_US
+    wait::WaitPolicy budget;                   // L5PG_SPIN_US, L5PG_YIELD_US
     int upgrade_timeout_ms = 5000;             // L5PG_UPGRADE_TIMEOUT_MS
     // L5PG_TRUSTED_UID: the only owner whose l5pgd markers are trusted; -1 = any owner,
     // as long as it also owns the socket (upgrade.cpp, is_l5pgd_socket()).

@@ -11,6 +11,9 @@
 #include <set>
 #include <string_view>
 
+#include "transport/ring_bounds.hpp"
+#include "transport/wait/defaults.hpp"
+
 namespace l5pg::config {
 
 namespace {
@@ -142,14 +145,15 @@ std::vector<std::string> get_name_list(const YAML::Node& node, const std::string
 }
 
 uint64_t get_ring_size(const YAML::Node& node, const std::string& key) {
-    constexpr int64_t lo = 4096;
-    constexpr int64_t hi = 268435456;
+    constexpr auto lo = static_cast<int64_t>(transport::kMinRingSize);
+    constexpr auto hi = static_cast<int64_t>(transport::kMaxRingSize);
     std::optional<int64_t> value;
     if (node.IsScalar()) {
         value = to_int(node.Scalar());
     }
     if (!value || *value < lo || *value > hi || (*value & (*value - 1)) != 0) {
-        fail(key, "must be a power of two between 4096 and 268435456 (got " + describe(node) + ")");
+        fail(key, "must be a power of two between " + std::to_string(lo) + " and " +
+                      std::to_string(hi) + " (got " + describe(node) + ")");
     }
     return static_cast<uint64_t>(*value);
 }
@@ -235,9 +239,13 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
         {"shm.max_ring_size",
          [](Config& c, N n, K k) { c.shm.max_ring_size = get_ring_size(n, k); }},
         {"shm.spin_us",
-         [](Config& c, N n, K k) { c.shm.spin_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+         [](Config& c, N n, K k) {
+             c.shm.spin_us = get_uint<uint32_t>(n, k, 0, wait::kMaxBudgetUs);
+         }},
         {"shm.yield_us",
-         [](Config& c, N n, K k) { c.shm.yield_us = get_uint<uint32_t>(n, k, 0, 1000000); }},
+         [](Config& c, N n, K k) {
+             c.shm.yield_us = get_uint<uint32_t>(n, k, 0, wait::kMaxBudgetUs);
+         }},
         {"shm.spin_awaiting_upstream",
          [](Config& c, N n, K k) { c.shm.spin_awaiting_upstream = get_bool(n, k); }},
         {"rdma.enabled", [](Config& c, N n, K k) { c.rdma.enabled = get_bool(n, k); }},

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "transport/wait/defaults.hpp"
+
 namespace l5pg::config {
 
 // Thrown for any invalid configuration. what() names the key and the reason, e.g.
@@ -41,8 +43,8 @@ struct WorkersConfig {
 struct ShmConfig {
     bool enabled = true;
     uint64_t max_ring_size = uint64_t{16} << 20;  // largest ring a client may ask for
-    uint32_t spin_us = 50;                        // worker busy-poll budget when idle
-    uint32_t yield_us = 200;                      // then sched_yield budget, then block
+    uint32_t spin_us = wait::kDefaultSpinUs;      // worker busy-poll budget when idle
+    uint32_t yield_us = wait::kDefaultYieldUs;    // then sched_yield budget, then block
     // Keep spinning while every busy session waits for Postgres's answer (instead of
     // blocking in epoll until the upstream socket is readable). See worker.cpp.
     bool spin_awaiting_upstream = false;

@@ -15,7 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/session.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -57,8 +57,7 @@ Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics, A
       metrics_(metrics),
       admission_(admission),
       base_(make_worker_base()),
-      spin_budget_{std::chrono::microseconds(config.shm.spin_us),
-                   std::chrono::microseconds(config.shm.yield_us)},
+      spin_policy_(wait::WaitPolicy::from_us(config.shm.spin_us, config.shm.yield_us)),
       rdma_shared_(rdma),
       next_id_(uint64_t{index} << 48) {
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -253,28 +252,33 @@ Worker::PollRound Worker::poll_sessions() {
 // Ends an idle stretch: AdaptiveSpin learns how long it lasted.
 void Worker::end_idle_stretch() noexcept {
     const auto now = clock::now();
-    idle_spin_.record(now - idle_.since, spin_budget_);
+    idle_spin_.record(now - idle_.since, spin_policy_);
     idle_ = IdleStretch{now};
 }
 
 // One round with nothing to do: spin, yield, or block, depending on how long we have
-// been idle and whether spinning pays (see spinning_pays_off() and shm::AdaptiveSpin).
+// been idle and whether spinning pays (see spinning_pays_off() and wait::AdaptiveSpin).
+// The same phases as wait::spin_then_yield(), one step per round: between two steps the
+// worker polls all its sessions' rings, not one condition.
 void Worker::idle_round() {
     const auto now = clock::now();
-    const auto idle = now - idle_.since;
-    const shm::WaitBudget budget =
-        spinning_pays_off(now) ? idle_spin_.budget(spin_budget_) : shm::WaitBudget::none();
+    const wait::WaitPolicy policy =
+        spinning_pays_off(now) ? idle_spin_.budget(spin_policy_) : wait::WaitPolicy::none();
     idle_.yielding = false;
-    if (idle < budget.spin) {
-        shm::cpu_relax();
-    } else if (idle < budget.total()) {
-        shm::sched_yield_noexcept();
-        idle_.yielding = true;
-    } else {
-        block_until_event();
-        reap();
-        if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
-            end_idle_stretch();
+    switch (policy.phase_after(now - idle_.since)) {
+        case wait::Phase::Spin:
+            wait::cpu_relax();
+            break;
+        case wait::Phase::Yield:
+            wait::sched_yield_noexcept();
+            idle_.yielding = true;
+            break;
+        case wait::Phase::Block:
+            block_until_event();
+            reap();
+            if (activity_)  // woken by a doorbell or Postgres: the idle stretch is over
+                end_idle_stretch();
+            break;
     }
 }
 
@@ -300,7 +304,7 @@ bool Worker::spinning_pays_off(clock::time_point now) noexcept {
 // sessions again (a completion usually ends it much sooner).
 constexpr std::chrono::microseconds kSettleWait{200};
 
-// Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/shm/wait.hpp)
+// Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/wait/block.hpp)
 // and only then sleeps in epoll; a client that publishes after our re-check sees the
 // flag and writes a doorbell byte, which wakes the epoll.
 void Worker::block_until_event() {

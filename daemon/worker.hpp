@@ -3,8 +3,8 @@
 // arms every ring's wake-up flag and blocks in epoll until a doorbell, an upstream
 // socket or a new session wakes it (DESIGN.md "Waiting"). It does not spin at all while
 // every busy session waits for Postgres, while its recent idle stretches outlasted the
-// budget (shm::AdaptiveSpin), or while its clients are confined to the one CPU it is
-// confined to (shm/cpu_hint.hpp): then spinning only takes CPU from those it waits for.
+// budget (wait::AdaptiveSpin), or while its clients are confined to the one CPU it is
+// confined to (transport/wait/cpu_hint.hpp): then spinning only takes CPU from those it waits for.
 #pragma once
 
 #include <atomic>
@@ -25,8 +25,9 @@
 #include "daemon/unique_fd.hpp"
 #include "transport/rdma/channel/server.hpp"
 #include "transport/rdma/device.hpp"
-#include "transport/shm/cpu_hint.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/adaptive_spin.hpp"
+#include "transport/wait/cpu_hint.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::daemon {
 
@@ -122,9 +123,9 @@ class Worker {
         unsigned rounds = 0;                     // idle rounds since then
         bool yielding = false;                   // past the spin budget
     };
-    const shm::WaitBudget spin_budget_;  // shm.spin_us, shm.yield_us
-    shm::AdaptiveSpin idle_spin_;        // whether idle stretches are worth spinning
-    shm::SoleCpuHint sole_cpu_;          // the one CPU this thread is confined to, if any
+    const wait::WaitPolicy spin_policy_;  // shm.spin_us, shm.yield_us
+    wait::AdaptiveSpin idle_spin_;        // whether idle stretches are worth spinning
+    wait::SoleCpuHint sole_cpu_;          // the one CPU this thread is confined to, if any
     IdleStretch idle_;
 
     std::mutex handover_mutex_;

@@ -9,6 +9,7 @@
 #include "bench/microbench/bandwidth.hpp"
 #include "bench/microbench/pingpong.hpp"
 #include "transport/shm/layout.hpp"
+#include "transport/wait/defaults.hpp"
 
 namespace l5pg::microbench {
 namespace {
@@ -45,6 +46,9 @@ options:
   --yield-us N       adaptive wait: sched_yield budget (default 200, as L5PG_YIELD_US)
   -h, --help         this text
 )";
+
+// kUsage states the defaults in words: keep them in step with transport/wait/defaults.hpp.
+static_assert(wait::kDefaultSpinUs == 50 && wait::kDefaultYieldUs == 200);
 
 [[noreturn]] void usage_error(const std::string& message) {
     fmt::print(stderr, "l5pg-microbench: {}\n\n{}", message, kUsage);
@@ -173,9 +177,9 @@ Options parse_args(int argc, char** argv) {
             o.ring_sizes = parse_size_list(value(), arg);
             rings_given = true;
         } else if (arg == "--spin-us") {
-            o.spin_us = static_cast<unsigned>(parse_int(value(), arg, 0, 1'000'000));
+            o.spin_us = static_cast<unsigned>(parse_int(value(), arg, 0, wait::kMaxBudgetUs));
         } else if (arg == "--yield-us") {
-            o.yield_us = static_cast<unsigned>(parse_int(value(), arg, 0, 1'000'000));
+            o.yield_us = static_cast<unsigned>(parse_int(value(), arg, 0, wait::kMaxBudgetUs));
         } else {
             usage_error(fmt::format("unknown argument '{}'", arg));
         }

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "transport/wait/defaults.hpp"
+
 namespace l5pg::microbench {
 
 struct Options {
@@ -20,11 +22,11 @@ struct Options {
     bool run_bandwidth = true;
     std::vector<std::string> transports;  // ping-pong transports, in order
     std::vector<size_t> msg_sizes{64, 100};
-    size_t pingpong_ring = size_t{1} << 20;  // per direction, the shim's default
-    std::vector<size_t> chunk_sizes;         // bandwidth
-    std::vector<size_t> ring_sizes;          // bandwidth
-    unsigned spin_us = 50;                   // adaptive wait budget (the channel's defaults)
-    unsigned yield_us = 200;
+    size_t pingpong_ring = size_t{1} << 20;   // per direction, the shim's default
+    std::vector<size_t> chunk_sizes;          // bandwidth
+    std::vector<size_t> ring_sizes;           // bandwidth
+    unsigned spin_us = wait::kDefaultSpinUs;  // adaptive wait budget (the channel's defaults)
+    unsigned yield_us = wait::kDefaultYieldUs;
 
     // Warm-up before each timed run.
     [[nodiscard]] double warmup_seconds() const noexcept;

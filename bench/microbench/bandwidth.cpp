@@ -77,7 +77,7 @@ int run_reader(ShmLink& link, size_t n, ChildReport& report) {
 
 }  // namespace
 
-BandwidthRun run_shm_bandwidth(size_t n, size_t ring_bytes, shm::WaitBudget budget,
+BandwidthRun run_shm_bandwidth(size_t n, size_t ring_bytes, wait::WaitPolicy budget,
                                const Timing& timing, const Placement& placement) {
     using clock = std::chrono::steady_clock;
     using seconds = std::chrono::duration<double>;

@@ -6,7 +6,7 @@
 
 #include "bench/microbench/pingpong.hpp"
 #include "bench/microbench/placement.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::microbench {
 
@@ -28,7 +28,7 @@ struct BandwidthRun {
 // with RingReader::read into its own buffer, both waiting the channel's adaptive way.
 // Timed from an empty ring to an empty ring. Throws BenchError.
 [[nodiscard]] BandwidthRun run_shm_bandwidth(size_t chunk_bytes, size_t ring_bytes,
-                                             shm::WaitBudget budget, const Timing& timing,
+                                             wait::WaitPolicy budget, const Timing& timing,
                                              const Placement& placement);
 
 struct MemcpyRun {

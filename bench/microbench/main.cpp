@@ -33,7 +33,7 @@ void print_header(const Options& o, const Placement& p, const Timing& t) {
 // Repeats are interleaved (run 1 of every cell, then run 2, ...) so that slow drift,
 // e.g. the hypervisor moving a vCPU, affects every cell alike.
 void run_pingpong_cells(const Options& o, const Placement& p, const Timing& t,
-                        const l5pg::shm::WaitBudget& budget, Results& results) {
+                        const l5pg::wait::WaitPolicy& budget, Results& results) {
     std::vector<PingPongCell> cells;
     for (const std::string& transport : o.transports) {
         const bool sized = transport_has_msg_size(transport);
@@ -79,7 +79,7 @@ void run_memcpy_cell(const char* name, size_t bytes, int run, const Options& o, 
 }
 
 void run_bandwidth_cells(const Options& o, const Placement& p, const Timing& t,
-                         const l5pg::shm::WaitBudget& budget, Results& results) {
+                         const l5pg::wait::WaitPolicy& budget, Results& results) {
     for (int run = 1; run <= o.repeat; ++run) {
         run_memcpy_cell("dram", memcpy_dram_buffer_bytes(), run, o, t, results);
         run_memcpy_cell("cached", memcpy_cached_buffer_bytes(), run, o, t, results);
@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
         if (p.pinned)
             pin_to_cpu(p.parent_cpu);
         const Timing t{o.warmup_seconds(), o.seconds};
-        const l5pg::shm::WaitBudget budget{std::chrono::microseconds(o.spin_us),
-                                           std::chrono::microseconds(o.yield_us)};
+        const auto budget = l5pg::wait::WaitPolicy::from_us(o.spin_us, o.yield_us);
         print_header(o, p, t);
         std::fflush(stdout);
 

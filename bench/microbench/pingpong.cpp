@@ -53,8 +53,8 @@ PingPongRun run_pingpong(const PingPongCell& cell, const Timing& timing,
     if (t == "shm")
         return pingpong_shm(false, cell.msg_bytes, cell.ring_bytes, cell.budget, timing, placement);
     if (t == "shm-block")
-        return pingpong_shm(false, cell.msg_bytes, cell.ring_bytes, shm::WaitBudget{{}, {}}, timing,
-                            placement);
+        return pingpong_shm(false, cell.msg_bytes, cell.ring_bytes, wait::WaitPolicy::none(),
+                            timing, placement);
     if (t == "shm-local")
         return pingpong_shm_local(cell.msg_bytes, cell.ring_bytes, cell.budget, timing);
     if (t == "unix")

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bench/microbench/placement.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::microbench {
 
@@ -32,7 +32,7 @@ struct PingPongCell {
     std::string transport;
     size_t msg_bytes = 0;
     size_t ring_bytes = 0;  // SHM transports only
-    shm::WaitBudget budget;
+    wait::WaitPolicy budget;
 };
 
 // In report order: cacheline, shm-spin, shm, shm-block, shm-local, unix, tcp, pipe.
@@ -52,10 +52,10 @@ enum class FdKind { Unix, Tcp, Pipe };
 [[nodiscard]] PingPongRun pingpong_fd(FdKind kind, size_t msg_bytes, const Timing& timing,
                                       const Placement& placement);
 [[nodiscard]] PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
-                                       shm::WaitBudget budget, const Timing& timing,
+                                       wait::WaitPolicy budget, const Timing& timing,
                                        const Placement& placement);
 // Both ends in the calling thread: the ring's own cost per round trip, no cross-core traffic.
 [[nodiscard]] PingPongRun pingpong_shm_local(size_t msg_bytes, size_t ring_bytes,
-                                             shm::WaitBudget budget, const Timing& timing);
+                                             wait::WaitPolicy budget, const Timing& timing);
 
 }  // namespace l5pg::microbench

@@ -8,6 +8,7 @@
 #include "bench/microbench/pingpong.hpp"
 #include "bench/microbench/pingpong_loop.hpp"
 #include "bench/microbench/shm_link.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::microbench {
 namespace {
@@ -30,7 +31,7 @@ uint64_t wait_change(const Line& line, uint64_t old, const char* what) {
         const uint64_t v = line.value.load(std::memory_order_acquire);
         if (v != old)
             return v;
-        shm::cpu_relax();
+        wait::cpu_relax();
         if ((i & 0xffff) == 0)
             guard.tick();
     }

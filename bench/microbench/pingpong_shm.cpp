@@ -17,7 +17,8 @@
 namespace l5pg::microbench {
 
 PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
-                         shm::WaitBudget budget, const Timing& timing, const Placement& placement) {
+                         wait::WaitPolicy budget, const Timing& timing,
+                         const Placement& placement) {
     shm::Segment seg = make_segment(ring_bytes, ring_bytes);
     FdPair doorbell = make_socketpair();
     const ShmWait mode = spin_only ? ShmWait::Spin : ShmWait::Adaptive;
@@ -42,7 +43,7 @@ PingPongRun pingpong_shm(bool spin_only, size_t msg_bytes, size_t ring_bytes,
     return run_two_processes(placement, server, client);
 }
 
-PingPongRun pingpong_shm_local(size_t msg_bytes, size_t ring_bytes, shm::WaitBudget budget,
+PingPongRun pingpong_shm_local(size_t msg_bytes, size_t ring_bytes, wait::WaitPolicy budget,
                                const Timing& timing) {
     shm::Segment seg = make_segment(ring_bytes, ring_bytes);
     FdPair doorbell = make_socketpair();

@@ -8,6 +8,9 @@
 
 #include "bench/microbench/posix.hpp"
 #include "transport/shm/segment.hpp"
+#include "transport/wait/block.hpp"
+#include "transport/wait/doorbell.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::microbench {
 
@@ -22,13 +25,13 @@ shm::Segment make_segment(size_t c2s_bytes, size_t s2c_bytes) {
     return std::move(*seg);
 }
 
-ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode, shm::WaitBudget budget) {
+ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode, wait::WaitPolicy budget) {
     shm::Header& h = seg.header();
     return ShmLink(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
                    shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell, mode, budget);
 }
 
-ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode, shm::WaitBudget budget) {
+ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode, wait::WaitPolicy budget) {
     shm::Header& h = seg.header();
     return ShmLink(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
                    shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell, mode, budget);
@@ -49,55 +52,77 @@ void StallGuard::tick() {
 
 void ShmLink::ring_doorbell() {
     ++doorbells_;
-    if (!shm::ring_doorbell(sock_))
+    if (!wait::ring_doorbell(sock_))
         throw BenchError("doorbell: the peer closed its socket");
 }
 
-// Mirrors wait_until() in clientlib/channel.cpp; Spin mode busy-polls only.
-template <class Ready>
-void ShmLink::wait(Ready ready, bool for_write) {
-    if (mode_ == ShmWait::Spin) {
-        StallGuard guard(for_write ? "waiting for ring space" : "waiting for ring data");
-        for (uint32_t i = 1; !ready(); ++i) {
-            shm::cpu_relax();
-            if ((i & 0xffff) == 0)
-                guard.tick();
-        }
-        return;
+namespace {
+
+// ShmLink's blocking wait as a wait::Waiter: the channel's wait with a fixed policy, a
+// stall check instead of blocking for ever, and errors as exceptions.
+template <class Ready, class Ring>
+class LinkWaiter {
+  public:
+    LinkWaiter(Ready ready, Ring& ring, int sock, const wait::WaitPolicy& policy,
+               uint64_t& polls) noexcept
+        : ready_(ready), ring_(ring), sock_(sock), policy_(policy), polls_(polls) {}
+
+    bool ready() noexcept { return ready_(); }
+    wait::WaitPolicy policy() const noexcept { return policy_; }
+    bool arm() noexcept {
+        ring_.arm();
+        return true;
     }
-    for (;;) {
-        if (shm::spin_then_yield(ready, budget_))
-            return;
-        if (for_write)
-            tx_.arm();
-        else
-            rx_.arm();
-        if (ready()) {
-            (void)(for_write ? tx_.disarm() : rx_.disarm());
-            return;
-        }
+    void disarm() noexcept { (void)ring_.disarm(); }
+    wait::Woken sleep() {
         pollfd p{sock_, POLLIN, 0};
         const int rc = ::poll(&p, 1, StallGuard::kStallSeconds * 1000);
         if (rc == 0)
             throw BenchError("no doorbell for 10 s (lost wake-up or peer stalled)");
         if (rc < 0) {
             if (errno == EINTR)
-                continue;
+                return wait::Woken::Again;
             throw_errno("poll on the doorbell socket");
         }
         ++polls_;
         size_t count = 0;
-        switch (shm::drain_doorbells(sock_, count)) {
-            case shm::DrainResult::Drained:
+        switch (wait::drain_doorbells(sock_, count)) {
+            case wait::DrainResult::Drained:
                 break;
-            case shm::DrainResult::PeerClosed:
-                if (ready())
-                    return;
+            case wait::DrainResult::PeerClosed:
+                if (ready_())
+                    return wait::Woken::Look;
                 throw BenchError("the peer closed the doorbell socket");
-            case shm::DrainResult::Error:
+            case wait::DrainResult::Error:
                 throw_errno("recv on the doorbell socket");
         }
+        return wait::Woken::Again;
     }
+
+  private:
+    Ready ready_;
+    Ring& ring_;
+    int sock_;
+    wait::WaitPolicy policy_;
+    uint64_t& polls_;
+};
+
+}  // namespace
+
+// Spin mode busy-polls only; Adaptive waits as the shim's channel does.
+template <class Ready, class Ring>
+void ShmLink::wait(Ready ready, Ring& ring, bool for_write) {
+    if (mode_ == ShmWait::Spin) {
+        StallGuard guard(for_write ? "waiting for ring space" : "waiting for ring data");
+        for (uint32_t i = 1; !ready(); ++i) {
+            wait::cpu_relax();
+            if ((i & 0xffff) == 0)
+                guard.tick();
+        }
+        return;
+    }
+    LinkWaiter<Ready, Ring> waiter(ready, ring, sock_, budget_, polls_);
+    (void)wait::block_until_ready(waiter);  // true: sleep() throws instead of stopping
 }
 
 void ShmLink::send(const std::byte* data, size_t n) {
@@ -112,7 +137,7 @@ void ShmLink::send(const std::byte* data, size_t n) {
             ring_doorbell();
         if (off == n)
             return;
-        wait([this] { return tx_.free_bytes() > 0; }, true);
+        wait([this] { return tx_.free_bytes() > 0; }, tx_, true);
     }
 }
 
@@ -128,16 +153,16 @@ void ShmLink::recv(std::byte* out, size_t n) {
             ring_doorbell();
         if (got == n)
             return;
-        wait([this] { return rx_.has_data(); }, false);
+        wait([this] { return rx_.has_data(); }, rx_, false);
     }
 }
 
 void ShmLink::wait_until_drained() {
     StallGuard guard("waiting for the reader to drain the ring");
     for (uint32_t i = 1; !tx_.empty(); ++i) {
-        shm::cpu_relax();
+        wait::cpu_relax();
         if ((i & 0x3ff) == 0)
-            shm::sched_yield_noexcept();  // lets a reader on the same CPU run
+            wait::sched_yield_noexcept();  // lets a reader on the same CPU run
         if ((i & 0xffff) == 0)
             guard.tick();
     }

@@ -1,5 +1,5 @@
-// A byte-stream endpoint over the project's SHM rings (transport/shm), waiting the way
-// the shim's channel does (clientlib/channel.cpp): after publishing, wake a sleeping peer
+// A byte-stream endpoint over the project's SHM rings (transport/shm), waiting with the
+// shim channel's wait (transport/wait/block.hpp): after publishing, wake a sleeping peer
 // through the doorbell socket; when the ring is empty (or full), spin, then sched_yield,
 // then arm the flag, re-check and poll() the doorbell socket.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::microbench {
 
@@ -19,7 +19,7 @@ namespace l5pg::microbench {
 
 enum class ShmWait {
     Spin,      // busy-poll the ring with `pause`; no fences for the flags, no doorbell
-    Adaptive,  // the channel's protocol with a WaitBudget (default 50 us spin, 200 us yield)
+    Adaptive,  // the channel's wait (transport/wait/block.hpp) with a fixed WaitPolicy
 };
 
 // Stall detector for busy loops: call tick() every few thousand spins; throws
@@ -40,7 +40,7 @@ class ShmLink {
     // `tx` and/or `rx` may be default-constructed for a one-way link. `doorbell` is this
     // side's end of the socket pair (unused with ShmWait::Spin).
     ShmLink(shm::RingWriter tx, shm::RingReader rx, int doorbell, ShmWait mode,
-            shm::WaitBudget budget) noexcept
+            wait::WaitPolicy budget) noexcept
         : tx_(tx), rx_(rx), sock_(doorbell), mode_(mode), budget_(budget) {}
 
     // Writes all n bytes (several records when needed), waiting for space. Throws BenchError.
@@ -54,15 +54,15 @@ class ShmLink {
     [[nodiscard]] uint64_t doorbells() const noexcept { return doorbells_; }  // bytes sent
 
   private:
-    template <class Ready>
-    void wait(Ready ready, bool for_write);
+    template <class Ready, class Ring>
+    void wait(Ready ready, Ring& ring, bool for_write);
     void ring_doorbell();
 
     shm::RingWriter tx_;
     shm::RingReader rx_;
     int sock_ = -1;
     ShmWait mode_;
-    shm::WaitBudget budget_;
+    wait::WaitPolicy budget_;
     uint64_t polls_ = 0;
     uint64_t doorbells_ = 0;
 };
@@ -70,8 +70,8 @@ class ShmLink {
 // The two ends of a segment's ring pair, as in a session: the client writes client->server
 // and reads server->client, the server the other way round.
 [[nodiscard]] ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode,
-                                 shm::WaitBudget budget);
+                                 wait::WaitPolicy budget);
 [[nodiscard]] ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode,
-                                 shm::WaitBudget budget);
+                                 wait::WaitPolicy budget);
 
 }  // namespace l5pg::microbench

@@ -1,4 +1,4 @@
-"""Placement hints (transport/shm/cpu_hint.hpp): a client and an l5pgd worker confined to the
+"""Placement hints (transport/wait/cpu_hint.hpp): a client and an l5pgd worker confined to the
 same single CPU block for each other instead of spinning, since the one that waits holds the
 CPU the other needs. l5pgd counts it: each answer then finds the client blocked (a doorbell)
 and each request finds the worker blocked. Confined to different CPUs, both spin as before.

@@ -13,15 +13,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/ring_bounds.hpp"
+
 namespace l5pg::shm {
 
 inline constexpr uint64_t kMagic = 0x314d485347503545ull;  // "E5PGSHM1" little-endian
 inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kHeaderSize = 4096;
-inline constexpr size_t kMinRingSize = 4096;
-inline constexpr size_t kMaxRingSize = size_t{256} << 20;
-inline constexpr size_t kDefaultRingSize = size_t{1} << 20;
+using transport::kDefaultRingSize;  // ring-size bounds: transport/ring_bounds.hpp
+using transport::kMaxRingSize;
+using transport::kMinRingSize;
+using transport::valid_ring_size;
 
 // Records are [u32 payload length][payload][padding to kRecordAlign]. The length word is
 // also the publication flag (L5 §III-B-2): the reader polls the length of the next record
@@ -75,10 +78,6 @@ static_assert(offsetof(Header, client_sole_cpu) == 576);
 static_assert(offsetof(Header, server_sole_cpu) == 640);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
-
-[[nodiscard]] constexpr bool valid_ring_size(uint64_t size) noexcept {
-    return size >= kMinRingSize && size <= kMaxRingSize && (size & (size - 1)) == 0;
-}
 
 // Largest payload one record can carry in a ring of `ring_size` bytes. Bigger writes
 // are split into several records (the channel is a byte stream).

@@ -50,7 +50,7 @@ class RingWriter {
     [[nodiscard]] bool empty() noexcept;  // reader has consumed everything published
 
     // After publishing: seq_cst fence, then if the reader armed reader_waiting, clear
-    // it and return true: the caller must ring the doorbell (see wait.hpp).
+    // it and return true: the caller must ring the doorbell (see transport/wait/block.hpp).
     [[nodiscard]] bool reader_needs_wakeup() noexcept;
     // Before blocking for space: arm writer_waiting (then re-check free_bytes()).
     void arm() noexcept;

@@ -1,6 +1,7 @@
 // Two processes, one 4 KiB ring, tiny spin budgets: both sides block all the time, so
-// every wake-up goes through the full Dekker + doorbell protocol. A lost wake-up shows
-// up as a poll() timeout and fails the test instead of hanging it.
+// every wake-up goes through the full Dekker + doorbell protocol. Both wait with the
+// wait that ships (transport/wait/block.hpp); only how they sleep is the test's own: a
+// lost wake-up shows up as a poll() timeout and fails the test instead of hanging it.
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,13 +16,20 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "test_util.hpp"
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/block.hpp"
+#include "transport/wait/doorbell.hpp"
 
 using namespace l5pg::shm;
+using l5pg::wait::drain_doorbells;
+using l5pg::wait::DrainResult;
+using l5pg::wait::ring_doorbell;
+using l5pg::wait::WaitPolicy;
+using l5pg::wait::Woken;
 
 namespace {
 
@@ -66,11 +74,23 @@ struct Checksum {
 };
 
 // TINY budgets: spin 0..1 us, yield 0..5 us.
-WaitBudget tiny_budget(SplitMix& rng) {
+WaitPolicy tiny_budget(SplitMix& rng) {
     const uint64_t r = rng.next();
-    return WaitBudget{std::chrono::nanoseconds(r % 1001),
+    return WaitPolicy{std::chrono::nanoseconds(r % 1001),
                       std::chrono::nanoseconds((r >> 20) % 5001)};
 }
+
+// The policy of one wait's rounds: half of the waits skip even the tiny spin (one look at
+// the ring, then arm), to block as often as possible; no round after the first spins.
+class StressPolicy {
+  public:
+    explicit StressPolicy(SplitMix& rng) noexcept
+        : first_(rng.next() % 2 == 0 ? tiny_budget(rng) : WaitPolicy::none()) {}
+    WaitPolicy next() noexcept { return std::exchange(first_, WaitPolicy::none()); }
+
+  private:
+    WaitPolicy first_;
+};
 
 void child_say(const char* msg) noexcept {
     const ssize_t ignored = ::write(2, msg, std::strlen(msg));
@@ -84,6 +104,43 @@ struct ChildStats {
 };
 
 // ------------------------------------------------------------------ writer (child)
+
+// The writer's wait for ring space: the shipped wait; a lost wake-up or a vanished reader
+// ends the child with its exit code.
+struct WriterWaiter {
+    RingWriter& ring;
+    int sock;
+    uint64_t& polls;
+    StressPolicy rounds;
+
+    bool ready() noexcept { return ring.free_bytes() > 0; }
+    WaitPolicy policy() noexcept { return rounds.next(); }
+    bool arm() noexcept {
+        ring.arm();
+        return true;
+    }
+    void disarm() noexcept { (void)ring.disarm(); }  // false: a doorbell is on its way
+    Woken sleep() noexcept {
+        pollfd pfd{sock, POLLIN, 0};
+        const int r = ::poll(&pfd, 1, kPollTimeoutMs);
+        if (r == 0) {
+            child_say("writer: lost wake-up: no doorbell for 10 s while the ring is full\n");
+            ::_exit(kChildLostWakeup);
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                return Woken::Again;
+            ::_exit(kChildPollError);
+        }
+        ++polls;
+        size_t count = 0;
+        if (drain_doorbells(sock, count) != DrainResult::Drained) {
+            child_say("writer: reader went away\n");
+            ::_exit(kChildPeerGone);
+        }
+        return Woken::Again;
+    }
+};
 
 [[noreturn]] void run_writer(Segment& seg, int sock) noexcept {
     RingWriter w(seg.header().c2s, seg.c2s_data(), seg.c2s_size());
@@ -103,36 +160,9 @@ struct ChildStats {
             }
         }
     };
-    // The full blocking protocol: spin/yield, arm, re-check, poll, drain.
     auto wait_for_space = [&]() noexcept {
-        // Half of the time skip even the tiny spin: block as often as possible.
-        if (budget_rng.next() % 2 == 0 &&
-            spin_then_yield([&] { return w.free_bytes() > 0; }, tiny_budget(budget_rng)))
-            return;
-        for (;;) {
-            w.arm();
-            if (w.free_bytes() > 0) {
-                (void)w.disarm();  // false: a doorbell byte is on its way; drained later
-                return;
-            }
-            pollfd pfd{sock, POLLIN, 0};
-            const int r = ::poll(&pfd, 1, kPollTimeoutMs);
-            if (r == 0) {
-                child_say("writer: lost wake-up: no doorbell for 10 s while the ring is full\n");
-                ::_exit(kChildLostWakeup);
-            }
-            if (r < 0) {
-                if (errno == EINTR)
-                    continue;
-                ::_exit(kChildPollError);
-            }
-            ++polls;
-            size_t count = 0;
-            if (drain_doorbells(sock, count) != DrainResult::Drained) {
-                child_say("writer: reader went away\n");
-                ::_exit(kChildPeerGone);
-            }
-        }
+        WriterWaiter waiter{w, sock, polls, StressPolicy(budget_rng)};
+        (void)l5pg::wait::block_until_ready(waiter);  // sleep() exits instead of stopping
     };
     auto send = [&](const std::byte* p, size_t n, bool use_reserve) noexcept {
         size_t off = 0;
@@ -250,6 +280,65 @@ class Expected {
     size_t trailer_len_ = 0;
 };
 
+// The reader's wait for data: the shipped wait; a lost wake-up or a vanished writer stops
+// it with `error` set.
+struct ReaderWaiter {
+    RingReader& ring;
+    int sock;
+    StressPolicy rounds;
+    Segment& seg;
+    const Expected& expected;
+    std::string& error;
+    uint64_t& polls;
+    uint64_t& spurious;
+    bool& peer_closed;
+
+    bool ready() noexcept { return ring.has_data(); }
+    WaitPolicy policy() noexcept { return rounds.next(); }
+    bool arm() noexcept {
+        ring.arm();
+        return true;
+    }
+    void disarm() noexcept { (void)ring.disarm(); }
+    Woken sleep() {
+        if (peer_closed) {
+            (void)ring.disarm();
+            error = "writer closed its socket (client_closed=" +
+                    std::to_string(seg.header().client_closed.load(std::memory_order_acquire)) +
+                    ") after " + std::to_string(expected.records()) + " records";
+            return Woken::Stop;
+        }
+        pollfd pfd{sock, POLLIN, 0};
+        const int pr = ::poll(&pfd, 1, kPollTimeoutMs);
+        if (pr == 0) {
+            error = "lost wake-up: reader got no doorbell for 10 s with an empty ring after " +
+                    std::to_string(expected.records()) + " records";
+            return Woken::Stop;
+        }
+        if (pr < 0) {
+            if (errno == EINTR)
+                return Woken::Again;
+            error = std::string("poll: ") + std::strerror(errno);
+            return Woken::Stop;
+        }
+        ++polls;
+        return drained();
+    }
+    Woken drained() {
+        size_t count = 0;
+        const DrainResult d = drain_doorbells(sock, count);
+        if (count == 0 && d == DrainResult::Drained)
+            ++spurious;
+        if (d == DrainResult::PeerClosed)
+            peer_closed = true;
+        if (d == DrainResult::Error) {
+            error = "drain_doorbells failed";
+            return Woken::Stop;
+        }
+        return Woken::Again;
+    }
+};
+
 }  // namespace
 
 TEST_CASE("Ring: two-process stress with tiny spin budgets", "[shm][stress]") {
@@ -285,46 +374,9 @@ TEST_CASE("Ring: two-process stress with tiny spin budgets", "[shm][stress]") {
     };
     // Returns false when no more data will come (error set).
     auto wait_for_data = [&]() -> bool {
-        if (rng.next() % 2 == 0 && spin_then_yield([&] { return r.has_data(); }, tiny_budget(rng)))
-            return true;
-        for (;;) {
-            r.arm();
-            if (r.has_data()) {
-                (void)r.disarm();
-                return true;
-            }
-            if (peer_closed) {
-                (void)r.disarm();
-                error = "writer closed its socket (client_closed=" +
-                        std::to_string(seg.header().client_closed.load(std::memory_order_acquire)) +
-                        ") after " + std::to_string(expected.records()) + " records";
-                return false;
-            }
-            pollfd pfd{sock, POLLIN, 0};
-            const int pr = ::poll(&pfd, 1, kPollTimeoutMs);
-            if (pr == 0) {
-                error = "lost wake-up: reader got no doorbell for 10 s with an empty ring after " +
-                        std::to_string(expected.records()) + " records";
-                return false;
-            }
-            if (pr < 0) {
-                if (errno == EINTR)
-                    continue;
-                error = std::string("poll: ") + std::strerror(errno);
-                return false;
-            }
-            ++polls;
-            size_t count = 0;
-            const DrainResult d = drain_doorbells(sock, count);
-            if (count == 0 && d == DrainResult::Drained)
-                ++spurious;
-            if (d == DrainResult::PeerClosed)
-                peer_closed = true;
-            if (d == DrainResult::Error) {
-                error = "drain_doorbells failed";
-                return false;
-            }
-        }
+        ReaderWaiter waiter{r,     sock,  StressPolicy(rng), seg,        expected,
+                            error, polls, spurious,          peer_closed};
+        return l5pg::wait::block_until_ready(waiter);
     };
 
     std::byte buf[300];

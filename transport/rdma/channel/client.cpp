@@ -9,6 +9,7 @@
 
 #include "transport/rdma/buffer.hpp"
 #include "transport/rdma/sys.hpp"
+#include "transport/wait/block.hpp"
 
 namespace l5pg::rdma {
 
@@ -163,34 +164,56 @@ bool ClientChannel::arm_write() {
     return !writable();
 }
 
-template <class Ready>
-bool ClientChannel::wait_until(Ready ready, bool for_write, std::chrono::milliseconds timeout) {
+namespace {
+
+// wait_readable()/wait_writable() as a wait::Waiter: block.hpp's steps, giving up at a
+// deadline (then ready() decides).
+class DeadlineWaiter {
+  public:
     using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-        if (shm::spin_then_yield(ready, options_.budget))
-            return true;
-        if (!(for_write ? arm_write() : arm_read()))
-            return true;
+    DeadlineWaiter(ClientChannel& channel, bool for_write, const wait::WaitPolicy& policy,
+                   Clock::time_point deadline) noexcept
+        : c_(channel), for_write_(for_write), policy_(policy), deadline_(deadline) {}
+
+    bool ready() { return for_write_ ? c_.writable() : c_.readable(); }
+    wait::WaitPolicy policy() const noexcept { return policy_; }
+    bool arm() { return for_write_ ? c_.arm_write() : c_.arm_read(); }
+    void disarm() noexcept {}  // a flag the server finds set costs one spurious doorbell
+    wait::Woken sleep() {
         const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
         if (left.count() <= 0)
-            return ready();
-        pollfd p{link_.session_fd(), POLLIN, 0};
+            return ready() ? wait::Woken::Look : wait::Woken::Stop;
+        pollfd p{c_.session_fd(), POLLIN, 0};
         const int rc = sys::poll_raw(&p, 1, static_cast<int>(left.count()) + 1);
         if (rc > 0)
-            link_.on_socket_readable();
+            c_.on_socket_readable();
         else if (rc < 0 && errno != EINTR)
-            return false;
+            return wait::Woken::Stop;
+        return wait::Woken::Again;
     }
+
+  private:
+    ClientChannel& c_;
+    bool for_write_;
+    wait::WaitPolicy policy_;
+    Clock::time_point deadline_;
+};
+
+}  // namespace
+
+bool ClientChannel::wait_until(bool for_write, std::chrono::milliseconds timeout) {
+    DeadlineWaiter waiter(*this, for_write, options_.budget,
+                          DeadlineWaiter::Clock::now() + timeout);
+    return wait::block_until_ready(waiter);
 }
 
 bool ClientChannel::wait_readable(std::chrono::milliseconds timeout) {
-    return wait_until([this] { return readable(); }, false, timeout);
+    return wait_until(false, timeout);
 }
 
 bool ClientChannel::wait_writable(std::chrono::milliseconds timeout) {
-    return wait_until([this] { return writable(); }, true, timeout);
+    return wait_until(true, timeout);
 }
 
 }  // namespace l5pg::rdma

@@ -31,7 +31,7 @@
 #include "transport/rdma/channel/io.hpp"
 #include "transport/rdma/channel/link.hpp"
 #include "transport/rdma/device.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/policy.hpp"
 
 namespace l5pg::rdma {
 
@@ -42,7 +42,7 @@ struct ClientOptions {
     // Upper bound on any wait for a completion; a dead peer fails the channel after this
     // at the latest (the device's own timeouts usually fire first).
     std::chrono::milliseconds completion_timeout{10000};
-    shm::WaitBudget budget;  // spin / yield before blocking in wait_*()
+    wait::WaitPolicy budget;  // spin / yield before blocking in wait_*()
 };
 
 class ClientChannel {
@@ -90,8 +90,7 @@ class ClientChannel {
 
   private:
     [[nodiscard]] bool flush(bool publish, bool refresh);
-    template <class Ready>
-    [[nodiscard]] bool wait_until(Ready ready, bool for_write, std::chrono::milliseconds timeout);
+    [[nodiscard]] bool wait_until(bool for_write, std::chrono::milliseconds timeout);
 
     ClientOptions options_;
     Link link_;

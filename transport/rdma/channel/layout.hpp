@@ -25,12 +25,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/ring_bounds.hpp"
+
 namespace l5pg::rdma {
 
 inline constexpr size_t kCacheLine = 64;
-inline constexpr size_t kMinRingSize = 4096;
-inline constexpr size_t kMaxRingSize = size_t{256} << 20;
-inline constexpr size_t kDefaultRingSize = size_t{1} << 20;
+using transport::kDefaultRingSize;  // ring-size bounds: transport/ring_bounds.hpp
+using transport::kMaxRingSize;
+using transport::kMinRingSize;
+using transport::valid_ring_size;
 
 // Control block at the start of every area. read_pos is written only by the owner (the
 // peer READs it); the two flags only by the peer (the owner exchanges them to 0).
@@ -66,9 +69,6 @@ inline constexpr size_t kRecordHeaderSize = 8;
 inline constexpr size_t kRecordAlign = 8;
 inline constexpr uint8_t kRecordOk = 1;
 
-[[nodiscard]] constexpr bool valid_ring_size(uint64_t size) noexcept {
-    return size >= kMinRingSize && size <= kMaxRingSize && (size & (size - 1)) == 0;
-}
 // Bytes the record's WRITE(s) cover: header, payload, OK byte.
 [[nodiscard]] constexpr size_t record_bytes(size_t payload) noexcept {
     return kRecordHeaderSize + payload + 1;

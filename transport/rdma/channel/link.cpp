@@ -5,7 +5,7 @@
 #include <cstring>
 #include <new>
 
-#include "transport/shm/wait.hpp"
+#include "transport/wait/doorbell.hpp"
 
 namespace l5pg::rdma {
 namespace {
@@ -312,7 +312,7 @@ void Link::wake_peer_reader() noexcept {
 }
 
 void Link::ring_doorbell() noexcept {
-    if (!shm::ring_doorbell(session_fd_))
+    if (!wait::ring_doorbell(session_fd_))
         peer_closed_ = true;
     else
         ++stats_.doorbells_sent;
@@ -320,9 +320,9 @@ void Link::ring_doorbell() noexcept {
 
 void Link::on_socket_readable() noexcept {
     size_t count = 0;
-    const shm::DrainResult r = shm::drain_doorbells(session_fd_, count, kDoorbellDrainBudget);
+    const wait::DrainResult r = wait::drain_doorbells(session_fd_, count, kDoorbellDrainBudget);
     stats_.doorbells_received += count;
-    if (r != shm::DrainResult::Drained)
+    if (r != wait::DrainResult::Drained)
         peer_closed_ = true;
 }
 

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "transport/rdma/sys.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/spin.hpp"
 
 namespace l5pg::rdma::verbs {
 namespace {
@@ -272,9 +272,9 @@ bool VerbsQueuePair::wait(std::chrono::nanoseconds timeout) {
         if (std::chrono::steady_clock::now() >= deadline)
             return false;
         if (spins < 1000)
-            shm::cpu_relax();
+            wait::cpu_relax();
         else
-            shm::sched_yield_noexcept();
+            wait::sched_yield_noexcept();
     }
 }
 

@@ -7,10 +7,13 @@
 #include <chrono>
 #include <vector>
 
-#include "test_util.hpp"
-#include "transport/shm/wait.hpp"
+#include <catch2/catch.hpp>
 
-using namespace l5pg::shm;
+#include "transport/wait/adaptive_spin.hpp"
+#include "transport/wait/doorbell.hpp"
+#include "transport/wait/spin.hpp"
+
+using namespace l5pg::wait;
 
 namespace {
 
@@ -30,7 +33,7 @@ struct SocketPair {
 
 }  // namespace
 
-TEST_CASE("Doorbell: ring and drain", "[shm][wait]") {
+TEST_CASE("Doorbell: ring and drain", "[wait]") {
     SocketPair sp;
     size_t count = 99;
     CHECK(drain_doorbells(sp.fd[1], count) == DrainResult::Drained);
@@ -64,7 +67,7 @@ TEST_CASE("Doorbell: ring and drain", "[shm][wait]") {
     CHECK(count == 1);
 }
 
-TEST_CASE("Doorbell: draining stops at the budget", "[shm][wait]") {
+TEST_CASE("Doorbell: draining stops at the budget", "[wait]") {
     SocketPair sp;
     const char bytes[1000] = {};
     REQUIRE(::send(sp.fd[0], bytes, sizeof bytes, 0) == static_cast<ssize_t>(sizeof bytes));
@@ -80,7 +83,7 @@ TEST_CASE("Doorbell: draining stops at the budget", "[shm][wait]") {
     CHECK(count == 100);
 }
 
-TEST_CASE("Doorbell: peer closed", "[shm][wait]") {
+TEST_CASE("Doorbell: peer closed", "[wait]") {
     SocketPair sp;
     CHECK(ring_doorbell(sp.fd[0]));
     CHECK(ring_doorbell(sp.fd[0]));
@@ -98,7 +101,7 @@ TEST_CASE("Doorbell: peer closed", "[shm][wait]") {
     CHECK(errno == 1234);
 }
 
-TEST_CASE("Doorbell: full socket buffer still counts as rung", "[shm][wait]") {
+TEST_CASE("Doorbell: full socket buffer still counts as rung", "[wait]") {
     SocketPair sp;
     const int small = 4096;
     ::setsockopt(sp.fd[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
@@ -125,7 +128,7 @@ TEST_CASE("Doorbell: full socket buffer still counts as rung", "[shm][wait]") {
     CHECK(count >= queued);
 }
 
-TEST_CASE("Doorbell: errors", "[shm][wait]") {
+TEST_CASE("Doorbell: errors", "[wait]") {
     int p[2];
     REQUIRE(::pipe(p) == 0);
     size_t count = 0;
@@ -137,20 +140,20 @@ TEST_CASE("Doorbell: errors", "[shm][wait]") {
     CHECK(drain_doorbells(p[0], count) == DrainResult::Error);
 }
 
-TEST_CASE("spin_then_yield", "[shm][wait]") {
+TEST_CASE("spin_then_yield", "[wait]") {
     using namespace std::chrono;
     int calls = 0;
-    CHECK(spin_then_yield([&] { return ++calls > 0; }, WaitBudget{}));
+    CHECK(spin_then_yield([&] { return ++calls > 0; }, WaitPolicy{}));
     CHECK(calls == 1);
 
     calls = 0;
-    CHECK(spin_then_yield([&] { return ++calls >= 1000; }, WaitBudget{seconds(10), seconds(10)}));
+    CHECK(spin_then_yield([&] { return ++calls >= 1000; }, WaitPolicy{seconds(10), seconds(10)}));
     CHECK(calls == 1000);
 
     // Never ready: returns false once the budget is spent.
-    for (const WaitBudget budget :
-         {WaitBudget{nanoseconds(0), nanoseconds(0)}, WaitBudget{microseconds(1), microseconds(5)},
-          WaitBudget{milliseconds(2), milliseconds(3)}}) {
+    for (const WaitPolicy budget :
+         {WaitPolicy{nanoseconds(0), nanoseconds(0)}, WaitPolicy{microseconds(1), microseconds(5)},
+          WaitPolicy{milliseconds(2), milliseconds(3)}}) {
         const auto start = steady_clock::now();
         CHECK_FALSE(spin_then_yield([] { return false; }, budget));
         const auto took = steady_clock::now() - start;
@@ -159,20 +162,20 @@ TEST_CASE("spin_then_yield", "[shm][wait]") {
     }
 }
 
-TEST_CASE("spin_then_yield with no budget checks once and gives up", "[shm][wait]") {
+TEST_CASE("spin_then_yield with no budget checks once and gives up", "[wait]") {
     int calls = 0;
     CHECK_FALSE(spin_then_yield(
         [&] {
             ++calls;
             return false;
         },
-        WaitBudget::none()));
+        WaitPolicy::none()));
     CHECK(calls == 1);
 }
 
-TEST_CASE("AdaptiveSpin: spins while waits are short, blocks when they are long", "[shm][wait]") {
+TEST_CASE("AdaptiveSpin: spins while waits are short, blocks when they are long", "[wait]") {
     using std::chrono::microseconds;
-    const WaitBudget configured{microseconds(50), microseconds(200)};
+    const WaitPolicy configured{microseconds(50), microseconds(200)};
     AdaptiveSpin spin;
     CHECK(spin.budget(configured).total() == configured.total());
 

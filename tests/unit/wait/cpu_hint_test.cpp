@@ -3,10 +3,11 @@
 #include <atomic>
 #include <thread>
 
-#include "test_util.hpp"
-#include "transport/shm/cpu_hint.hpp"
+#include <catch2/catch.hpp>
 
-using namespace l5pg::shm;
+#include "transport/wait/cpu_hint.hpp"
+
+using namespace l5pg::wait;
 
 namespace {
 SoleCpuHint::clock::time_point at_ns(int64_t ns) {

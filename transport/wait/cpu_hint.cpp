@@ -1,8 +1,8 @@
-#include "transport/shm/cpu_hint.hpp"
+#include "transport/wait/cpu_hint.hpp"
 
 #include <sched.h>
 
-namespace l5pg::shm {
+namespace l5pg::wait {
 
 uint32_t sole_cpu_of_this_thread() noexcept {
     cpu_set_t set;
@@ -16,4 +16,4 @@ uint32_t sole_cpu_of_this_thread() noexcept {
     return 0;
 }
 
-}  // namespace l5pg::shm
+}  // namespace l5pg::wait

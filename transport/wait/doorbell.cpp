@@ -1,6 +1,5 @@
-#include "transport/shm/wait.hpp"
+#include "transport/wait/doorbell.hpp"
 
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,7 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
-namespace l5pg::shm {
+namespace l5pg::wait {
 
 // Raw system calls: this code is also linked into the LD_PRELOAD shim, whose own
 // send()/recv() wrappers must not see doorbell traffic.
@@ -23,10 +22,6 @@ ssize_t raw_recv(int sock, void* buf, size_t len, int flags) noexcept {
 }
 
 }  // namespace
-
-void sched_yield_noexcept() noexcept {
-    ::sched_yield();
-}
 
 bool ring_doorbell(int sock) noexcept {
     const int saved = errno;  // async-signal-safe callers must not see errno change
@@ -63,4 +58,4 @@ DrainResult drain_doorbells(int sock, size_t& count, size_t budget) noexcept {
     return DrainResult::Drained;
 }
 
-}  // namespace l5pg::shm
+}  // namespace l5pg::wait
