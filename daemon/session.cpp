@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/worker.hpp"
-#include "transport/shm/cpu_hint.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/cpu_hint.hpp"
+#include "transport/wait/doorbell.hpp"
 
 namespace l5pg::daemon {
 
@@ -136,8 +136,8 @@ bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
     if (!segment_)
         return false;
     shm::Header& header = segment_->header();
-    return shm::publish_and_compare(header.server_sole_cpu, header.client_sole_cpu,
-                                    worker_sole_cpu);
+    return wait::publish_and_compare(header.server_sole_cpu, header.client_sole_cpu,
+                                     worker_sole_cpu);
 }
 
 bool Session::arm_before_block() {
@@ -216,7 +216,7 @@ void Session::close(std::string_view reason, bool error) {
         // will come, the doorbell wakes it if it is blocked.
         segment_->header().server_closed.store(1, std::memory_order_release);
         if (client_.valid())
-            (void)shm::ring_doorbell(client_.get());
+            (void)wait::ring_doorbell(client_.get());
         worker_.set_polled(this, false);
     }
     startup_slot_.release();

@@ -59,7 +59,7 @@ class Session {
     void disarm_after_block();
 
     // Publishes the worker's placement hint into an SHM session's header and tells whether
-    // the client is confined to that same single CPU (shm/cpu_hint.hpp); false for RDMA.
+    // the client is confined to that same single CPU (transport/wait/cpu_hint.hpp); false for RDMA.
     [[nodiscard]] bool client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept;
 
     [[nodiscard]] bool is_shm() const noexcept { return segment_.has_value(); }

@@ -31,7 +31,7 @@
 
 #include "daemon/session.hpp"
 #include "daemon/worker.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/doorbell.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -163,10 +163,10 @@ void Session::discard_upstream() {
 // even if the channel failed first (see finish_departure()).
 void Session::watch_departed_client() {
     size_t count = 0;
-    const shm::DrainResult result = shm::drain_doorbells(client_.get(), count);
-    if (result == shm::DrainResult::Drained)
+    const wait::DrainResult result = wait::drain_doorbells(client_.get(), count);
+    if (result == wait::DrainResult::Drained)
         return;
-    if (result == shm::DrainResult::PeerClosed || errno == ECONNRESET || errno == EPIPE)
+    if (result == wait::DrainResult::PeerClosed || errno == ECONNRESET || errno == EPIPE)
         departure_error_ = false;
     client_eof_ = true;
     set_event(client_read_.get(), false);

@@ -12,7 +12,7 @@
 
 #include "daemon/session.hpp"
 #include "daemon/worker.hpp"
-#include "transport/shm/wait.hpp"
+#include "transport/wait/doorbell.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -73,7 +73,7 @@ void Session::wake_client() {
         return;
     grant_doorbells(1);
     metrics_.doorbell_sent();
-    if (!shm::ring_doorbell(client_.get()))
+    if (!wait::ring_doorbell(client_.get()))
         client_departed("client socket gone (doorbell failed)");
 }
 
@@ -182,15 +182,15 @@ bool Session::forward_ring_to_upstream() {
 
 void Session::on_doorbell() {
     size_t count = 0;
-    const shm::DrainResult result =
-        shm::drain_doorbells(client_.get(), count, kDoorbellDrainBudget);
+    const wait::DrainResult result =
+        wait::drain_doorbells(client_.get(), count, kDoorbellDrainBudget);
     const int err = errno;
-    if (result == shm::DrainResult::Drained && !account_doorbells(count))
+    if (result == wait::DrainResult::Drained && !account_doorbells(count))
         return;
-    if (result == shm::DrainResult::PeerClosed) {
+    if (result == wait::DrainResult::PeerClosed) {
         const bool clean = segment_->header().client_closed.load(std::memory_order_acquire) != 0;
         client_departed(clean ? "client closed the connection" : "client disconnected");
-    } else if (result == shm::DrainResult::Error) {
+    } else if (result == wait::DrainResult::Error) {
         // ECONNRESET: the client closed with our doorbell bytes unread -- a departure
         // like EOF (issue 20), and what it published is still in the ring.
         client_departed(fmt::format("client socket error: {}", std::strerror(err)),
