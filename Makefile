@@ -14,12 +14,15 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
 # make test's sanitizer pass (sanitize-test): ASan+UBSan on the unit tests and on l5pgd for
 # an integration subset (with the plain shim: an instrumented one preloaded into psql hangs
 # it after the upgrade, not yet understood); TSan on l5pgd (acceptor, workers, metrics
-# thread) for another subset. The soft RDMA device's unit tests are not run under TSan yet:
-# it reports the tests' plain writes to registered memory racing the device thread's reads.
+# thread) for another subset, after the threaded unit tests (TSAN_UNIT).
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psql.py test_rdma.py \
   test_admin_console.py
+# TSan's unit tests: the ring stress test (two processes, each with its waits), the soft RDMA
+# device (a thread per queue pair), the wait primitive, the metrics server thread, the daemon's
+# queues. A test binary exits non-zero when TSan reported anything.
+TSAN_UNIT := shm_test rdma_test wait_test metrics_test daemon_test
 TSAN_IT := test_startup.py test_tls.py test_connection_burst.py test_psql.py test_auth.py \
   test_shutdown_fatal.py test_admin_console.py
 # -O1 -g1: the sanitizer builds compile about twice as fast as at -O2 -g and keep file:line
@@ -97,9 +100,10 @@ sanitize-test: deps
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -L unit
 	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(ASAN_BUILD_DIR)) \
 	  L5PG_SHIM_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider $(ASAN_IT)
-	@echo "== TSan: l5pgd under $(TSAN_IT) =="
+	@echo "== TSan: the threaded unit tests ($(TSAN_UNIT)), then l5pgd under $(TSAN_IT) =="
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE) -DL5PG_TSAN=ON
-	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target l5pgd
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target l5pgd $(TSAN_UNIT)
+	for t in $(TSAN_UNIT); do $(SANITIZER_ENV) $(TSAN_BUILD_DIR)/bin/$$t || exit 1; done
 	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(TSAN_BUILD_DIR)) \
 	  L5PG_SHIM_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider $(TSAN_IT)
 
