@@ -212,6 +212,7 @@ class Device {
 
 // auto: verbs if an RDMA device can be opened, else nullptr with the reason (auto never
 // silently falls back to soft: a host without RDMA hardware must ask for soft).
+// Defined in open_device.cpp, the only file that knows the implementations.
 [[nodiscard]] std::unique_ptr<Device> open_device(DeviceKind kind, const DeviceOptions& options,
                                                   std::string& error);
 
