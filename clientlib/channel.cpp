@@ -187,41 +187,50 @@ wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept {
 
 // ---------------------------------------------------------------- pool
 
-Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
+namespace {
+
+// Claims a free pool slot and resets what both kinds share; the caller fills in its kind's
+// end and then publishes the slot (publish()).
+Channel* claim_slot(ChannelKind kind, bool nonblocking) noexcept {
     for (Channel& ch : g_pool) {
         uint32_t expected = 0;
         if (!ch.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
             continue;
-        ch.segment.emplace(std::move(segment));
-        shm::Header& h = ch.segment->header();
-        ch.tx = shm::RingWriter(h.c2s, ch.segment->c2s_data(), ch.segment->c2s_size());
-        ch.rx = shm::RingReader(h.s2c, ch.segment->s2c_data(), ch.segment->s2c_size());
         ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
         ch.peer_closed = ch.broken = ch.poke_outstanding = false;
         ch.spin.reset();
-        ch.kind = ChannelKind::Shm;
+        ch.kind = kind;
+        ch.segment.reset();
         ch.rdma = nullptr;
-        ch.refs.store(1, std::memory_order_release);
         return &ch;
     }
     return nullptr;
 }
 
+Channel* publish(Channel& ch) noexcept {
+    ch.refs.store(1, std::memory_order_release);
+    return &ch;
+}
+
+}  // namespace
+
+Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
+    Channel* ch = claim_slot(ChannelKind::Shm, nonblocking);
+    if (ch == nullptr)
+        return nullptr;
+    ch->segment.emplace(std::move(segment));
+    shm::Header& h = ch->segment->header();
+    ch->tx = shm::RingWriter(h.c2s, ch->segment->c2s_data(), ch->segment->c2s_size());
+    ch->rx = shm::RingReader(h.s2c, ch->segment->s2c_data(), ch->segment->s2c_size());
+    return publish(*ch);
+}
+
 Channel* channel_acquire_rdma(rdma::ClientChannel* rdma, bool nonblocking) noexcept {
-    for (Channel& ch : g_pool) {
-        uint32_t expected = 0;
-        if (!ch.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
-            continue;
-        ch.segment.reset();
-        ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
-        ch.peer_closed = ch.broken = ch.poke_outstanding = false;
-        ch.spin.reset();
-        ch.kind = ChannelKind::Rdma;
-        ch.rdma = rdma;
-        ch.refs.store(1, std::memory_order_release);
-        return &ch;
-    }
-    return nullptr;
+    Channel* ch = claim_slot(ChannelKind::Rdma, nonblocking);
+    if (ch == nullptr)
+        return nullptr;
+    ch->rdma = rdma;
+    return publish(*ch);
 }
 
 Channel* channel_at(uint32_t index) noexcept {
