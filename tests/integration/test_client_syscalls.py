@@ -32,10 +32,18 @@ def test_round_trips_make_no_socket_calls(l5pgd, pgbench_db, shim, tmp_path):
            PGBENCH, "-S", "-M", "prepared", "-c", 1, "-t", T, "-n"]
     # Spinning for up to 50 ms: no answer outlasts the budget and ends in a blocking poll
     # (whose doorbell byte would be read with a recvfrom), however slow the machine.
+    blocks_before = l5pgd.metric("l5pg_worker_blocks_total")
     r = run(cmd, shm_target(l5pgd), timeout=100, env={"L5PG_SPIN_US": "50000"})
     result = parse_pgbench(r.stdout, r.stderr, r.returncode)
     assert result.processed == T and result.failed == 0, r.stdout
+    worker_blocks = l5pgd.metric("l5pg_worker_blocks_total") - blocks_before
     counts = strace_counts(summary)
     # Connecting and the SHM upgrade handshake take a few dozen; T round trips must add
-    # none (an earlier shim read the socket once per answer: >= T recvfrom calls).
-    assert sum(counts.get(c, 0) for c in SOCKET_CALLS) < 100, counts
+    # no reads (an earlier shim read the socket once per answer: >= T recvfrom calls).
+    reads = sum(counts.get(c, 0) for c in SOCKET_CALLS if c.startswith("recv"))
+    assert reads < 100, counts
+    # A request's doorbell is owed only to a worker that went to sleep (its flag armed): on
+    # a quiet machine that is rare, on a loaded one (other processes took the worker's CPU)
+    # it happens, but never more often than the worker blocked.
+    doorbells = counts.get("sendto", 0)
+    assert doorbells < 100 or doorbells <= worker_blocks + 50, (counts, worker_blocks)
