@@ -1,7 +1,7 @@
 // l5pgd's main loop: listeners, the acceptor, the workers and signal handling.
 //   SIGTERM, SIGQUIT: immediate shutdown (sessions closed; Postgres rolls back).
 //   SIGINT: graceful: stop accepting, wait for sessions to end; a second signal forces.
-//   SIGHUP: logged and ignored (no reload yet: restart to apply configuration).
+//   SIGHUP: reload the configuration (daemon/reload.hpp); sessions carry on.
 #pragma once
 
 #include <memory>
@@ -16,6 +16,8 @@
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/rdma_wire.hpp"
+#include "daemon/reload.hpp"
+#include "daemon/settings.hpp"
 #include "daemon/worker.hpp"
 
 struct evconnlistener;
@@ -25,7 +27,8 @@ namespace l5pg::daemon {
 class Server {
   public:
     // Binds the listeners and starts the workers; throws std::runtime_error on failure.
-    Server(const config::Config& config, Metrics& metrics);
+    // `source` is read again on SIGHUP.
+    Server(SettingsPtr settings, ConfigSource source, Metrics& metrics);
     ~Server();
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
@@ -47,12 +50,16 @@ class Server {
     [[nodiscard]] std::optional<ConnectionRefusal> admit(AcceptedClient& client);
     void refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal);
     void begin_graceful_shutdown();
+    void reload();
+    [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
     [[nodiscard]] size_t active_sessions() const;
 
-    const config::Config& config_;
+    const ConfigSource source_;
+    SettingsPtr settings_;  // the main thread's snapshot, the one last published
+    SettingsStore store_;   // where the workers take theirs
     Metrics& metrics_;
-    Admission admission_;
+    AdmissionState admission_;
     LogLimiter accept_error_log_;
     LogLimiter accept_recovered_log_;
     bool accept_failing_ = false;        // since the last accept() failure, none succeeded
