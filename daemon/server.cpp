@@ -58,7 +58,8 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
       store_(settings_),
       metrics_(metrics),
       admission_(config().limits),
-      base_(make_main_base()) {
+      base_(make_main_base()),
+      service_(base_.get(), [this] { return status(); }) {
     const config::Config& config = this->config();
     const auto& listen = config.listen;
     if (!listen.unix_socket_dir.empty())
@@ -131,7 +132,9 @@ int Server::run() {
                  !config().rdma.enabled ? "disabled"
                  : rdma_ready           ? "enabled"
                                         : "unavailable");
+    service_.ready();
     event_base_dispatch(base_.get());
+    service_.stopping();
     stop_accepting();
     for (auto& worker : workers_)
         worker->stop();
@@ -272,6 +275,7 @@ void Server::signal_cb(int sig, short, void* arg) {
         self->reload();
         return;
     }
+    self->service_.stopping();
     if (sig == SIGINT && !self->draining_) {
         self->begin_graceful_shutdown();
         return;
@@ -285,6 +289,7 @@ void Server::signal_cb(int sig, short, void* arg) {
 void Server::reload() {
     spdlog::info("SIGHUP: reloading the configuration{}",
                  source_.path.empty() ? std::string() : " from " + source_.path);
+    service_.reloading();
     if (SettingsPtr next = reload_settings(source_, *settings_)) {
         settings_ = std::move(next);
         apply_process_settings(config());
@@ -295,6 +300,16 @@ void Server::reload() {
             worker->settings_published();
         spdlog::info("reload: done");
     }
+    service_.reloaded();
+}
+
+// For systemd's STATUS=: what `systemctl status l5pgd` shows.
+std::string Server::status() const {
+    return fmt::format(
+        "sessions: {} (shm {}, unix {}, tcp {}, rdma {}), in startup: {}{}", active_sessions(),
+        metrics_.sessions_active(Transport::Shm), metrics_.sessions_active(Transport::Unix),
+        metrics_.sessions_active(Transport::Tcp), metrics_.sessions_active(Transport::Rdma),
+        admission_.startup.in_startup(), draining_ ? "; draining" : "");
 }
 
 void Server::begin_graceful_shutdown() {

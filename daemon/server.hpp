@@ -2,6 +2,7 @@
 //   SIGTERM, SIGQUIT: immediate shutdown (sessions closed; Postgres rolls back).
 //   SIGINT: graceful: stop accepting, wait for sessions to end; a second signal forces.
 //   SIGHUP: reload the configuration (daemon/reload.hpp); sessions carry on.
+// Under systemd (Type=notify) it reports its state through ServiceManager.
 #pragma once
 
 #include <memory>
@@ -17,6 +18,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/rdma_wire.hpp"
 #include "daemon/reload.hpp"
+#include "daemon/service_manager.hpp"
 #include "daemon/settings.hpp"
 #include "daemon/worker.hpp"
 
@@ -51,6 +53,7 @@ class Server {
     void refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal);
     void begin_graceful_shutdown();
     void reload();
+    [[nodiscard]] std::string status() const;
     [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
     [[nodiscard]] size_t active_sessions() const;
@@ -66,6 +69,7 @@ class Server {
     FdReserve fd_reserve_;               // taken before any listener or worker opens its fds
     uint64_t fd_refusals_unlogged_ = 0;  // refused with fd_reserve_, not yet in the log
     EventBasePtr base_;
+    ServiceManager service_;
     std::unique_ptr<UnixListener> unix_listener_;
     std::unique_ptr<TcpListener> tcp_listener_;
     WireRegistry wire_registry_;  // before the workers, which use it
