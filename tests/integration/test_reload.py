@@ -3,13 +3,13 @@ sessions, keys that need a restart are named and kept, an invalid file changes n
 import re
 import subprocess
 import threading
-import time
 
 import pytest
 
 from tests.harness.client import (Target, pgbench, popen, psql, psql_cmd, run, shm_target,
                                   unix_target)
 from tests.harness.l5pgd import L5pgd
+from tests.harness.waiting import wait_for
 
 BASE_CONFIG = """\
 logging:
@@ -35,14 +35,6 @@ def configured(workdir, cluster, request):
     d.start()
     yield d, config
     d.stop()
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.timeout(90)
