@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -59,7 +60,8 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
       metrics_(metrics),
       admission_(config().limits),
       base_(make_main_base()),
-      service_(base_.get(), [this] { return status(); }) {
+      service_(
+          base_.get(), [this] { return status(); }, [this] { return workers_responsive(); }) {
     const config::Config& config = this->config();
     const auto& listen = config.listen;
     if (!listen.unix_socket_dir.empty())
@@ -297,10 +299,29 @@ void Server::reload() {
                                     config().limits.max_startup_per_peer);
         store_.publish(settings_);
         for (auto& worker : workers_)
-            worker->settings_published();
+            worker->wake();
         spdlog::info("reload: done");
     }
     service_.reloaded();
+}
+
+// For the systemd watchdog: whether every worker went round its loop since the last call
+// (half a WatchdogSec ago). Each is woken now, so an idle one goes round too; one that does
+// not is stuck in a callback, and l5pgd should be restarted rather than pinged for.
+bool Server::workers_responsive() {
+    // No worker has gone round UINT64_MAX times: the first call only takes the baseline.
+    watchdog_rounds_.resize(workers_.size(), std::numeric_limits<uint64_t>::max());
+    bool all = true;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+        const uint64_t rounds = workers_[i]->loop_rounds();
+        if (rounds == watchdog_rounds_[i]) {
+            spdlog::error("worker {} has not gone round its loop since the last watchdog check", i);
+            all = false;
+        }
+        watchdog_rounds_[i] = rounds;
+        workers_[i]->wake();
+    }
+    return all;
 }
 
 // For systemd's STATUS=: what `systemctl status l5pgd` shows.

@@ -54,6 +54,7 @@ class Server {
     void begin_graceful_shutdown();
     void reload();
     [[nodiscard]] std::string status() const;
+    [[nodiscard]] bool workers_responsive();
     [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
     [[nodiscard]] size_t active_sessions() const;
@@ -80,6 +81,7 @@ class Server {
     EventPtr drain_timer_;
     EventPtr accept_resume_;  // re-enables the listeners after an accept() failure
     bool draining_ = false;
+    std::vector<uint64_t> watchdog_rounds_;  // workers' loop_rounds() at the last check
 };
 
 }  // namespace l5pg::daemon

@@ -17,8 +17,11 @@ timeval to_timeval(std::chrono::microseconds us) {
 
 }  // namespace
 
-ServiceManager::ServiceManager(event_base* base, std::function<std::string()> status)
-    : notifier_(SystemdNotifier::from_environment()), status_(std::move(status)) {
+ServiceManager::ServiceManager(event_base* base, std::function<std::string()> status,
+                               std::function<bool()> responsive)
+    : notifier_(SystemdNotifier::from_environment()),
+      status_(std::move(status)),
+      responsive_(std::move(responsive)) {
     if (!notifier_.enabled())
         return;
     status_timer_.reset(event_new(base, -1, EV_PERSIST, status_cb, this));
@@ -36,6 +39,7 @@ void ServiceManager::ready() {
     evtimer_add(status_timer_.get(), &kStatusEvery);
     if (watchdog_timer_) {
         const timeval half = to_timeval(*notifier_.watchdog_interval() / 2);
+        (void)responsive_();  // the baseline the first check compares with
         notifier_.send("WATCHDOG=1");
         evtimer_add(watchdog_timer_.get(), &half);
     }
@@ -77,7 +81,9 @@ void ServiceManager::send_status() {
 // Keeps pinging while stopping too: a graceful shutdown may wait for sessions longer
 // than WatchdogSec, and TimeoutStopSec bounds it already.
 void ServiceManager::watchdog_cb(int, short, void* arg) {
-    static_cast<ServiceManager*>(arg)->notifier_.send("WATCHDOG=1");
+    auto* self = static_cast<ServiceManager*>(arg);
+    if (self->responsive_())
+        self->notifier_.send("WATCHDOG=1");
 }
 
 }  // namespace l5pg::daemon

@@ -1,8 +1,9 @@
 // l5pgd's side of systemd's Type=notify contract (systemd/l5pgd.service), on the main
 // thread's event loop: READY=1 once the listeners accept, RELOADING=1 / READY=1 around a
 // reload, STOPPING=1, STATUS= with the session counts (refreshed every second while they
-// change) and WATCHDOG=1 at half of WatchdogSec. The pings come from the main loop, so a
-// main thread stuck for WatchdogSec gets l5pgd restarted.
+// change) and WATCHDOG=1 at half of WatchdogSec. The pings come from the main loop, and
+// only while every worker's loop goes round too: a thread stuck for WatchdogSec gets l5pgd
+// restarted.
 #pragma once
 
 #include <functional>
@@ -15,8 +16,10 @@ namespace l5pg::daemon {
 
 class ServiceManager {
   public:
-    // `status` describes the sessions for STATUS= (called on the main thread).
-    ServiceManager(event_base* base, std::function<std::string()> status);
+    // `status` describes the sessions for STATUS=; `responsive` says whether the workers went
+    // round since its last call (both called on the main thread).
+    ServiceManager(event_base* base, std::function<std::string()> status,
+                   std::function<bool()> responsive);
     ServiceManager(const ServiceManager&) = delete;
     ServiceManager& operator=(const ServiceManager&) = delete;
 
@@ -32,6 +35,7 @@ class ServiceManager {
 
     SystemdNotifier notifier_;
     std::function<std::string()> status_;
+    std::function<bool()> responsive_;
     std::string last_status_;
     EventPtr status_timer_;
     EventPtr watchdog_timer_;

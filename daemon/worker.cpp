@@ -165,7 +165,7 @@ void Worker::hand_over(AcceptedClient client) {
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
-void Worker::settings_published() {
+void Worker::wake() {
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
@@ -375,6 +375,9 @@ void Worker::run() {
 
     idle_ = IdleStretch{};
     while (!stopping_.load(std::memory_order_relaxed)) {
+        // A plain increment (one writer): no locked instruction in the spin loop.
+        loop_rounds_.store(loop_rounds_.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
         refresh_settings();
         activity_ = false;
         if (polled_.empty()) {

@@ -57,11 +57,16 @@ class Worker {
     void stop();
     // Thread-safe: queue an accepted client for this worker.
     void hand_over(AcceptedClient client);
-    // Thread-safe: wake the worker so that it takes up newly published settings now, not
-    // only at its next event.
-    void settings_published();
+    // Thread-safe: wake the worker's loop, so that it takes up newly published settings
+    // now, or shows it still goes round (loop_rounds()).
+    void wake();
     [[nodiscard]] size_t session_count() const noexcept {
         return session_count_.load(std::memory_order_relaxed);
+    }
+    // Thread-safe: how often the loop went round; still after wake() means stuck (the
+    // systemd watchdog asks, Server::workers_responsive()).
+    [[nodiscard]] uint64_t loop_rounds() const noexcept {
+        return loop_rounds_.load(std::memory_order_relaxed);
     }
 
     // For sessions, on the worker thread only. config() and admission() are this worker's
@@ -127,6 +132,7 @@ class Worker {
     std::thread thread_;
     std::atomic<bool> stopping_{false};
     std::atomic<size_t> session_count_{0};
+    std::atomic<uint64_t> loop_rounds_{0};  // written by the worker thread only
     bool activity_ = false;
     using clock = std::chrono::steady_clock;
     struct IdleStretch {
