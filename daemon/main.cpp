@@ -1,7 +1,6 @@
 // l5pgd: L5 proxy daemon for PostgreSQL. See README.md and config/l5pgd.example.yaml.
 #include <getopt.h>
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <exception>
@@ -15,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
+#include "daemon/fd_limit.hpp"
 #include "daemon/log_format.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
@@ -94,31 +94,11 @@ void setup_logging(const std::string& level) {
     spdlog::set_default_logger(logger);
 }
 
-// Every session holds two descriptors (client and upstream sockets); the soft limit a shell
-// hands down is often 1,024. Raise it to the hard limit, and say so when even that is too
-// low for limits.max_sessions: clients are then refused for want of descriptors.
-void raise_fd_limit(const l5pg::config::Config& config) {
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
-        return;
-    if (limit.rlim_cur < limit.rlim_max) {
-        limit.rlim_cur = limit.rlim_max;
-        (void)::setrlimit(RLIMIT_NOFILE, &limit);
-        (void)::getrlimit(RLIMIT_NOFILE, &limit);
-    }
-    const rlim_t needed = rlim_t{2} * config.limits.max_sessions + 64;
-    if (limit.rlim_cur < needed)
-        spdlog::warn(
-            "open file limit {} is below the {} that limits.max_sessions={} needs; raise "
-            "it (systemd: LimitNOFILE=, shell: ulimit -n)",
-            limit.rlim_cur, needed, config.limits.max_sessions);
-}
-
 int run(l5pg::daemon::SettingsPtr settings, l5pg::daemon::ConfigSource source) {
     using namespace l5pg::daemon;
     const l5pg::config::Config& config = settings->config;
     ::signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit(config);
+    raise_fd_limit(config.limits.max_sessions);
     Metrics metrics;
     std::unique_ptr<MetricsServer> metrics_server;
     if (!config.metrics.listen.empty()) {

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/fd_limit.hpp"
 #include "daemon/upstream.hpp"
 #include "protocol/error_response.hpp"
 
@@ -295,6 +296,7 @@ void Server::reload() {
     if (SettingsPtr next = reload_settings(source_, *settings_)) {
         settings_ = std::move(next);
         apply_process_settings(config());
+        raise_fd_limit(config().limits.max_sessions);
         admission_.startup.set_caps(config().limits.max_startup_sessions,
                                     config().limits.max_startup_per_peer);
         store_.publish(settings_);

@@ -2,7 +2,9 @@
 sessions, keys that need a restart are named and kept, an invalid file changes nothing."""
 import re
 import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +27,9 @@ def debug_lines(text):
 
 
 @pytest.fixture
-def configured(workdir, cluster, request):
+def configured(workdir, cluster):
     """An l5pgd of its own reading a file (logging.level from the file, not -o)."""
-    base = workdir / f"reload-{request.node.name}"
-    base.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="reload-", dir=workdir))  # short: socket path limit
     config = base / "l5pgd.yaml"
     config.write_text(BASE_CONFIG)
     d = L5pgd(base, cluster, workers=2, config_file=config, log_level=None)
@@ -112,6 +113,15 @@ def test_restart_keys_are_named_and_kept(configured):
 
     # Nothing changed: files are read again (certificates, ident map), nothing else.
     assert "no key to apply" in d.reload()
+
+
+def test_reload_warns_when_max_sessions_outgrows_the_fd_limit(configured):
+    d, config = configured
+    config.write_text(BASE_CONFIG + "limits:\n  max_sessions: 100000000\n")
+    log = d.reload()
+    assert "reload: limits.max_sessions: 1000 -> 100000000" in log
+    assert re.search(r"open file limit \d+ is below the 200000064 that "
+                     r"limits\.max_sessions=100000000 needs", log), log
 
 
 def self_signed(d, name):
