@@ -1,7 +1,8 @@
-// What l5pgd checks before it serves a client: the startup caps (taken by the acceptor),
-// the auth rules with their ident map (applied by the session to its StartupMessage) and
-// the registry of attached SHM segments (checked at each upgrade), and the directory of
-// admitted sessions. One per l5pgd, shared by the acceptor thread and the workers.
+// What l5pgd checks before it serves a client, as configured: the auth rules with their
+// ident map (applied by the session to its StartupMessage), the TLS context and who may use
+// the admin console. Built from one configuration and never changed: a reload builds a new
+// one (daemon/settings.hpp). The state shared across reloads (startup caps, attached SHM
+// segments, the directory of admitted sessions) is in AdmissionState.
 #pragma once
 
 #include <memory>
@@ -20,6 +21,7 @@ namespace l5pg::daemon {
 
 struct Admission {
     // Throws std::runtime_error when auth.ident_file or the tls.* files cannot be loaded.
+    // Keeps references to config.auth and config.admin: `config` must outlive it.
     explicit Admission(const config::Config& config)
         : auth(config.auth),
           tls_mode(config.tls.mode),
@@ -27,16 +29,24 @@ struct Admission {
           tls(config.tls.mode == config::TlsMode::Disable
                   ? nullptr
                   : std::make_unique<TlsContext>(config.tls)),
-          startup(config.limits.max_startup_sessions, config.limits.max_startup_per_peer),
           admin(config.admin) {}
 
     const config::AuthConfig& auth;
     const config::TlsMode tls_mode;
     const IdentMap ident;
-    const std::unique_ptr<const TlsContext> tls;  // null when tls.mode is disable
-    StartupLimiter startup;
-    SegmentRegistry segments;  // SHM segments attached to live sessions
+    // Null when tls.mode is disable. An SSL made from it holds its own reference to the
+    // SSL_CTX, so a session's TLS connection outlives a reload that replaces this.
+    const std::unique_ptr<const TlsContext> tls;
     const config::AdminConfig& admin;
+};
+
+// One per l5pgd, shared by the acceptor thread and the workers, kept across reloads.
+struct AdmissionState {
+    explicit AdmissionState(const config::LimitsConfig& limits)
+        : startup(limits.max_startup_sessions, limits.max_startup_per_peer) {}
+
+    StartupLimiter startup;     // its caps follow reloads (StartupLimiter::set_caps)
+    SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
 };
 

@@ -59,6 +59,10 @@ void write_marker(const std::string& socket_path) {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid())
         fail("cannot create marker file " + tmp);
+    // Clients of every user read it to recognise l5pgd, whatever our umask (the unit's is
+    // 0077).
+    if (::fchmod(fd.get(), 0644) != 0)
+        fail("cannot chmod marker file " + tmp);
     if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         fail("cannot write marker file " + tmp);
     fd.reset();

@@ -1,24 +1,26 @@
 // l5pgd: L5 proxy daemon for PostgreSQL. See README.md and config/l5pgd.example.yaml.
 #include <getopt.h>
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "config/config.hpp"
-#include "daemon/admission.hpp"
+#include "daemon/fd_limit.hpp"
 #include "daemon/log_format.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
+#include "daemon/reload.hpp"
 #include "daemon/server.hpp"
+#include "daemon/settings.hpp"
 #include "l5pg_version.hpp"
 
 namespace {
@@ -35,7 +37,8 @@ constexpr const char* kUsage =
     "  -V, --version         print the version and exit\n"
     "  -h, --help            this help\n"
     "\n"
-    "Signals: SIGTERM stops now; SIGINT stops accepting and waits for sessions to end.\n";
+    "Signals: SIGHUP reloads the configuration (keys that need a restart are logged and\n"
+    "kept); SIGTERM stops now; SIGINT stops accepting and waits for sessions to end.\n";
 
 struct Options {
     std::string config_path;
@@ -91,30 +94,11 @@ void setup_logging(const std::string& level) {
     spdlog::set_default_logger(logger);
 }
 
-// Every session holds two descriptors (client and upstream sockets); the soft limit a shell
-// hands down is often 1,024. Raise it to the hard limit, and say so when even that is too
-// low for limits.max_sessions: clients are then refused for want of descriptors.
-void raise_fd_limit(const l5pg::config::Config& config) {
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
-        return;
-    if (limit.rlim_cur < limit.rlim_max) {
-        limit.rlim_cur = limit.rlim_max;
-        (void)::setrlimit(RLIMIT_NOFILE, &limit);
-        (void)::getrlimit(RLIMIT_NOFILE, &limit);
-    }
-    const rlim_t needed = rlim_t{2} * config.limits.max_sessions + 64;
-    if (limit.rlim_cur < needed)
-        spdlog::warn(
-            "open file limit {} is below the {} that limits.max_sessions={} needs; raise "
-            "it (systemd: LimitNOFILE=, shell: ulimit -n)",
-            limit.rlim_cur, needed, config.limits.max_sessions);
-}
-
-int run(const l5pg::config::Config& config) {
+int run(l5pg::daemon::SettingsPtr settings, l5pg::daemon::ConfigSource source) {
     using namespace l5pg::daemon;
+    const l5pg::config::Config& config = settings->config;
     ::signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit(config);
+    raise_fd_limit(config.limits.max_sessions);
     Metrics metrics;
     std::unique_ptr<MetricsServer> metrics_server;
     if (!config.metrics.listen.empty()) {
@@ -123,7 +107,7 @@ int run(const l5pg::config::Config& config) {
         metrics_server = std::make_unique<MetricsServer>(host, port, metrics);
         spdlog::info("metrics on http://{}:{}/metrics", host, metrics_server->port());
     }
-    Server server(config, metrics);
+    Server server(std::move(settings), std::move(source), metrics);
     return server.run();
 }
 
@@ -142,8 +126,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "l5pgd: invalid configuration: %s\n", e.what());
         return 2;
     }
+    l5pg::daemon::SettingsPtr settings;
     try {
-        (void)l5pg::daemon::Admission(config);  // the ident map and TLS files load
+        // Loads the ident map and the TLS files.
+        settings = std::make_shared<const l5pg::daemon::Settings>(std::move(config));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "l5pgd: invalid configuration: %s\n", e.what());
         return 2;
@@ -152,9 +138,9 @@ int main(int argc, char** argv) {
         std::printf("l5pgd: configuration OK\n");
         return 0;
     }
-    setup_logging(config.logging.level);
+    setup_logging(settings->config.logging.level);
     try {
-        return run(config);
+        return run(std::move(settings), {options->config_path, options->overrides});
     } catch (const std::exception& e) {
         spdlog::critical("{}", e.what());
         return 1;

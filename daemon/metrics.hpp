@@ -49,6 +49,9 @@ class Metrics {
     void connection_refused(ConnectionRefusal reason) noexcept;
     // From forwarding a request to Postgres to its first answer byte, as l5pgd sees it.
     void observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) noexcept;
+    [[nodiscard]] int64_t sessions_active(Transport t) const noexcept {
+        return sessions_active_[static_cast<size_t>(t)].load(std::memory_order_relaxed);
+    }
 
     // Prometheus text exposition format 0.0.4, with HELP and TYPE lines:
     //   l5pg_sessions_total{transport}            counter

@@ -10,12 +10,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/fd_limit.hpp"
 #include "daemon/upstream.hpp"
 #include "protocol/error_response.hpp"
 
@@ -27,6 +29,13 @@ constexpr timeval kAcceptPause{0, 100 * 1000};
 // Waiting connections refused with the spare descriptor per listener and pause: the listen
 // queue empties in a few pauses, and a pause's work stays small.
 constexpr size_t kRefusalsPerPause = 64;
+
+EventBasePtr make_main_base() {
+    EventBasePtr base(event_base_new());
+    if (!base)
+        throw std::runtime_error("cannot create the main libevent base");
+    return base;
+}
 
 std::string suppressed_note(uint64_t suppressed) {
     return suppressed > 0 ? fmt::format(" ({} similar messages not logged)", suppressed)
@@ -45,10 +54,16 @@ struct Server::Acceptor {
     }
 };
 
-Server::Server(const config::Config& config, Metrics& metrics)
-    : config_(config), metrics_(metrics), admission_(config), base_(event_base_new()) {
-    if (!base_)
-        throw std::runtime_error("cannot create the main libevent base");
+Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
+    : source_(std::move(source)),
+      settings_(std::move(settings)),
+      store_(settings_),
+      metrics_(metrics),
+      admission_(config().limits),
+      base_(make_main_base()),
+      service_(
+          base_.get(), [this] { return status(); }, [this] { return workers_responsive(); }) {
+    const config::Config& config = this->config();
     const auto& listen = config.listen;
     if (!listen.unix_socket_dir.empty())
         unix_listener_ = std::make_unique<UnixListener>(listen.unix_socket_dir, listen.port,
@@ -64,7 +79,7 @@ Server::Server(const config::Config& config, Metrics& metrics)
         rdma = RdmaShared{&wire_registry_, soft_wire_->port()};
     }
     for (unsigned i = 0; i < config.workers.count; ++i)
-        workers_.push_back(std::make_unique<Worker>(i, config, metrics, admission_, rdma));
+        workers_.push_back(std::make_unique<Worker>(i, store_, metrics, admission_, rdma));
     if (config.rdma.enabled && !workers_.empty()) {
         if (workers_.front()->rdma_endpoint() == nullptr)
             spdlog::warn("rdma: upgrades will be declined (clients stay on TCP): {}",
@@ -115,12 +130,14 @@ int Server::run() {
     spdlog::info("l5pgd ready: unix socket {}, tcp {}, upstream {}, {} workers, shm {}, rdma {}",
                  unix_listener_ ? unix_listener_->path() : "(disabled)",
                  tcp_listener_ ? tcp_listener_->description() : "(disabled)",
-                 describe_upstream(config_.upstream), workers_.size(),
-                 config_.shm.enabled ? "enabled" : "disabled",
-                 !config_.rdma.enabled ? "disabled"
-                 : rdma_ready          ? "enabled"
-                                       : "unavailable");
+                 describe_upstream(config().upstream), workers_.size(),
+                 config().shm.enabled ? "enabled" : "disabled",
+                 !config().rdma.enabled ? "disabled"
+                 : rdma_ready           ? "enabled"
+                                        : "unavailable");
+    service_.ready();
     event_base_dispatch(base_.get());
+    service_.stopping();
     stop_accepting();
     for (auto& worker : workers_)
         worker->stop();
@@ -158,7 +175,7 @@ void Server::accept_client(int fd, Transport transport) {
 std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
     if (draining_)
         return ConnectionRefusal::ShuttingDown;
-    if (active_sessions() >= config_.limits.max_sessions)
+    if (active_sessions() >= config().limits.max_sessions)
         return ConnectionRefusal::MaxSessions;
     StartupLimiter::Refusal refusal = StartupLimiter::Refusal::None;
     client.startup_slot = admission_.startup.try_acquire(client.peer.limit_key(), refusal);
@@ -258,15 +275,64 @@ size_t Server::active_sessions() const {
 void Server::signal_cb(int sig, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
     if (sig == SIGHUP) {
-        spdlog::warn("SIGHUP ignored: configuration reload is not supported, restart l5pgd");
+        self->reload();
         return;
     }
+    self->service_.stopping();
     if (sig == SIGINT && !self->draining_) {
         self->begin_graceful_shutdown();
         return;
     }
     spdlog::info("received signal {}: shutting down now", sig);
     event_base_loopbreak(self->base_.get());
+}
+
+// On the main thread, between callbacks: the acceptor's own snapshot changes here, the
+// workers' at their next safe point (Worker::refresh_settings).
+void Server::reload() {
+    spdlog::info("SIGHUP: reloading the configuration{}",
+                 source_.path.empty() ? std::string() : " from " + source_.path);
+    service_.reloading();
+    if (SettingsPtr next = reload_settings(source_, *settings_)) {
+        settings_ = std::move(next);
+        apply_process_settings(config());
+        raise_fd_limit(config().limits.max_sessions);
+        admission_.startup.set_caps(config().limits.max_startup_sessions,
+                                    config().limits.max_startup_per_peer);
+        store_.publish(settings_);
+        for (auto& worker : workers_)
+            worker->wake();
+        spdlog::info("reload: done");
+    }
+    service_.reloaded();
+}
+
+// For the systemd watchdog: whether every worker went round its loop since the last call
+// (half a WatchdogSec ago). Each is woken now, so an idle one goes round too; one that does
+// not is stuck in a callback, and l5pgd should be restarted rather than pinged for.
+bool Server::workers_responsive() {
+    // No worker has gone round UINT64_MAX times: the first call only takes the baseline.
+    watchdog_rounds_.resize(workers_.size(), std::numeric_limits<uint64_t>::max());
+    bool all = true;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+        const uint64_t rounds = workers_[i]->loop_rounds();
+        if (rounds == watchdog_rounds_[i]) {
+            spdlog::error("worker {} has not gone round its loop since the last watchdog check", i);
+            all = false;
+        }
+        watchdog_rounds_[i] = rounds;
+        workers_[i]->wake();
+    }
+    return all;
+}
+
+// For systemd's STATUS=: what `systemctl status l5pgd` shows.
+std::string Server::status() const {
+    return fmt::format(
+        "sessions: {} (shm {}, unix {}, tcp {}, rdma {}), in startup: {}{}", active_sessions(),
+        metrics_.sessions_active(Transport::Shm), metrics_.sessions_active(Transport::Unix),
+        metrics_.sessions_active(Transport::Tcp), metrics_.sessions_active(Transport::Rdma),
+        admission_.startup.in_startup(), draining_ ? "; draining" : "");
 }
 
 void Server::begin_graceful_shutdown() {

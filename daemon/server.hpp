@@ -1,7 +1,8 @@
 // l5pgd's main loop: listeners, the acceptor, the workers and signal handling.
 //   SIGTERM, SIGQUIT: immediate shutdown (sessions closed; Postgres rolls back).
 //   SIGINT: graceful: stop accepting, wait for sessions to end; a second signal forces.
-//   SIGHUP: logged and ignored (no reload yet: restart to apply configuration).
+//   SIGHUP: reload the configuration (daemon/reload.hpp); sessions carry on.
+// Under systemd (Type=notify) it reports its state through ServiceManager.
 #pragma once
 
 #include <memory>
@@ -16,6 +17,9 @@
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/rdma_wire.hpp"
+#include "daemon/reload.hpp"
+#include "daemon/service_manager.hpp"
+#include "daemon/settings.hpp"
 #include "daemon/worker.hpp"
 
 struct evconnlistener;
@@ -25,7 +29,8 @@ namespace l5pg::daemon {
 class Server {
   public:
     // Binds the listeners and starts the workers; throws std::runtime_error on failure.
-    Server(const config::Config& config, Metrics& metrics);
+    // `source` is read again on SIGHUP.
+    Server(SettingsPtr settings, ConfigSource source, Metrics& metrics);
     ~Server();
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
@@ -47,18 +52,25 @@ class Server {
     [[nodiscard]] std::optional<ConnectionRefusal> admit(AcceptedClient& client);
     void refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal);
     void begin_graceful_shutdown();
+    void reload();
+    [[nodiscard]] std::string status() const;
+    [[nodiscard]] bool workers_responsive();
+    [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
     [[nodiscard]] size_t active_sessions() const;
 
-    const config::Config& config_;
+    const ConfigSource source_;
+    SettingsPtr settings_;  // the main thread's snapshot, the one last published
+    SettingsStore store_;   // where the workers take theirs
     Metrics& metrics_;
-    Admission admission_;
+    AdmissionState admission_;
     LogLimiter accept_error_log_;
     LogLimiter accept_recovered_log_;
     bool accept_failing_ = false;        // since the last accept() failure, none succeeded
     FdReserve fd_reserve_;               // taken before any listener or worker opens its fds
     uint64_t fd_refusals_unlogged_ = 0;  // refused with fd_reserve_, not yet in the log
     EventBasePtr base_;
+    ServiceManager service_;
     std::unique_ptr<UnixListener> unix_listener_;
     std::unique_ptr<TcpListener> tcp_listener_;
     WireRegistry wire_registry_;  // before the workers, which use it
@@ -69,6 +81,7 @@ class Server {
     EventPtr drain_timer_;
     EventPtr accept_resume_;  // re-enables the listeners after an accept() failure
     bool draining_ = false;
+    std::vector<uint64_t> watchdog_rounds_;  // workers' loop_rounds() at the last check
 };
 
 }  // namespace l5pg::daemon

@@ -43,6 +43,12 @@ unsigned StartupLimiter::in_startup() const {
     return total_;
 }
 
+void StartupLimiter::set_caps(unsigned max_total, unsigned max_per_peer) {
+    std::lock_guard lock(mutex_);
+    max_total_ = max_total;
+    max_per_peer_ = max_per_peer;
+}
+
 void StartupLimiter::give_back(const std::string& peer_key) noexcept {
     std::lock_guard lock(mutex_);
     --total_;

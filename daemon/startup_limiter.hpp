@@ -40,12 +40,15 @@ class StartupLimiter {
 
     [[nodiscard]] unsigned in_startup() const;
 
+    // New caps (a reload): slots already held stay; new ones are checked against these.
+    void set_caps(unsigned max_total, unsigned max_per_peer);
+
   private:
     void give_back(const std::string& peer_key) noexcept;
 
-    const unsigned max_total_;
-    const unsigned max_per_peer_;
     mutable std::mutex mutex_;
+    unsigned max_total_;                                  // guarded by mutex_
+    unsigned max_per_peer_;                               // guarded by mutex_
     unsigned total_ = 0;                                  // guarded by mutex_
     std::unordered_map<std::string, unsigned> per_peer_;  // guarded by mutex_
 };

@@ -48,31 +48,53 @@ void block_process_signals() {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+wait::WaitPolicy spin_policy(const config::ShmConfig& shm) {
+    return wait::WaitPolicy::from_us(shm.spin_us, shm.yield_us);
+}
+
 }  // namespace
 
-Worker::Worker(unsigned index, const config::Config& config, Metrics& metrics, Admission& admission,
-               RdmaShared rdma)
+Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
+               AdmissionState& admission_state, RdmaShared rdma)
     : index_(index),
-      config_(config),
+      store_(settings),
+      settings_generation_(settings.generation()),
       metrics_(metrics),
-      admission_(admission),
+      admission_state_(admission_state),
       base_(make_worker_base()),
-      spin_policy_(wait::WaitPolicy::from_us(config.shm.spin_us, config.shm.yield_us)),
       rdma_shared_(rdma),
       next_id_(uint64_t{index} << 48) {
+    settings_ = store_.current();
+    spin_policy_ = spin_policy(settings_->config.shm);
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (!wake_fd_.valid())
         throw std::runtime_error(fmt::format("eventfd: {}", std::strerror(errno)));
     wake_event_.reset(event_new(base_.get(), wake_fd_.get(), EV_READ | EV_PERSIST, wake_cb, this));
     event_add(wake_event_.get(), nullptr);
-    if (config.rdma.enabled)
+    if (settings_->config.rdma.enabled)
         open_rdma();
+}
+
+// Called where no session callback is running (the top of the loop, before adopting new
+// sessions): sessions ask config() and admission() afresh in each callback, so swapping
+// the snapshot here never pulls it from under one. Keys that need a restart are the same
+// in every snapshot (config::keep_restart_keys), so what was set up from them stays right.
+void Worker::refresh_settings() {
+    const uint64_t generation = store_.generation();
+    if (generation == settings_generation_)
+        return;
+    settings_ = store_.current();
+    settings_generation_ = generation;
+    spin_policy_ = spin_policy(settings_->config.shm);
+    idle_ = IdleStretch{};
+    spdlog::debug("worker {}: new settings (spin {} us, yield {} us)", index_,
+                  settings_->config.shm.spin_us, settings_->config.shm.yield_us);
 }
 
 // Opens this worker's RDMA device and endpoint. Failure is not fatal: upgrades are then
 // declined with the reason, and clients carry on over TCP.
 void Worker::open_rdma() {
-    const config::RdmaConfig& cfg = config_.rdma;
+    const config::RdmaConfig& cfg = settings_->config.rdma;
     rdma::DeviceKind kind = rdma::DeviceKind::Auto;
     (void)rdma::parse_device_kind(cfg.device, kind);  // validated by the config loader
     rdma::DeviceOptions options;
@@ -91,7 +113,7 @@ void Worker::open_rdma() {
         return;
     }
     rdma::ServerOptions server_options;
-    server_options.max_sessions = config_.limits.max_sessions;
+    server_options.max_sessions = settings_->config.limits.max_sessions;
     server_options.max_ring_size = cfg.max_ring_size;
     server_options.completion_timeout = std::chrono::milliseconds(cfg.completion_timeout_ms);
     rdma_endpoint_ = rdma::ServerEndpoint::create(*rdma_device_, server_options, error);
@@ -143,6 +165,11 @@ void Worker::hand_over(AcceptedClient client) {
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
+void Worker::wake() {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof one);
+}
+
 void Worker::wake_cb(int fd, short, void* arg) {
     uint64_t value;
     (void)!::read(fd, &value, sizeof value);
@@ -150,6 +177,7 @@ void Worker::wake_cb(int fd, short, void* arg) {
 }
 
 void Worker::adopt_handed_over() {
+    refresh_settings();  // a session accepted after a reload starts with its settings
     std::vector<AcceptedClient> batch;
     {
         std::lock_guard lock(handover_mutex_);
@@ -166,7 +194,7 @@ void Worker::adopt_handed_over() {
 
 AdminConsole& Worker::admin_console() {
     if (!admin_console_)
-        admin_console_ = std::make_unique<AdminConsole>(base_.get(), admission_.sessions);
+        admin_console_ = std::make_unique<AdminConsole>(base_.get(), admission_state_.sessions);
     return *admin_console_;
 }
 
@@ -187,7 +215,7 @@ void Worker::linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> ch
     channel->begin_close();
     if (channel->flush_step())
         return;  // nothing in flight: the channel goes now
-    const auto timeout = std::chrono::milliseconds(config_.rdma.completion_timeout_ms);
+    const auto timeout = std::chrono::milliseconds(settings_->config.rdma.completion_timeout_ms);
     lingering_.push_back(
         {session_id, std::move(channel), std::move(socket), clock::now() + timeout});
     if (!linger_timer_)
@@ -294,7 +322,8 @@ bool Worker::spinning_pays_off(clock::time_point now) noexcept {
     for (Session* session : polled_) {  // no early exit: every session learns our hint
         // Acted upon for a lone session only, as by the shim (channel_wait_budget()).
         const bool shares_cpu = session->client_shares_sole_cpu(sole_cpu) && polled_.size() == 1;
-        if (!shares_cpu && (config_.shm.spin_awaiting_upstream || !session->awaiting_upstream()))
+        if (!shares_cpu &&
+            (settings_->config.shm.spin_awaiting_upstream || !session->awaiting_upstream()))
             pays = true;
     }
     return pays;
@@ -339,13 +368,17 @@ constexpr unsigned kSocketCheckInterval = 16;
 
 void Worker::run() {
     block_process_signals();
-    const auto& cpus = config_.workers.cpu_affinity;
+    const auto& cpus = settings_->config.workers.cpu_affinity;
     if (!cpus.empty())
         pin_current_thread(cpus[index_ % cpus.size()], index_);
     spdlog::debug("worker {} started", index_);
 
     idle_ = IdleStretch{};
     while (!stopping_.load(std::memory_order_relaxed)) {
+        // A plain increment (one writer): no locked instruction in the spin loop.
+        loop_rounds_.store(loop_rounds_.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_relaxed);
+        refresh_settings();
         activity_ = false;
         if (polled_.empty()) {
             event_base_loop(base_.get(), EVLOOP_ONCE);

@@ -22,6 +22,7 @@
 #include "daemon/admission.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/settings.hpp"
 #include "daemon/unique_fd.hpp"
 #include "transport/rdma/channel/server.hpp"
 #include "transport/rdma/device.hpp"
@@ -43,8 +44,10 @@ struct RdmaShared {
 
 class Worker {
   public:
-    Worker(unsigned index, const config::Config& config, Metrics& metrics, Admission& admission,
-           RdmaShared rdma = {});
+    // Reads the store's current settings now, and a newer snapshot whenever one is published
+    // (see refresh_settings()).
+    Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
+           AdmissionState& admission_state, RdmaShared rdma = {});
     ~Worker();
     Worker(const Worker&) = delete;
     Worker& operator=(const Worker&) = delete;
@@ -54,17 +57,27 @@ class Worker {
     void stop();
     // Thread-safe: queue an accepted client for this worker.
     void hand_over(AcceptedClient client);
+    // Thread-safe: wake the worker's loop, so that it takes up newly published settings
+    // now, or shows it still goes round (loop_rounds()).
+    void wake();
     [[nodiscard]] size_t session_count() const noexcept {
         return session_count_.load(std::memory_order_relaxed);
     }
+    // Thread-safe: how often the loop went round; still after wake() means stuck (the
+    // systemd watchdog asks, Server::workers_responsive()).
+    [[nodiscard]] uint64_t loop_rounds() const noexcept {
+        return loop_rounds_.load(std::memory_order_relaxed);
+    }
 
-    // For sessions, on the worker thread only.
+    // For sessions, on the worker thread only. config() and admission() are this worker's
+    // current snapshot: valid until the callback that asked returns (a reload replaces
+    // them between callbacks), so keep no reference beyond it.
     [[nodiscard]] event_base* base() const noexcept { return base_.get(); }
-    [[nodiscard]] const config::Config& config() const noexcept { return config_; }
+    [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
-    [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
-    [[nodiscard]] SegmentRegistry& segments() noexcept { return admission_.segments; }
-    [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_.sessions; }
+    [[nodiscard]] const Admission& admission() const noexcept { return settings_->admission; }
+    [[nodiscard]] SegmentRegistry& segments() noexcept { return admission_state_.segments; }
+    [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_state_.sessions; }
     // This worker's admin console server (created on first use).
     [[nodiscard]] AdminConsole& admin_console();
     void note_activity() noexcept { activity_ = true; }
@@ -90,6 +103,7 @@ class Worker {
     static void wake_cb(int fd, short what, void* arg);
     static void rdma_async_cb(int fd, short what, void* arg);
     void open_rdma();
+    void refresh_settings();
     void run();
     void adopt_handed_over();
     struct PollRound {
@@ -107,15 +121,18 @@ class Worker {
     void poll_lingering();
 
     const unsigned index_;
-    const config::Config& config_;
+    const SettingsStore& store_;
+    SettingsPtr settings_;          // the worker thread's snapshot (the constructor's first)
+    uint64_t settings_generation_;  // the store's generation when settings_ was taken
     Metrics& metrics_;
-    Admission& admission_;
+    AdmissionState& admission_state_;
     EventBasePtr base_;
     UniqueFd wake_fd_;  // eventfd: new sessions and stop requests
     EventPtr wake_event_;
     std::thread thread_;
     std::atomic<bool> stopping_{false};
     std::atomic<size_t> session_count_{0};
+    std::atomic<uint64_t> loop_rounds_{0};  // written by the worker thread only
     bool activity_ = false;
     using clock = std::chrono::steady_clock;
     struct IdleStretch {
@@ -123,9 +140,9 @@ class Worker {
         unsigned rounds = 0;                     // idle rounds since then
         bool yielding = false;                   // past the spin budget
     };
-    const wait::WaitPolicy spin_policy_;  // shm.spin_us, shm.yield_us
-    wait::AdaptiveSpin idle_spin_;        // whether idle stretches are worth spinning
-    wait::SoleCpuHint sole_cpu_;          // the one CPU this thread is confined to, if any
+    wait::WaitPolicy spin_policy_;  // shm.spin_us, shm.yield_us of settings_
+    wait::AdaptiveSpin idle_spin_;  // whether idle stretches are worth spinning
+    wait::SoleCpuHint sole_cpu_;    // the one CPU this thread is confined to, if any
     IdleStretch idle_;
 
     std::mutex handover_mutex_;

@@ -48,9 +48,12 @@ def harness_auth_overrides(base_dir, ident_rules=(("root", "postgres"),)):
 
 class L5pgd:
     def __init__(self, base_dir, cluster, workers=2, extra_overrides=(), upstream_port=None,
-                 upstream_socket_dir=None, binary=None, auth_overrides=None, user=None):
+                 upstream_socket_dir=None, binary=None, auth_overrides=None, user=None,
+                 config_file=None, log_level="debug"):
         """auth_overrides: None for harness_auth_overrides(), or a list ([] = l5pgd's defaults).
-        user: run l5pgd as this OS user (as a deployment does: the README runs it as postgres)."""
+        user: run l5pgd as this OS user (as a deployment does: the README runs it as postgres).
+        config_file: passed with -c (the harness's -o overrides win over it).
+        log_level: None leaves logging.level to the file."""
         self.base_dir = Path(base_dir)
         self.cluster = cluster
         self.workers = workers
@@ -67,6 +70,8 @@ class L5pgd:
             self.metrics_port = free_port()
         self.host = "127.0.0.1"
         self.user = user
+        self.config_file = config_file
+        self.log_level = log_level
         self.log_path = self.base_dir / "l5pgd.log"
         self.proc = None
         self._log_file = None
@@ -76,15 +81,18 @@ class L5pgd:
         return self.socket_dir / f".s.PGSQL.{self.port}"
 
     def command(self):
-        cmd = [str(self.binary),
-               "-o", f"listen.unix_socket_dir={self.socket_dir}",
+        cmd = [str(self.binary)]
+        if self.config_file is not None:
+            cmd += ["-c", str(self.config_file)]
+        cmd += ["-o", f"listen.unix_socket_dir={self.socket_dir}",
                "-o", f"listen.port={self.port}",
                "-o", "listen.tcp_address=127.0.0.1",
                "-o", f"upstream.unix_socket_dir={self.upstream_socket_dir}",
                "-o", f"upstream.port={self.upstream_port}",
                "-o", f"metrics.listen=127.0.0.1:{self.metrics_port}",
-               "-o", f"workers.count={self.workers}",
-               "-o", "logging.level=debug"]
+               "-o", f"workers.count={self.workers}"]
+        if self.log_level is not None:
+            cmd += ["-o", f"logging.level={self.log_level}"]
         for o in self.auth_overrides + self.extra_overrides:
             cmd += ["-o", o]
         return cmd
@@ -160,6 +168,27 @@ class L5pgd:
             except OSError:
                 pass
             self._log_file = None
+
+    RELOAD_ENDS = ("reload: done", "reload: invalid configuration")
+
+    def reload(self, timeout=10):
+        """SIGHUP, then wait for the reload's last log line; returns the log it wrote."""
+        before = self.log_text()
+        start = len(before)
+        ends = sum(before.count(e) for e in self.RELOAD_ENDS)
+        os.kill(self.pid(), signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log_text()
+            if sum(text.count(e) for e in self.RELOAD_ENDS) > ends:
+                return text[start:]
+            if time.monotonic() > deadline or not self.alive():
+                raise AssertionError(f"no reload within {timeout}s\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def pid(self):
+        """l5pgd's process id (a wrapper such as strace may be self.proc)."""
+        return self.proc.pid
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

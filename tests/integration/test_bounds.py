@@ -26,6 +26,7 @@ from tests.harness.ports import free_port
 from tests.harness.procstat import vm_rss
 from tests.harness.l5wire import ShmClient
 from tests.harness.rdma import rdma_overrides, rdma_target
+from tests.harness.waiting import wait_for
 
 MiB = 1024 * 1024
 BUFFER = 256 * 1024  # limits.session_buffer_bytes, the default
@@ -128,7 +129,6 @@ def test_slow_reader_of_a_large_result_keeps_l5pgd_memory_bounded(start_l5pgd, t
         f"l5pgd's RSS grew from {base_rss / MiB:.1f} to {max_rss / MiB:.1f} MiB")
 
 
-
 SLOW_PIPE = r"""
 import sys, time
 total = 0
@@ -199,14 +199,6 @@ def median_psql_ms(target, n):
         psql(target, "select 1")
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_doorbell_flood_neither_stalls_other_clients_nor_goes_unnoticed(start_l5pgd, shim):

@@ -15,6 +15,7 @@ from tests.harness import pgwire
 from tests.harness.l5pgd import L5pgd
 from tests.harness.ports import free_port
 from tests.harness.procstat import cpu_seconds, open_fds, vm_rss
+from tests.harness.waiting import wait_for
 
 FD_LIMIT = 256
 IDLE_CLIENTS = 400
@@ -30,14 +31,6 @@ class FdLimitedL5pgd(L5pgd):
 def short_dir(workdir, prefix):
     # A Unix socket path has at most 107 bytes.
     return Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def unix_startup(d, timeout=5.0):

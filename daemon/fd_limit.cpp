@@ -1,0 +1,26 @@
+#include "daemon/fd_limit.hpp"
+
+#include <sys/resource.h>
+
+#include <spdlog/spdlog.h>
+
+namespace l5pg::daemon {
+
+void raise_fd_limit(unsigned max_sessions) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
+        return;
+    if (limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        (void)::setrlimit(RLIMIT_NOFILE, &limit);
+        (void)::getrlimit(RLIMIT_NOFILE, &limit);
+    }
+    const rlim_t needed = rlim_t{2} * max_sessions + 64;
+    if (limit.rlim_cur < needed)
+        spdlog::warn(
+            "open file limit {} is below the {} that limits.max_sessions={} needs; raise "
+            "it (systemd: LimitNOFILE=, shell: ulimit -n)",
+            limit.rlim_cur, needed, max_sessions);
+}
+
+}  // namespace l5pg::daemon

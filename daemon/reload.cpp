@@ -1,0 +1,63 @@
+#include "daemon/reload.hpp"
+
+#include <exception>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "config/reload_keys.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+std::optional<config::Config> load_again(const ConfigSource& source) {
+    try {
+        return config::load(source.path, source.overrides);
+    } catch (const config::ConfigError& e) {
+        spdlog::error("reload: invalid configuration, keeping the running one: {}", e.what());
+        return std::nullopt;
+    }
+}
+
+// Logs each changed key; true when at least one of them is applied.
+bool log_changes(const std::vector<config::KeyChange>& changes) {
+    bool live = false;
+    for (const config::KeyChange& change : changes) {
+        if (change.reload == config::Reload::Restart) {
+            spdlog::warn("reload: {} changed ({} -> {}) but needs a restart: keeping {}",
+                         change.key, change.before, change.after, change.before);
+        } else {
+            spdlog::info("reload: {}: {} -> {}", change.key, change.before, change.after);
+            live = true;
+        }
+    }
+    return live;
+}
+
+}  // namespace
+
+SettingsPtr reload_settings(const ConfigSource& source, const Settings& running) {
+    std::optional<config::Config> loaded = load_again(source);
+    if (!loaded)
+        return nullptr;
+    const std::vector<config::KeyChange> changes = config::diff(running.config, *loaded);
+    config::Config next = config::keep_restart_keys(running.config, std::move(*loaded));
+    SettingsPtr settings;
+    try {
+        // Reads auth.ident_file and the tls.* files again even when no key changed: a
+        // reload is how a renewed certificate or an edited ident map takes effect.
+        settings = std::make_shared<const Settings>(std::move(next));
+    } catch (const std::exception& e) {
+        spdlog::error("reload: invalid configuration, keeping the running one: {}", e.what());
+        return nullptr;
+    }
+    if (!log_changes(changes))
+        spdlog::info("reload: no key to apply; ident map and TLS files read again");
+    return settings;
+}
+
+void apply_process_settings(const config::Config& config) {
+    spdlog::set_level(spdlog::level::from_str(config.logging.level));
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,89 @@
+#include "daemon/service_manager.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace l5pg::daemon {
+namespace {
+
+constexpr timeval kStatusEvery{1, 0};
+
+timeval to_timeval(std::chrono::microseconds us) {
+    return {static_cast<time_t>(us.count() / 1000000),
+            static_cast<suseconds_t>(us.count() % 1000000)};
+}
+
+}  // namespace
+
+ServiceManager::ServiceManager(event_base* base, std::function<std::string()> status,
+                               std::function<bool()> responsive)
+    : notifier_(SystemdNotifier::from_environment()),
+      status_(std::move(status)),
+      responsive_(std::move(responsive)) {
+    if (!notifier_.enabled())
+        return;
+    status_timer_.reset(event_new(base, -1, EV_PERSIST, status_cb, this));
+    if (const auto interval = notifier_.watchdog_interval()) {
+        watchdog_timer_.reset(event_new(base, -1, EV_PERSIST, watchdog_cb, this));
+        spdlog::info("systemd watchdog: a ping every {} ms", interval->count() / 2000);
+    }
+}
+
+void ServiceManager::ready() {
+    if (!notifier_.enabled())
+        return;
+    last_status_ = status_();
+    notifier_.send("READY=1\nSTATUS=" + last_status_);
+    evtimer_add(status_timer_.get(), &kStatusEvery);
+    if (watchdog_timer_) {
+        const timeval half = to_timeval(*notifier_.watchdog_interval() / 2);
+        (void)responsive_();  // the baseline the first check compares with
+        notifier_.send("WATCHDOG=1");
+        evtimer_add(watchdog_timer_.get(), &half);
+    }
+}
+
+void ServiceManager::reloading() {
+    notifier_.send(fmt::format("RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading the configuration",
+                               monotonic_usec()));
+}
+
+void ServiceManager::reloaded() {
+    if (!notifier_.enabled())
+        return;
+    last_status_ = status_();
+    notifier_.send("READY=1\nSTATUS=" + last_status_);
+}
+
+void ServiceManager::stopping() {
+    if (stopping_)
+        return;
+    stopping_ = true;
+    if (status_timer_)
+        evtimer_del(status_timer_.get());
+    notifier_.send("STOPPING=1\nSTATUS=stopping");
+}
+
+void ServiceManager::status_cb(int, short, void* arg) {
+    static_cast<ServiceManager*>(arg)->send_status();
+}
+
+void ServiceManager::send_status() {
+    std::string status = status_();
+    if (status == last_status_)
+        return;
+    last_status_ = std::move(status);
+    notifier_.send("STATUS=" + last_status_);
+}
+
+// Keeps pinging while stopping too: a graceful shutdown may wait for sessions longer
+// than WatchdogSec, and TimeoutStopSec bounds it already.
+void ServiceManager::watchdog_cb(int, short, void* arg) {
+    auto* self = static_cast<ServiceManager*>(arg);
+    if (self->responsive_())
+        self->notifier_.send("WATCHDOG=1");
+}
+
+}  // namespace l5pg::daemon

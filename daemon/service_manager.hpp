@@ -1,0 +1,45 @@
+// l5pgd's side of systemd's Type=notify contract (systemd/l5pgd.service), on the main
+// thread's event loop: READY=1 once the listeners accept, RELOADING=1 / READY=1 around a
+// reload, STOPPING=1, STATUS= with the session counts (refreshed every second while they
+// change) and WATCHDOG=1 at half of WatchdogSec. The pings come from the main loop, and
+// only while every worker's loop goes round too: a thread stuck for WatchdogSec gets l5pgd
+// restarted.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "daemon/event_ptr.hpp"
+#include "daemon/systemd_notify.hpp"
+
+namespace l5pg::daemon {
+
+class ServiceManager {
+  public:
+    // `status` describes the sessions for STATUS=; `responsive` says whether the workers went
+    // round since its last call (both called on the main thread).
+    ServiceManager(event_base* base, std::function<std::string()> status,
+                   std::function<bool()> responsive);
+    ServiceManager(const ServiceManager&) = delete;
+    ServiceManager& operator=(const ServiceManager&) = delete;
+
+    void ready();      // READY=1 and the first STATUS=; starts the timers
+    void reloading();  // RELOADING=1 with MONOTONIC_USEC= (systemd >= 253 wants both)
+    void reloaded();   // READY=1 again
+    void stopping();   // STOPPING=1 (once); stops the status updates
+
+  private:
+    static void status_cb(int fd, short what, void* arg);
+    static void watchdog_cb(int fd, short what, void* arg);
+    void send_status();
+
+    SystemdNotifier notifier_;
+    std::function<std::string()> status_;
+    std::function<bool()> responsive_;
+    std::string last_status_;
+    EventPtr status_timer_;
+    EventPtr watchdog_timer_;
+    bool stopping_ = false;
+};
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,173 @@
+"""Configuration reload on SIGHUP (README "Operating"): live keys change under running
+sessions, keys that need a restart are named and kept, an invalid file changes nothing."""
+import re
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.harness.client import (Target, pgbench, popen, psql, psql_cmd, run, shm_target,
+                                  unix_target)
+from tests.harness.l5pgd import L5pgd
+from tests.harness.waiting import wait_for
+
+BASE_CONFIG = """\
+logging:
+  level: info
+shm:
+  spin_us: 50
+  yield_us: 200
+"""
+
+
+def debug_lines(text):
+    return [ln for ln in text.splitlines() if "[debug]" in ln]
+
+
+@pytest.fixture
+def configured(workdir, cluster):
+    """An l5pgd of its own reading a file (logging.level from the file, not -o)."""
+    base = Path(tempfile.mkdtemp(prefix="reload-", dir=workdir))  # short: socket path limit
+    config = base / "l5pgd.yaml"
+    config.write_text(BASE_CONFIG)
+    d = L5pgd(base, cluster, workers=2, config_file=config, log_level=None)
+    d.start()
+    yield d, config
+    d.stop()
+
+
+@pytest.mark.timeout(90)
+def test_reload_under_pgbench(configured, pgbench_db):
+    """Log level and spin budget change while 4 SHM sessions run pgbench -T 10: no error,
+    no session dropped, the workers take the new budget, debug lines appear afterwards."""
+    d, config = configured
+    shm = shm_target(d)
+    result = {}
+    bench = threading.Thread(target=lambda: result.update(
+        r=pgbench(shm, ["-S", "-M", "prepared", "-c", 4, "-j", 2, "-T", 10, "-n"], check=False)))
+    bench.start()
+    wait_for(lambda: d.metric("l5pg_sessions_active", transport="shm") >= 4, 10,
+             "4 SHM sessions")
+    assert not debug_lines(d.log_text())
+    shm_sessions = d.metric("l5pg_sessions_total", transport="shm")
+
+    config.write_text(BASE_CONFIG.replace("level: info", "level: debug")
+                      .replace("spin_us: 50", "spin_us: 5"))
+    reload_log = d.reload()
+    assert "reload: logging.level: info -> debug" in reload_log
+    assert "reload: shm.spin_us: 50 -> 5" in reload_log
+    wait_for(lambda: len(re.findall(r"worker \d: new settings \(spin 5 us, yield 200 us\)",
+                                    d.log_text())) == 2, 5, "both workers to take the budget")
+    assert d.metric("l5pg_sessions_active", transport="shm") >= 4
+
+    bench.join(timeout=60)
+    r = result["r"]
+    assert r.returncode == 0, r.stderr
+    assert r.failed == 0, r.stdout
+    assert r.processed > 0
+    assert "error" not in r.stderr.lower(), r.stderr
+    # pgbench's 4 sessions stayed on shared memory throughout: none was reopened.
+    assert d.metric("l5pg_sessions_total", transport="shm") == shm_sessions
+    assert d.metric("l5pg_session_errors_total", transport="shm") == 0
+
+    before = len(d.log_text())
+    assert psql(unix_target(d), "select 1") == "1"
+    assert debug_lines(d.log_text()[before:]), "the new level did not apply to new sessions"
+
+
+def test_bad_file_keeps_running_configuration(configured):
+    d, config = configured
+    config.write_text("logging:\n  level: debug\nshm:\n  spin_us: banana\n")
+    log = d.reload()
+    assert re.search(r"reload: invalid configuration, keeping the running one: shm\.spin_us",
+                     log), log
+    assert d.alive()
+    before = len(d.log_text())
+    assert psql(unix_target(d), "select 1") == "1"
+    assert not debug_lines(d.log_text()[before:]), "logging.level changed by a rejected file"
+
+    # Valid keys naming a certificate that cannot be loaded: rejected as a whole.
+    config.write_text("logging:\n  level: debug\ntls:\n  mode: allow\n"
+                      "  cert_file: /nonexistent/server.crt\n  key_file: /nonexistent/server.key\n")
+    log = d.reload()
+    assert "reload: invalid configuration" in log and "/nonexistent/server.crt" in log, log
+    assert psql(unix_target(d), "select 1") == "1"
+
+    # Not YAML at all.
+    config.write_text("logging: [\n")
+    assert "reload: invalid configuration" in d.reload()
+    assert psql(shm_target(d), "select 2") == "2"
+
+
+def test_restart_keys_are_named_and_kept(configured):
+    d, config = configured
+    config.write_text(BASE_CONFIG + "listen:\n  backlog: 17\n"
+                      "limits:\n  max_startup_per_peer: 7\n")
+    log = d.reload()
+    assert re.search(r"reload: listen\.backlog changed \(4096 -> 17\) but needs a restart", log), log
+    assert "reload: limits.max_startup_per_peer: 100 -> 7" in log
+    assert "reload: done" in log
+    assert psql(unix_target(d), "select 1") == "1"
+
+    # Nothing changed: files are read again (certificates, ident map), nothing else.
+    assert "no key to apply" in d.reload()
+
+
+def test_reload_warns_when_max_sessions_outgrows_the_fd_limit(configured):
+    d, config = configured
+    config.write_text(BASE_CONFIG + "limits:\n  max_sessions: 100000000\n")
+    log = d.reload()
+    assert "reload: limits.max_sessions: 1000 -> 100000000" in log
+    assert re.search(r"open file limit \d+ is below the 200000064 that "
+                     r"limits\.max_sessions=100000000 needs", log), log
+
+
+def self_signed(d, name):
+    """A certificate for 127.0.0.1 that is its own CA (PGSSLROOTCERT=<it>)."""
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", f"{name}.key", "-out", f"{name}.crt"],
+                       cwd=d, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (d / f"{name}.key").chmod(0o600)
+    return d / f"{name}.crt", d / f"{name}.key"
+
+
+def tls_config(cert, key):
+    return BASE_CONFIG + f"tls:\n  mode: require\n  cert_file: {cert}\n  key_file: {key}\n"
+
+
+def verify_full(d, root_cert, sql="select 42"):
+    target = Target("tcp", "127.0.0.1", d.port,
+                    extra={"PGSSLMODE": "verify-full", "PGSSLROOTCERT": str(root_cert)})
+    return run(psql_cmd("-c", sql), target, check=False, timeout=60)
+
+
+def test_tls_certificate_swapped_for_new_sessions(configured):
+    """A renewed certificate: new sessions get it after SIGHUP, an open TLS session goes on."""
+    d, config = configured
+    old_cert, old_key = self_signed(config.parent, "old")
+    new_cert, new_key = self_signed(config.parent, "new")
+    config.write_text(tls_config(old_cert, old_key))
+    assert "reload: tls.mode: disable -> require" in d.reload()
+    assert verify_full(d, old_cert).returncode == 0
+
+    target = Target("tcp", "127.0.0.1", d.port,
+                    extra={"PGSSLMODE": "verify-full", "PGSSLROOTCERT": str(old_cert)})
+    long_running = popen(psql_cmd("-c", "select pg_sleep(2)", "-c", "select 7"), target, text=True)
+    wait_for(lambda: d.metric("l5pg_sessions_active", transport="tcp") >= 1, 10, "the TLS session")
+    # Same file names, new contents: how certificates are usually renewed.
+    old_root = config.parent / "old-root.crt"
+    old_root.write_bytes(old_cert.read_bytes())
+    old_cert.write_bytes(new_cert.read_bytes())
+    old_key.write_bytes(new_key.read_bytes())
+    assert "no key to apply" in d.reload()
+
+    out, err = long_running.communicate(timeout=30)
+    assert long_running.returncode == 0 and "7" in out, err
+    r = verify_full(d, new_cert)
+    assert r.returncode == 0, r.stderr
+    r = verify_full(d, old_root)
+    assert r.returncode != 0 and "certificate verify failed" in r.stderr, r.stderr
