@@ -9,7 +9,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
   libibverbs-dev librdmacm-dev libssl-dev dpkg-dev openssl postgresql-15 postgresql-contrib pgbouncer \
   python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
-  python3-matplotlib strace
+  python3-matplotlib strace systemd debootstrap
 
 # make test's sanitizer pass (sanitize-test): ASan+UBSan on the unit tests and on l5pgd for
 # an integration subset (with the plain shim: an instrumented one preloaded into psql hangs
@@ -122,7 +122,7 @@ soak: build
 
 # The sidecar image's runtime file set, without a container engine (debootstrap + chroot).
 image-check: build
-	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES) debootstrap"
+	@$(MAKE) --no-print-directory install-packages PACKAGES="$(DEB_PACKAGES)"
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) tests/container/check_image_files.py \
 	  --build-dir $(abspath $(BUILD_DIR))
 
