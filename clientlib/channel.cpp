@@ -18,6 +18,7 @@
 #include "clientlib/settings.hpp"
 #include "transport/wait/cpu_hint.hpp"
 #include "transport/wait/doorbell.hpp"
+#include "transport/wait/session_policy.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -176,11 +177,10 @@ ssize_t fail(int err) noexcept {
 
 wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept {
     if (ch.kind == ChannelKind::Shm) {
-        const uint32_t mine = g_sole_cpu.current(wait::SoleCpuHint::clock::now());
         shm::Header& header = ch.segment->header();
-        if (wait::publish_and_compare(header.client_sole_cpu, header.server_sole_cpu, mine) &&
-            only_session)
-            return wait::WaitPolicy::none();
+        return wait::session_wait_policy(
+            {g_sole_cpu, header.client_sole_cpu, header.server_sole_cpu}, only_session, ch.spin,
+            settings().budget);
     }
     return ch.spin.budget(settings().budget);
 }

@@ -28,13 +28,15 @@ shm::Segment make_segment(size_t c2s_bytes, size_t s2c_bytes) {
 ShmLink client_end(const shm::Segment& seg, int doorbell, ShmWait mode, wait::WaitPolicy budget) {
     shm::Header& h = seg.header();
     return ShmLink(shm::RingWriter(h.c2s, seg.c2s_data(), seg.c2s_size()),
-                   shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell, mode, budget);
+                   shm::RingReader(h.s2c, seg.s2c_data(), seg.s2c_size()), doorbell, mode, budget,
+                   &h.client_sole_cpu, &h.server_sole_cpu);
 }
 
 ShmLink server_end(const shm::Segment& seg, int doorbell, ShmWait mode, wait::WaitPolicy budget) {
     shm::Header& h = seg.header();
     return ShmLink(shm::RingWriter(h.s2c, seg.s2c_data(), seg.s2c_size()),
-                   shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell, mode, budget);
+                   shm::RingReader(h.c2s, seg.c2s_data(), seg.c2s_size()), doorbell, mode, budget,
+                   &h.server_sole_cpu, &h.client_sole_cpu);
 }
 
 void StallGuard::tick() {
@@ -121,7 +123,12 @@ void ShmLink::wait(Ready ready, Ring& ring, bool for_write) {
         }
         return;
     }
-    LinkWaiter<Ready, Ring> waiter(ready, ring, sock_, budget_, polls_);
+    // The channel's decision: no spinning for a peer confined to our one CPU.
+    const wait::WaitPolicy policy =
+        my_hint_ == nullptr
+            ? budget_
+            : wait::session_wait_policy({sole_cpu_, *my_hint_, *peer_hint_}, true, spin_, budget_);
+    LinkWaiter<Ready, Ring> waiter(ready, ring, sock_, policy, polls_);
     (void)wait::block_until_ready(waiter);  // true: sleep() throws instead of stopping
 }
 

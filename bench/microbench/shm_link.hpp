@@ -4,6 +4,7 @@
 // then arm the flag, re-check and poll() the doorbell socket.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
 #include "transport/wait/policy.hpp"
+#include "transport/wait/session_policy.hpp"
 
 namespace l5pg::microbench {
 
@@ -39,9 +41,18 @@ class ShmLink {
   public:
     // `tx` and/or `rx` may be default-constructed for a one-way link. `doorbell` is this
     // side's end of the socket pair (unused with ShmWait::Spin).
+    // `my_hint`/`peer_hint`: the segment header's placement-hint fields of this end and the
+    // other (Adaptive mode decides each wait's policy from them as the shim's channel does).
     ShmLink(shm::RingWriter tx, shm::RingReader rx, int doorbell, ShmWait mode,
-            wait::WaitPolicy budget) noexcept
-        : tx_(tx), rx_(rx), sock_(doorbell), mode_(mode), budget_(budget) {}
+            wait::WaitPolicy budget, std::atomic<uint32_t>* my_hint = nullptr,
+            const std::atomic<uint32_t>* peer_hint = nullptr) noexcept
+        : tx_(tx),
+          rx_(rx),
+          sock_(doorbell),
+          mode_(mode),
+          budget_(budget),
+          my_hint_(my_hint),
+          peer_hint_(peer_hint) {}
 
     // Writes all n bytes (several records when needed), waiting for space. Throws BenchError.
     void send(const std::byte* data, size_t n);
@@ -63,6 +74,10 @@ class ShmLink {
     int sock_ = -1;
     ShmWait mode_;
     wait::WaitPolicy budget_;
+    std::atomic<uint32_t>* my_hint_;
+    const std::atomic<uint32_t>* peer_hint_;
+    wait::SoleCpuHint sole_cpu_;
+    wait::AdaptiveSpin spin_;  // never fed: the benchmark measures the configured budget
     uint64_t polls_ = 0;
     uint64_t doorbells_ = 0;
 };
