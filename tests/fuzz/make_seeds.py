@@ -72,6 +72,10 @@ SEEDS = {
         "overrides": b"listen:\n  port: 6433\n\0auth.tcp=trust\nlimits.max_sessions=10\n",
         "tls": b"tls:\n  mode: require\n  cert_file: /c\n  key_file: /k\n",
     },
+    "admin_console": {
+        "show": message(b"Q", b"SHOW SESSIONS;\0") + message(b"Q", b"  show   version \0"),
+        "other": message(b"Q", b"select 1\0") + message(b"Q", b"\0") + message(b"Q", b"SHOW HELP"),
+    },
     "ident_map": {
         "rules": b"# comment\nalice postgres\n1000 app\n  bob  writer # tail\n",
     },
