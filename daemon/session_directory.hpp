@@ -33,7 +33,7 @@ struct SessionRecord {
     std::atomic<uint64_t> bytes_from_client{0};
     std::atomic<uint64_t> bytes_to_client{0};
     std::atomic<bool> active{false};           // Postgres owes an answer (a query runs)
-    std::atomic<int64_t> last_activity_ns{0};  // steady clock, bytes moved either way
+    std::atomic<int64_t> last_activity_ns{0};  // steady clock: last request or answer began
 
     void note_activity(clock::time_point now) noexcept {
         last_activity_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);

@@ -84,20 +84,24 @@ void Session::count_bytes(Direction direction, uint64_t n) {
     auto& total = direction == Direction::ClientToServer ? record_->bytes_from_client
                                                          : record_->bytes_to_client;
     total.fetch_add(n, std::memory_order_relaxed);
-    record_->note_activity(std::chrono::steady_clock::now());
 }
 
+// Called for every chunk forwarded either way; only a change (a request went to Postgres,
+// its answer began) reads the clock: for the round-trip histogram and the directory's
+// last-activity time, so the per-chunk path stays free of clock reads.
 void Session::set_awaiting_upstream(bool awaiting) {
-    if (awaiting != awaiting_upstream_) {
-        const auto now = std::chrono::steady_clock::now();
-        if (awaiting)
-            request_forwarded_at_ = now;
-        else
-            metrics_.observe_round_trip(transport_, now - request_forwarded_at_);
-    }
+    if (awaiting == awaiting_upstream_)
+        return;
     awaiting_upstream_ = awaiting;
-    if (record_)
+    const auto now = std::chrono::steady_clock::now();
+    if (awaiting)
+        request_forwarded_at_ = now;
+    else
+        metrics_.observe_round_trip(transport_, now - request_forwarded_at_);
+    if (record_) {
         record_->active.store(awaiting, std::memory_order_relaxed);
+        record_->note_activity(now);
+    }
 }
 
 bool Session::poll_channel() {
