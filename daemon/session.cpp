@@ -143,15 +143,19 @@ bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
 bool Session::arm_before_block() {
     if (state_ == SessionState::Closed || !is_shm())
         return false;  // RDMA sessions: ServerEndpoint::prepare_to_block() arms them all
-    if (client_gone_)  // nothing comes from the client; the upstream socket wakes us
-        return !upstream_blocked_ && from_client_.has_data();
+    // Ring data that cannot go anywhere (the client left, or Postgres refuses more) must
+    // not keep the worker awake: the upstream socket wakes us.
+    const bool forwardable = !upstream_blocked_ && !upstream_refuses_ && from_client_.has_data();
+    if (client_gone_)
+        return forwardable;
     from_client_.arm();
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
     if (ring_full_)
         to_client_ring_.arm();
     grant_doorbells(ring_full_ ? 2 : 1);
-    return from_client_.has_data() || (ring_full_ && to_client_ring_.free_bytes() > 0);
+    return (!upstream_refuses_ && from_client_.has_data()) ||
+           (ring_full_ && to_client_ring_.free_bytes() > 0);
 }
 
 void Session::disarm_after_block() {

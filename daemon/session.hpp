@@ -172,6 +172,7 @@ class Session {
     void grant_doorbells(unsigned occasions) noexcept;
     bool account_doorbells(size_t count);  // false: closed the session (doorbell flood)
     void finish_after_flush(std::string reason);
+    void upstream_write_failed(int err);  // a send() to Postgres failed with `err`
     // The bytes metrics and this session's directory record.
     void count_bytes(Direction direction, uint64_t n);
     void set_awaiting_upstream(bool awaiting);
@@ -219,6 +220,7 @@ class Session {
     bool client_may_read_ = false;    // ... only EOF: answers go to it until a send fails
     bool channel_exhausted_ = false;  // RDMA: read() has nothing more and never will
     bool upstream_shut_ = false;      // shutdown(SHUT_WR) sent after the client's last byte
+    bool upstream_refuses_ = false;   // Postgres closed its end: sending failed (EPIPE)
     bool upstream_eof_ = false;       // Postgres closed its end
     bool linger_rdma_ = false;        // at reaping, hand the RDMA channel to the worker to flush
     std::string departure_reason_;

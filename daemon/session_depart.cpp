@@ -103,6 +103,8 @@ void Session::continue_departure() {
 
 // True once everything the client published has been handed to the upstream socket.
 bool Session::drain_client_data() {
+    if (upstream_refuses_)
+        return true;  // Postgres closed its end: nothing more can reach it
     if (is_shm()) {
         (void)forward_ring_to_upstream();
         return state_ == SessionState::Forwarding && !upstream_blocked_ && to_upstream_.empty() &&
@@ -143,14 +145,16 @@ void Session::discard_upstream() {
         const ssize_t n = ::recv(upstream_.get(), sink.data(), sink.size(), MSG_DONTWAIT);
         if (n > 0)
             continue;
-        if (n == 0) {
+        // ECONNRESET: Postgres left with bytes we forwarded unread (its backend was
+        // terminated, or ended at a Terminate with more behind it) -- what a direct client
+        // would have caused too, and everything the client published was handed over.
+        if (n == 0 || errno == ECONNRESET) {
             upstream_eof_ = true;
             set_event(upstream_read_.get(), false);
             return;  // continue_departure() closes, or reports what could not be sent
         }
         if (errno == EAGAIN || errno == EINTR)
             return;
-        // Postgres reset the connection: it left before reading all we forwarded.
         close(fmt::format("{}; upstream read error while forwarding its last messages: {}",
                           departure_reason_, std::strerror(errno)),
               true);

@@ -45,6 +45,24 @@ void Session::finish_after_flush(std::string reason) {
     close_reason_ = std::move(reason);
 }
 
+// EPIPE or ECONNRESET: Postgres closed its end with our bytes unread -- a backend ended by
+// pg_terminate_backend(), for one. Nothing more can go to it, but what it sent before
+// (typically the FATAL that says why) is still to be read and delivered: the upstream's EOF
+// ends the session there, as an orderly close, as it would for a direct client.
+void Session::upstream_write_failed(int err) {
+    if (err != EPIPE && err != ECONNRESET) {
+        close(fmt::format("upstream write error: {}", std::strerror(err)), true);
+        return;
+    }
+    spdlog::debug("session {}: Postgres closed its end ({}); delivering what it sent", id_,
+                  std::strerror(err));
+    upstream_refuses_ = true;
+    upstream_blocked_ = false;
+    to_upstream_.clear();
+    set_event(upstream_write_.get(), false);
+    update_upstream_reading();
+}
+
 // An honest client writes a doorbell byte only when it finds one of our wait flags set
 // (it clears the flag as it rings) or to answer a doorbell of ours (the poke, at most one
 // per doorbell we sent). So every doorbell it may send follows an occasion we created:
@@ -153,7 +171,7 @@ void Session::answer_poke() {
 bool Session::forward_ring_to_upstream() {
     bool moved = false;
     while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
-           !upstream_shut_ && to_upstream_.empty()) {
+           !upstream_shut_ && !upstream_refuses_ && to_upstream_.empty()) {
         std::span<const std::byte> data;
         const shm::RingStatus status = from_client_.peek(data);
         if (status == shm::RingStatus::Empty)
@@ -173,7 +191,7 @@ bool Session::forward_ring_to_upstream() {
             upstream_blocked_ = true;
             set_event(upstream_write_.get(), true);
         } else if (!(n < 0 && errno == EINTR)) {
-            close(fmt::format("upstream write error: {}", std::strerror(errno)), true);
+            upstream_write_failed(errno);
             return moved;
         }
     }
@@ -244,8 +262,10 @@ void Session::read_upstream_into_ring() {
             set_awaiting_upstream(false);
             if (static_cast<size_t>(n) < space.size())
                 break;
-        } else if (n == 0) {
-            close("server closed the connection");
+        } else if (n == 0 || errno == ECONNRESET) {
+            // ECONNRESET: Postgres left bytes we forwarded unread (a terminated backend);
+            // everything it sent is in the ring, as with the socket path's EOF.
+            close(n == 0 ? "server closed the connection" : "server closed the connection (reset)");
             return;
         } else if (errno == EAGAIN) {
             break;
@@ -283,8 +303,8 @@ void Session::read_upstream_into_queue() {
 }
 
 void Session::on_client_readable() {
-    if (!upstream_.valid() || to_upstream_.size() >= high_water()) {
-        if (close_when_flushed_) {
+    if (!upstream_.valid() || upstream_refuses_ || to_upstream_.size() >= high_water()) {
+        if (close_when_flushed_ || upstream_refuses_) {
             std::byte discard[4096];
             if (stream_.recv(discard, sizeof discard) == 0)
                 close("client disconnected");
@@ -310,6 +330,8 @@ void Session::on_client_readable() {
 void Session::flush_upstream() {
     if (state_ != SessionState::Forwarding || !upstream_.valid())
         return;
+    if (upstream_refuses_)
+        to_upstream_.clear();
     while (!to_upstream_.empty()) {
         const auto data = to_upstream_.front();
         const ssize_t n =
@@ -325,7 +347,7 @@ void Session::flush_upstream() {
                 set_event(client_read_.get(), false);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
-            close(fmt::format("upstream write error: {}", std::strerror(errno)), true);
+            upstream_write_failed(errno);
             return;
         }
     }

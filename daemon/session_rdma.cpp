@@ -250,7 +250,7 @@ bool Session::poll_rdma() {
 bool Session::forward_channel_to_upstream() {
     bool moved = false;
     while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
-           !upstream_shut_ && to_upstream_.empty()) {
+           !upstream_shut_ && !upstream_refuses_ && to_upstream_.empty()) {
         // Whether every WRITE the client made has landed, taken before the read: the soft
         // device applies the last ones from its wire until the client's end of it closes
         // (then the queue pair fails); a hardware QP has applied them before the client's
