@@ -5,111 +5,34 @@
 #include <signal.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
 
-#include "clientlib/channel_rdma.hpp"
 #include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
+#include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
-#include "transport/wait/cpu_hint.hpp"
 #include "transport/wait/doorbell.hpp"
-#include "transport/wait/session_policy.hpp"
 
 namespace l5pg::shim {
+
+using transport::IoResult;
+using transport::IoStatus;
+using transport::Want;
+
 namespace {
 
 std::array<Channel, kMaxChannels> g_pool;
-// Process-wide: the threads of a client program rarely differ in affinity, and it is a hint.
-wait::SoleCpuHint g_sole_cpu;
 
 [[nodiscard]] bool would_block(const Channel& ch, int flags) noexcept {
     return (flags & MSG_DONTWAIT) != 0 || ch.nonblocking.load(std::memory_order_relaxed);
 }
 
-[[nodiscard]] bool server_closed(const Channel& ch) noexcept {
-    return ch.segment->header().server_closed.load(std::memory_order_acquire) != 0;
-}
-
-[[nodiscard]] bool cannot_send(const Channel& ch) noexcept {
-    return ch.broken || ch.peer_closed || server_closed(ch);
-}
-
-void mark_broken(Channel& ch, const char* what) noexcept {
-    if (!ch.broken)
-        debug_log().str("shared memory protocol violation: ").str(what).end();
-    ch.broken = true;
-}
-
-void drain_socket(Channel& ch, int fd) noexcept {
-    size_t count = 0;
-    const int saved = errno;
-    if (wait::drain_doorbells(fd, count) == wait::DrainResult::PeerClosed)
-        ch.peer_closed = true;
-    if (count > 0)
-        ch.poke_outstanding = false;
-    errno = saved;
-}
-
-// Establishes the readiness invariant (see channel.hpp) before returning to the app,
-// when it may wait in an epoll set (foreign_waiters.hpp).
-void prepare_return(Channel& ch, int fd) noexcept {
-    if (ch.broken || ch.peer_closed || !foreign_waiters_possible())
-        return;
-    if (!ch.rx.has_data()) {
-        ch.rx.arm();
-        if (!ch.rx.has_data())
-            return;  // Dekker re-check: the flag covers what comes next
-    }
-    if (ch.poke_outstanding)
-        return;
-    ch.rx.arm();
-    if (!wait::ring_doorbell(fd))
-        ch.peer_closed = true;
-    ch.poke_outstanding = true;
-}
-
-// A blocking wait for ring space (for_write) or data, as a wait::Waiter: the rings' flags,
-// and the application's own poll() on the session socket, where EOF ends the wait.
-template <class Ready>
-class ShmWaiter {
-  public:
-    ShmWaiter(Channel& ch, int fd, bool for_write, Ready ready) noexcept
-        : ch_(ch), fd_(fd), for_write_(for_write), ready_(ready) {}
-
-    bool ready() noexcept { return ready_(); }
-    wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
-    bool arm() noexcept {
-        if (for_write_)
-            ch_.tx.arm();
-        else
-            ch_.rx.arm();
-        return true;
-    }
-    void disarm() noexcept { channel_disarm(ch_, for_write_ ? POLLOUT : POLLIN); }
-    wait::Woken sleep() noexcept {
-        pollfd p{fd_, POLLIN, 0};
-        if (real().poll(&p, 1, -1) < 0)
-            return wait::Woken::Stop;
-        drain_socket(ch_, fd_);
-        return ch_.peer_closed ? wait::Woken::Look : wait::Woken::Again;
-    }
-
-  private:
-    Channel& ch_;
-    int fd_;
-    bool for_write_;
-    Ready ready_;
-};
-
-template <class Ready>
-bool wait_until(Channel& ch, int fd, bool for_write, Ready ready) noexcept {
-    ShmWaiter<Ready> waiter(ch, fd, for_write, ready);
-    return channel_wait(ch, waiter);
+ssize_t fail(int err) noexcept {
+    errno = err;
+    return -1;
 }
 
 size_t iov_total(const iovec* iov, int iovcnt) noexcept {
@@ -119,118 +42,139 @@ size_t iov_total(const iovec* iov, int iovcnt) noexcept {
     return total;
 }
 
-// Calls `fn(base, len)` for the bytes of `iov` from offset `skip` on, one iovec piece
-// at a time, until `fn` handles less than it was given. Returns the bytes handled.
-template <class Fn>
-size_t for_each_iov_from(const iovec* iov, int iovcnt, size_t skip, Fn fn) noexcept {
-    size_t done = 0;
+// The iovec piece holding byte `offset` onwards (empty once past the end).
+std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) noexcept {
     for (int i = 0; i < iovcnt; ++i) {
-        if (skip >= iov[i].iov_len) {
-            skip -= iov[i].iov_len;
-            continue;
-        }
-        auto* base = static_cast<std::byte*>(iov[i].iov_base) + skip;
-        const size_t len = iov[i].iov_len - skip;
-        skip = 0;
-        const size_t n = fn(base, len);
-        done += n;
-        if (n < len)
-            break;
+        if (offset < iov[i].iov_len)
+            return {static_cast<std::byte*>(iov[i].iov_base) + offset, iov[i].iov_len - offset};
+        offset -= iov[i].iov_len;
     }
-    return done;
+    return {};
 }
 
-size_t copy_into_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip,
-                      shm::RingStatus& status) noexcept {
-    status = shm::RingStatus::Ok;
-    return for_each_iov_from(iov, iovcnt, skip, [&](std::byte* base, size_t len) {
-        return status == shm::RingStatus::Ok ? ch.tx.write({base, len}, status) : 0;
-    });
+// Says once (under L5PG_DEBUG) that the channel broke or l5pgd closed it.
+void say_gone(Channel& ch, int fd, IoStatus status) noexcept {
+    if (ch.said_gone)
+        return;
+    ch.said_gone = true;
+    DebugLine line = debug_log();
+    line.str("fd ").inum(fd);
+    if (status == IoStatus::Error)
+        line.str(": channel broken: ").str(ch.end->error());
+    else
+        line.str(": l5pgd closed the session");
+    line.end();
 }
 
-size_t copy_from_ring(Channel& ch, const iovec* iov, int iovcnt, size_t skip, bool peek,
-                      shm::RingStatus& status) noexcept {
-    status = shm::RingStatus::Ok;
-    if (peek) {  // MSG_PEEK: the rest of the current record, nothing consumed
-        std::span<const std::byte> data;
-        status = ch.rx.peek(data);
-        if (status != shm::RingStatus::Ok || iovcnt == 0)
-            return 0;
-        const size_t n = std::min(data.size(), iov[0].iov_len);
-        std::memcpy(iov[0].iov_base, data.data(), n);
-        return n;
+// Arms the end's flag for an application that may wait for `want` in an epoll set we do
+// not see, and re-checks (Dekker). True when the end turned out ready after all.
+bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
+    if (!foreign_waiters_possible())
+        return false;
+    if (!ch.end->arm(want) || ch.end->ready(want)) {
+        ch.end->disarm(want);
+        return true;
     }
-    const size_t copied = for_each_iov_from(iov, iovcnt, skip, [&](std::byte* base, size_t len) {
-        return status == shm::RingStatus::Ok ? ch.rx.read({base, len}, status) : 0;
-    });
-    if (status == shm::RingStatus::Empty)
-        status = shm::RingStatus::Ok;
-    return copied;
+    return false;
 }
 
-ssize_t fail(int err) noexcept {
-    errno = err;
-    return -1;
+void prepare_return(Channel& ch, int fd) noexcept {
+    if (foreign_waiters_possible())
+        ch.end->prepare_for_foreign_wait(fd);
+}
+
+// A blocking wait until the end is ready for `want`, as a wait::Waiter: the end's flag,
+// and the application's own poll() on the session socket (doorbells, EOF).
+class EndWaiter {
+  public:
+    EndWaiter(Channel& ch, int fd, Want want) noexcept : ch_(ch), fd_(fd), want_(want) {}
+
+    bool ready() noexcept { return ch_.end->ready(want_); }
+    wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
+    bool arm() noexcept { return ch_.end->arm(want_); }
+    void disarm() noexcept { ch_.end->disarm(want_); }
+    wait::Woken sleep() noexcept {
+        pollfd p{fd_, POLLIN, 0};
+        if (real().poll(&p, 1, -1) < 0)
+            return wait::Woken::Stop;
+        ch_.end->on_socket_readable(fd_);
+        return wait::Woken::Again;  // EOF makes the end ready (it reports Closed)
+    }
+
+  private:
+    Channel& ch_;
+    int fd_;
+    Want want_;
+};
+
+// False with errno set when poll() failed (see channel_wait()).
+bool wait_for(Channel& ch, int fd, Want want) noexcept {
+    EndWaiter waiter(ch, fd, want);
+    return channel_wait(ch, waiter);
 }
 
 }  // namespace
 
 wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept {
-    if (ch.kind == ChannelKind::Shm) {
-        shm::Header& header = ch.segment->header();
-        return wait::session_wait_policy(
-            {g_sole_cpu, header.client_sole_cpu, header.server_sole_cpu}, only_session, ch.spin,
-            settings().budget);
-    }
-    return ch.spin.budget(settings().budget);
+    return ch.end->wait_policy(ch.spin, settings().budget, only_session);
 }
 
 // ---------------------------------------------------------------- pool
 
 namespace {
 
-// Claims a free pool slot and resets what both kinds share; the caller fills in its kind's
-// end and then publishes the slot (publish()).
-Channel* claim_slot(ChannelKind kind, bool nonblocking) noexcept {
+// Claims a free pool slot and resets it; the caller puts its end in and then publishes
+// the slot (publish()).
+Channel* claim_slot(bool nonblocking) noexcept {
     for (Channel& ch : g_pool) {
         uint32_t expected = 0;
         if (!ch.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
             continue;
         ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
-        ch.peer_closed = ch.broken = ch.poke_outstanding = false;
+        ch.said_gone = false;
         ch.spin.reset();
-        ch.kind = kind;
-        ch.segment.reset();
-        ch.rdma = nullptr;
+        ch.end = nullptr;
         return &ch;
     }
     return nullptr;
 }
 
-Channel* publish(Channel& ch) noexcept {
+Channel* publish(Channel& ch, transport::ChannelEnd& end, int transport) noexcept {
+    ch.end = &end;
+    ch.transport = transport;
     ch.refs.store(1, std::memory_order_release);
     return &ch;
+}
+
+void free_slot(Channel& ch) noexcept {
+    ch.end = nullptr;
+    ch.shm.reset();
+    ch.rdma.reset();
+    ch.in_use.store(0, std::memory_order_release);
 }
 
 }  // namespace
 
 Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
-    Channel* ch = claim_slot(ChannelKind::Shm, nonblocking);
+    Channel* ch = claim_slot(nonblocking);
     if (ch == nullptr)
         return nullptr;
-    ch->segment.emplace(std::move(segment));
-    shm::Header& h = ch->segment->header();
-    ch->tx = shm::RingWriter(h.c2s, ch->segment->c2s_data(), ch->segment->c2s_size());
-    ch->rx = shm::RingReader(h.s2c, ch->segment->s2c_data(), ch->segment->s2c_size());
-    return publish(*ch);
+    return publish(*ch, ch->shm.emplace(std::move(segment)), L5PG_TRANSPORT_SHM);
 }
 
-Channel* channel_acquire_rdma(rdma::ClientChannel* rdma, bool nonblocking) noexcept {
-    Channel* ch = claim_slot(ChannelKind::Rdma, nonblocking);
+Channel* channel_acquire_rdma(std::unique_ptr<rdma::ClientChannel>& rdma,
+                              bool nonblocking) noexcept {
+    Channel* ch = claim_slot(nonblocking);
     if (ch == nullptr)
         return nullptr;
-    ch->rdma = rdma;
-    return publish(*ch);
+    return publish(*ch, ch->rdma.emplace(std::move(rdma)), L5PG_TRANSPORT_RDMA);
+}
+
+Channel* channel_acquire_end(transport::ChannelEnd& end, int transport, bool nonblocking) noexcept {
+    Channel* ch = claim_slot(nonblocking);
+    if (ch == nullptr)
+        return nullptr;
+    return publish(*ch, end, transport);
 }
 
 Channel* channel_at(uint32_t index) noexcept {
@@ -263,30 +207,20 @@ void quiesce_socket(int fd) noexcept {
 void channel_release(Channel& ch, int closing_fd) noexcept {
     if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
         return;
-    if (ch.kind == ChannelKind::Shm) {
-        // Everything we published stays readable for l5pgd; the flag says no more comes.
-        // Set before the socket shows EOF, so l5pgd knows the departure was a clean one.
-        ch.segment->header().client_closed.store(1, std::memory_order_release);
-    }
+    ch.end->close_by_application();
     if (closing_fd >= 0)
         quiesce_socket(closing_fd);
-    if (ch.kind == ChannelKind::Rdma) {
-        rdma_destroy(ch);
-        ch.in_use.store(0, std::memory_order_release);
-        return;
-    }
-    ch.segment.reset();
-    ch.in_use.store(0, std::memory_order_release);
+    free_slot(ch);
 }
 
 void channel_forget_all_after_fork() noexcept {
     for (Channel& ch : g_pool) {
         if (ch.in_use.load(std::memory_order_relaxed) == 0)
             continue;
-        ch.segment.reset();  // unmaps the child's copy; the parent's session is untouched
-        ch.rdma = nullptr;   // leaked on purpose: see Channel::rdma
+        if (ch.end != nullptr)
+            ch.end->forget_after_fork();
         ch.refs.store(0, std::memory_order_relaxed);
-        ch.in_use.store(0, std::memory_order_relaxed);
+        free_slot(ch);
     }
 }
 
@@ -294,98 +228,101 @@ void channel_forget_all_after_fork() noexcept {
 
 ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
                      bool nosignal) noexcept {
-    if (ch.kind == ChannelKind::Rdma)
-        return rdma_send(ch, fd, iov, iovcnt, flags, nosignal);
     const size_t total = iov_total(iov, iovcnt);
     size_t sent = 0;
-    while (sent < total || total == 0) {
-        if (cannot_send(ch)) {
-            if (sent > 0)
+    for (;;) {
+        const IoResult r = ch.end->write(fd, piece_at(iov, iovcnt, sent));
+        sent += r.bytes;
+        if (r.status == IoStatus::Ok) {
+            if (sent == total)
                 break;
-            if (!nosignal)
-                ::pthread_kill(::pthread_self(), SIGPIPE);
-            return fail(ch.broken ? ECONNRESET : EPIPE);
-        }
-        if (total == 0)
-            return 0;
-        shm::RingStatus status;
-        const size_t n = copy_into_ring(ch, iov, iovcnt, sent, status);
-        if (status == shm::RingStatus::Corrupt) {
-            mark_broken(ch, "impossible read position in the client->server ring");
             continue;
         }
-        sent += n;
-        if (n > 0 && ch.tx.reader_needs_wakeup() && !wait::ring_doorbell(fd))
-            ch.peer_closed = true;
-        if (sent == total)
-            break;
+        if (r.status == IoStatus::Closed || r.status == IoStatus::Error) {
+            if (sent > 0)
+                break;  // report what went through; the next call reports the failure
+            say_gone(ch, fd, r.status);
+            // Like a socket: EPIPE (with SIGPIPE unless MSG_NOSIGNAL) once the peer closed,
+            // ECONNRESET when the connection broke.
+            if (r.status == IoStatus::Closed && !nosignal)
+                ::pthread_kill(::pthread_self(), SIGPIPE);
+            return fail(r.status == IoStatus::Closed ? EPIPE : ECONNRESET);
+        }
+        // WouldBlock: the ring towards l5pgd is full.
         if (would_block(ch, flags)) {
             if (sent > 0)
                 break;
-            if (foreign_waiters_possible())
-                ch.tx.arm();  // an epoll user waiting for POLLOUT then gets a doorbell
-            if (ch.tx.free_bytes() > 0) {
-                channel_disarm(ch, POLLOUT);
+            if (arm_for_foreign_waiter(ch, Want::Write))
                 continue;
-            }
             return fail(EAGAIN);
         }
-        if (!wait_until(ch, fd, true, [&ch] { return ch.tx.free_bytes() > 0 || cannot_send(ch); }))
+        if (!wait_for(ch, fd, Want::Write))
             return sent > 0 ? static_cast<ssize_t>(sent) : -1;
     }
     prepare_return(ch, fd);
     return static_cast<ssize_t>(sent);
 }
 
+namespace {
+
+// Reads (or with MSG_PEEK copies the next bytes of) what the end has into `iov` from byte
+// `got` on, until it is full or the end has no more now. The last call's status.
+IoResult fill_from_end(Channel& ch, int fd, const iovec* iov, int iovcnt, bool peek,
+                       size_t& got) noexcept {
+    IoResult r{0, IoStatus::Ok};
+    for (;;) {
+        const std::span<std::byte> piece = piece_at(iov, iovcnt, got);
+        if (piece.empty())
+            return r;
+        r = peek ? ch.end->peek(piece) : ch.end->read(fd, piece);
+        got += r.bytes;
+        if (peek || r.bytes == 0 || r.status != IoStatus::Ok)
+            return r;
+    }
+}
+
+}  // namespace
+
 ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) noexcept {
-    if (ch.kind == ChannelKind::Rdma)
-        return rdma_recv(ch, fd, iov, iovcnt, flags);
-    const size_t total = iov_total(iov, iovcnt);
     const bool peek = (flags & MSG_PEEK) != 0;
+    if (peek && !ch.end->can_peek())
+        return fail(EOPNOTSUPP);
+    const size_t total = iov_total(iov, iovcnt);
     const bool wait_all = (flags & MSG_WAITALL) != 0 && !would_block(ch, flags) && !peek;
+    if (total == 0)
+        return 0;
     size_t got = 0;
     for (;;) {
-        if (ch.broken)
-            return got > 0 ? static_cast<ssize_t>(got) : fail(ECONNRESET);
-        shm::RingStatus status;
-        got += copy_from_ring(ch, iov, iovcnt, got, peek, status);
-        if (status == shm::RingStatus::Corrupt) {
-            mark_broken(ch, "impossible record in the server->client ring");
-            continue;
-        }
+        const IoResult r = fill_from_end(ch, fd, iov, iovcnt, peek, got);
         if (got == total || (got > 0 && !wait_all))
             break;
-        // The ring is empty. l5pgd publishes everything before it flags or closes, so
-        // after seeing either, one more look at the ring decides between data and EOF.
-        if (ch.peer_closed || server_closed(ch)) {
-            if (ch.rx.has_data())
-                continue;
+        if (r.status == IoStatus::Closed) {
+            say_gone(ch, fd, r.status);
             break;  // EOF (or the partial MSG_WAITALL result)
+        }
+        if (r.status == IoStatus::Error) {
+            say_gone(ch, fd, r.status);
+            return got > 0 ? static_cast<ssize_t>(got) : fail(ECONNRESET);
         }
         if (would_block(ch, flags)) {
             // A level-triggered epoll user must not find stale doorbell bytes on the
             // socket, so drain them here. Interposed pollers need no drain (a stale byte
             // costs them one extra round, and they drain after blocking), and libpq
             // calls recv() on an empty ring once per response: the drain would be a
-            // system call on every round trip. (An l5pgd that died without flagging
-            // server_closed is then noticed by the next poll: the socket's EOF.)
+            // system call on every round trip. (An l5pgd that died without saying so is
+            // then noticed by the next poll: the socket's EOF.)
             if (foreign_waiters_possible()) {
-                drain_socket(ch, fd);
-                if (ch.peer_closed || ch.rx.has_data())
-                    continue;
-                ch.rx.arm();  // an epoll user waiting for POLLIN then gets a doorbell
-                if (ch.rx.has_data())
+                ch.end->on_socket_readable(fd);
+                if (ch.end->ready(Want::Read) || arm_for_foreign_waiter(ch, Want::Read))
                     continue;
             }
             if (got > 0)
                 break;
             return fail(EAGAIN);
         }
-        if (!wait_until(ch, fd, false, [&ch] { return ch.rx.has_data() || server_closed(ch); }))
+        if (!wait_for(ch, fd, Want::Read))
             return got > 0 ? static_cast<ssize_t>(got) : -1;
     }
-    if (got > 0 && ch.rx.writer_needs_wakeup() && !wait::ring_doorbell(fd))
-        ch.peer_closed = true;
     prepare_return(ch, fd);
     return static_cast<ssize_t>(got);
 }
@@ -393,57 +330,39 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 // ---------------------------------------------------------------- poll support
 
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept {
-    if (ch.kind == ChannelKind::Rdma) {
-        rdma_prepare_for_foreign_wait(ch);
-        return;
-    }
-    prepare_return(ch, fd);
+    ch.end->prepare_for_foreign_wait(fd);
 }
 
 short channel_revents(Channel& ch, short events) noexcept {
-    if (ch.kind == ChannelKind::Rdma)
-        return rdma_revents(ch, events);
     short revents = 0;
-    const bool closed = ch.peer_closed || server_closed(ch);
-    if ((events & POLLIN) && (ch.rx.has_data() || closed || ch.broken))
+    if ((events & POLLIN) && ch.end->ready(Want::Read))
         revents |= POLLIN;
-    if ((events & POLLOUT) && (ch.tx.free_bytes() > 0 || ch.broken))
+    if ((events & POLLOUT) && ch.end->ready(Want::Write))
         revents |= POLLOUT;
-    if (ch.broken)
+    if (ch.end->broken())
         revents |= POLLERR;
-    if (closed && !ch.rx.has_data())
+    if (ch.end->hung_up())
         revents |= POLLHUP;
     return revents;
 }
 
+// False from arm() means ready already (or broken): the caller's re-check sees it.
 void channel_arm(Channel& ch, short events) noexcept {
-    if (ch.kind == ChannelKind::Rdma) {
-        rdma_arm(ch, events);
-        return;
-    }
     if (events & POLLIN)
-        ch.rx.arm();
+        (void)ch.end->arm(Want::Read);
     if (events & POLLOUT)
-        ch.tx.arm();
+        (void)ch.end->arm(Want::Write);
 }
 
-// A disarm that finds the flag already taken means a doorbell byte is on its way; it is
-// drained the next time we poll or find the ring empty.
 void channel_disarm(Channel& ch, short events) noexcept {
-    if (ch.kind == ChannelKind::Rdma)
-        return;  // nothing to undo: a flag the server finds set costs one spurious doorbell
     if (events & POLLIN)
-        (void)ch.rx.disarm();
+        ch.end->disarm(Want::Read);
     if (events & POLLOUT)
-        (void)ch.tx.disarm();
+        ch.end->disarm(Want::Write);
 }
 
 void channel_drain(Channel& ch, int fd) noexcept {
-    if (ch.kind == ChannelKind::Rdma) {
-        rdma_drain(ch);
-        return;
-    }
-    drain_socket(ch, fd);
+    ch.end->on_socket_readable(fd);
 }
 
 }  // namespace l5pg::shim

@@ -1,7 +1,7 @@
-// One upgraded connection: the shared-memory segment and our ends of both rings, or an
-// RDMA channel (kind Rdma, channel_rdma.cpp), and the byte-stream semantics the
+// One upgraded connection: its end (transport/channel_end.hpp: the shared-memory rings,
+// shm_end.cpp, or an RDMA channel, rdma_end.cpp) and the byte-stream semantics the
 // application expects from the socket it still holds (partial reads and writes, EAGAIN,
-// blocking, EOF, EPIPE). The entry points below dispatch on the kind.
+// blocking, EOF, EPIPE), written once in channel.cpp for every kind of end.
 //
 // Channels live in a fixed pool (no heap in the shim's I/O paths); an fd table entry
 // holds one reference, dup() adds one, close() drops one.
@@ -21,50 +21,46 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
-#include "transport/shm/ring.hpp"
-#include "transport/shm/segment.hpp"
+#include "clientlib/rdma_end.hpp"
+#include "clientlib/shm_end.hpp"
+#include "transport/channel_end.hpp"
 #include "transport/wait/adaptive_spin.hpp"
 #include "transport/wait/policy.hpp"
-
-namespace l5pg::rdma {
-class ClientChannel;
-}
 
 namespace l5pg::shim {
 
 inline constexpr uint32_t kMaxChannels = 4096;
 
-enum class ChannelKind : uint8_t { Shm, Rdma };
-
 struct Channel {
     std::atomic<uint32_t> in_use{0};
     std::atomic<uint32_t> refs{0};
     std::atomic<bool> nonblocking{false};  // O_NONBLOCK of the socket, tracked via fcntl
-    std::optional<shm::Segment> segment;
-    shm::RingWriter tx;             // client -> server
-    shm::RingReader rx;             // server -> client
-    bool peer_closed = false;       // EOF seen on the socket
-    bool broken = false;            // l5pgd wrote something impossible into a ring
-    bool poke_outstanding = false;  // a doorbell byte was requested and not yet drained
-    wait::AdaptiveSpin spin;        // whether waiting on this connection should spin
-    ChannelKind kind = ChannelKind::Shm;
-    // kind Rdma: owned (deleted by the last channel_release; leaked in a forked child,
-    // whose copy has no soft-device thread to join and must not touch verbs resources).
-    rdma::ClientChannel* rdma = nullptr;
+    wait::AdaptiveSpin spin;               // whether waiting on this connection should spin
+    int transport = 0;                     // L5PG_TRANSPORT_*, for l5pg_fd_transport()
+    bool said_gone = false;                // EOF or breakage logged (L5PG_DEBUG) already
+    transport::ChannelEnd* end = nullptr;  // one of the two below, or a unit test's own
+    std::optional<ShmEnd> shm;
+    std::optional<RdmaEnd> rdma;
 };
 
 // Pool management (async-signal-safe, lock-free).
 [[nodiscard]] Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept;
-// Takes ownership of `rdma` on success; nullptr (and `rdma` still the caller's) when full.
-[[nodiscard]] Channel* channel_acquire_rdma(rdma::ClientChannel* rdma, bool nonblocking) noexcept;
+// Takes `rdma` over on success; nullptr (and `rdma` still the caller's) when full.
+[[nodiscard]] Channel* channel_acquire_rdma(std::unique_ptr<rdma::ClientChannel>& rdma,
+                                            bool nonblocking) noexcept;
+// An end the caller owns and keeps alive until the channel is released (unit tests).
+[[nodiscard]] Channel* channel_acquire_end(transport::ChannelEnd& end, int transport,
+                                           bool nonblocking) noexcept;
 [[nodiscard]] Channel* channel_at(uint32_t index) noexcept;
 [[nodiscard]] uint32_t channel_index(const Channel& channel) noexcept;
 void channel_add_ref(Channel& channel) noexcept;
-// Drops one reference; the last one tells l5pgd we are gone (client_closed), unmaps
-// and frees the slot. Call before closing the socket itself; `closing_fd` is that socket
-// when the caller is about to close it (see quiesce_socket() in channel.cpp).
+// Drops one reference; the last one tells l5pgd we are gone (client_closed), destroys
+// the end (unmaps, tears the queue pair down) and frees the slot. Call before closing the socket
+// itself; `closing_fd` is that socket when the caller is about to close it (see quiesce_socket() in
+// channel.cpp).
 void channel_release(Channel& channel, int closing_fd = -1) noexcept;
 // In a forked child: unmap every channel (the child's copy only) and free the pool.
 void channel_forget_all_after_fork() noexcept;
@@ -77,10 +73,10 @@ void channel_forget_all_after_fork() noexcept;
                                    int flags) noexcept;
 
 // How long to spin and yield before blocking on this channel: the budget its recent waits
-// earned (wait::AdaptiveSpin), or none when it is the `only_session` waited on and l5pgd's
-// worker is confined to the very CPU we are confined to (transport/wait/cpu_hint.hpp). Publishes
-// our own placement hint on the way. With several sessions in flight on that one CPU, yielding
-// hands the CPU to their backends and some answer comes soon: spinning there measured 10 %
+// earned (wait::AdaptiveSpin), or, for SHM, none when it is the `only_session` waited on and
+// l5pgd's worker is confined to the very CPU we are confined to (transport/wait/cpu_hint.hpp).
+// Publishes our own placement hint on the way. With several sessions in flight on that one CPU,
+// yielding hands the CPU to their backends and some answer comes soon: spinning there measured 10 %
 // faster than blocking at 8 clients, blocking 80 % faster at 1 (docs/performance.md).
 [[nodiscard]] wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept;
 

@@ -1,4 +1,4 @@
-// A blocking send/recv on an upgraded channel (SHM: channel.cpp, RDMA: channel_rdma.cpp):
+// A blocking send/recv or poll() on an upgraded channel (channel.cpp, interpose_poll.cpp):
 // the one wait of transport/wait/block.hpp, teaching the channel's AdaptiveSpin how long
 // the wait took, so the next one knows whether spinning pays.
 #pragma once

@@ -43,8 +43,7 @@ int l5pg_fd_transport(int fd) {
     const l5pg::shim::FdEntry entry = l5pg::shim::fd_lookup(fd);
     if (entry.kind != l5pg::shim::FdKind::Upgraded)
         return L5PG_TRANSPORT_SOCKET;
-    return entry.channel->kind == l5pg::shim::ChannelKind::Rdma ? L5PG_TRANSPORT_RDMA
-                                                                : L5PG_TRANSPORT_SHM;
+    return entry.channel->transport;
 }
 
 const char* l5pg_version(void) {

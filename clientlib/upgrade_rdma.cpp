@@ -286,13 +286,12 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
         return UpgradeResult::Failed;
     }
     const int fl = real().fcntl(fd, F_GETFL);
-    channel = channel_acquire_rdma(rdma.get(), fl >= 0 && (fl & O_NONBLOCK));
+    channel = channel_acquire_rdma(rdma, fl >= 0 && (fl & O_NONBLOCK));
     if (channel == nullptr) {
         debug_log().str("fd ").inum(fd).str(": too many upgraded connections").end();
         errno = EMFILE;
         return UpgradeResult::Failed;
     }
-    (void)rdma.release();  // the channel owns it now
     debug_log()
         .str("fd ")
         .inum(fd)

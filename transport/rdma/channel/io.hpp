@@ -1,37 +1,13 @@
-// Results of the channel's byte-stream calls, shared by both ends.
+// Results of the channel's byte-stream calls: the transport-wide ones
+// (transport/io_result.hpp), under the names the RDMA code has always used.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include "transport/io_result.hpp"
 
 namespace l5pg::rdma {
 
-enum class IoStatus : uint8_t {
-    Ok,          // `bytes` > 0 were transferred
-    WouldBlock,  // nothing now: ring empty (read) or full (write); wait and retry
-    Closed,      // the peer closed the session (read: after everything it sent was read)
-    Error,       // the channel is broken (QP failure, protocol violation); see error()
-};
-
-// `bytes` can be > 0 together with Closed/Error when a write() failed part-way: those
-// bytes were transferred; report them, the next call reports the failure.
-struct IoResult {
-    size_t bytes = 0;
-    IoStatus status = IoStatus::Ok;
-};
-
-[[nodiscard]] inline const char* to_string(IoStatus s) noexcept {
-    switch (s) {
-        case IoStatus::Ok:
-            return "ok";
-        case IoStatus::WouldBlock:
-            return "would block";
-        case IoStatus::Closed:
-            return "closed";
-        case IoStatus::Error:
-            return "error";
-    }
-    return "unknown";
-}
+using transport::IoResult;
+using transport::IoStatus;
+using transport::to_string;
 
 }  // namespace l5pg::rdma

@@ -1,0 +1,176 @@
+#include "clientlib/shm_end.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include "clientlib/debug_log.hpp"
+#include "transport/wait/cpu_hint.hpp"
+#include "transport/wait/doorbell.hpp"
+#include "transport/wait/session_policy.hpp"
+
+namespace l5pg::shim {
+namespace {
+
+// Process-wide: the threads of a client program rarely differ in affinity, and it is a hint.
+wait::SoleCpuHint g_sole_cpu;
+
+}  // namespace
+
+using transport::IoResult;
+using transport::IoStatus;
+using transport::Want;
+
+ShmEnd::ShmEnd(shm::Segment segment) noexcept
+    : segment_(std::move(segment)),
+      tx_(segment_.header().c2s, segment_.c2s_data(), segment_.c2s_size()),
+      rx_(segment_.header().s2c, segment_.s2c_data(), segment_.s2c_size()) {}
+
+bool ShmEnd::server_closed() noexcept {
+    return segment_.header().server_closed.load(std::memory_order_acquire) != 0;
+}
+
+void ShmEnd::mark_broken(const char* what) noexcept {
+    if (error_ == nullptr)
+        debug_log().str("shared memory protocol violation: ").str(what).end();
+    error_ = what;
+}
+
+void ShmEnd::ring(int fd) noexcept {
+    if (!wait::ring_doorbell(fd))
+        peer_closed_ = true;
+}
+
+IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
+    if (broken())
+        return {0, IoStatus::Error};
+    if (closed())
+        return {0, IoStatus::Closed};
+    if (bytes.empty())
+        return {0, IoStatus::Ok};
+    shm::RingStatus status = shm::RingStatus::Ok;
+    const size_t n = tx_.write(bytes, status);
+    if (status == shm::RingStatus::Corrupt) {
+        mark_broken("impossible read position in the client->server ring");
+        return {n, IoStatus::Error};
+    }
+    if (n == 0)
+        return {0, IoStatus::WouldBlock};
+    if (tx_.reader_needs_wakeup())
+        ring(fd);
+    return {n, IoStatus::Ok};
+}
+
+// l5pgd publishes everything before it flags server_closed or closes its socket, so after
+// seeing either, one more look at the ring decides between data and EOF.
+IoResult ShmEnd::nothing_to_read() noexcept {
+    if (closed() && !rx_.has_data())
+        return {0, IoStatus::Closed};
+    return {0, IoStatus::WouldBlock};
+}
+
+IoResult ShmEnd::read(int fd, std::span<std::byte> out) noexcept {
+    if (broken())
+        return {0, IoStatus::Error};
+    shm::RingStatus status = shm::RingStatus::Ok;
+    const size_t n = rx_.read(out, status);
+    if (status == shm::RingStatus::Corrupt) {
+        mark_broken("impossible record in the server->client ring");
+        return {n, IoStatus::Error};
+    }
+    if (n == 0)
+        return nothing_to_read();
+    if (rx_.writer_needs_wakeup())
+        ring(fd);
+    return {n, IoStatus::Ok};
+}
+
+// The rest of the current record at most: nothing is consumed.
+IoResult ShmEnd::peek(std::span<std::byte> out) noexcept {
+    if (broken())
+        return {0, IoStatus::Error};
+    std::span<const std::byte> data;
+    const shm::RingStatus status = rx_.peek(data);
+    if (status == shm::RingStatus::Corrupt) {
+        mark_broken("impossible record in the server->client ring");
+        return {0, IoStatus::Error};
+    }
+    if (status != shm::RingStatus::Ok || out.empty())
+        return nothing_to_read();
+    const size_t n = std::min(data.size(), out.size());
+    std::memcpy(out.data(), data.data(), n);
+    return {n, IoStatus::Ok};
+}
+
+bool ShmEnd::ready(Want want) noexcept {
+    if (broken() || closed())
+        return true;  // read() reports EOF or the error, write() the failure
+    return want == Want::Read ? rx_.has_data() : tx_.free_bytes() > 0;
+}
+
+bool ShmEnd::arm(Want want) noexcept {
+    if (want == Want::Read)
+        rx_.arm();
+    else
+        tx_.arm();
+    return true;  // the caller's re-check decides
+}
+
+// A disarm that finds the flag already taken means a doorbell byte is on its way; it is
+// drained the next time we poll or find the ring empty.
+void ShmEnd::disarm(Want want) noexcept {
+    if (want == Want::Read)
+        (void)rx_.disarm();
+    else
+        (void)tx_.disarm();
+}
+
+void ShmEnd::on_socket_readable(int fd) noexcept {
+    size_t count = 0;
+    const int saved = errno;
+    if (wait::drain_doorbells(fd, count) == wait::DrainResult::PeerClosed)
+        peer_closed_ = true;
+    if (count > 0)
+        poke_outstanding_ = false;
+    errno = saved;
+}
+
+// Either the ring is empty and reader_waiting is armed (l5pgd rings when it publishes),
+// or it holds data and a doorbell byte is pending or requested: the "poke", one byte to
+// l5pgd, which answers with one while data is unread (session_forward.cpp answer_poke()).
+void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
+    if (broken() || peer_closed_)
+        return;
+    if (!rx_.has_data()) {
+        rx_.arm();
+        if (!rx_.has_data())
+            return;  // Dekker re-check: the flag covers what comes next
+    }
+    if (poke_outstanding_)
+        return;
+    rx_.arm();
+    ring(fd);
+    poke_outstanding_ = true;
+}
+
+bool ShmEnd::hung_up() noexcept {
+    return closed() && !rx_.has_data();
+}
+
+wait::WaitPolicy ShmEnd::wait_policy(wait::AdaptiveSpin& spin, const wait::WaitPolicy& configured,
+                                     bool only_session) noexcept {
+    shm::Header& header = segment_.header();
+    return wait::session_wait_policy({g_sole_cpu, header.client_sole_cpu, header.server_sole_cpu},
+                                     only_session, spin, configured);
+}
+
+// Everything we published stays readable for l5pgd; the flag says no more comes. Set
+// before the socket shows EOF, so l5pgd knows the departure was a clean one.
+void ShmEnd::close_by_application() noexcept {
+    segment_.header().client_closed.store(1, std::memory_order_release);
+}
+
+void ShmEnd::forget_after_fork() noexcept {
+    segment_.reset();  // unmaps the child's copy; the parent's session is untouched
+}
+
+}  // namespace l5pg::shim

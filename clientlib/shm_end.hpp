@@ -1,0 +1,51 @@
+// The shim's end of a shared-memory connection (transport/channel_end.hpp): the segment
+// the shim created and handed to l5pgd, our writer of the client->server ring and reader
+// of the server->client ring, and the doorbell protocol on the session socket.
+#pragma once
+
+#include "transport/channel_end.hpp"
+#include "transport/shm/ring.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace l5pg::shim {
+
+class ShmEnd final : public transport::ChannelEnd {
+  public:
+    explicit ShmEnd(shm::Segment segment) noexcept;
+
+    [[nodiscard]] transport::IoResult write(int fd,
+                                            std::span<const std::byte> bytes) noexcept override;
+    [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) noexcept override;
+    [[nodiscard]] bool can_peek() const noexcept override { return true; }
+    [[nodiscard]] transport::IoResult peek(std::span<std::byte> out) noexcept override;
+    [[nodiscard]] bool ready(transport::Want want) noexcept override;
+    [[nodiscard]] bool arm(transport::Want want) noexcept override;
+    void disarm(transport::Want want) noexcept override;
+    void on_socket_readable(int fd) noexcept override;
+    void prepare_for_foreign_wait(int fd) noexcept override;
+    [[nodiscard]] bool hung_up() noexcept override;
+    [[nodiscard]] bool broken() const noexcept override { return error_ != nullptr; }
+    [[nodiscard]] const char* error() const noexcept override { return error_; }
+    [[nodiscard]] wait::WaitPolicy wait_policy(wait::AdaptiveSpin& spin,
+                                               const wait::WaitPolicy& configured,
+                                               bool only_session) noexcept override;
+    void close_by_application() noexcept override;
+    void forget_after_fork() noexcept override;
+
+  private:
+    [[nodiscard]] bool server_closed() noexcept;
+    [[nodiscard]] bool closed() noexcept { return peer_closed_ || server_closed(); }
+    void mark_broken(const char* what) noexcept;
+    // What read() and peek() report for an empty ring.
+    [[nodiscard]] transport::IoResult nothing_to_read() noexcept;
+    void ring(int fd) noexcept;  // one doorbell byte; a failed write means the peer is gone
+
+    shm::Segment segment_;
+    shm::RingWriter tx_;             // client -> server
+    shm::RingReader rx_;             // server -> client
+    bool peer_closed_ = false;       // EOF seen on the socket
+    const char* error_ = nullptr;    // l5pgd wrote something impossible into a ring
+    bool poke_outstanding_ = false;  // a doorbell byte was requested and not yet drained
+};
+
+}  // namespace l5pg::shim
