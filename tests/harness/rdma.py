@@ -7,7 +7,7 @@ pick the device and GID index (Soft-RoCE needs a GID index) for both l5pgd and t
 import os
 import re
 
-from .client import Target, shim_debug_lines
+from .client import Target, shim_debug_lines, shm_target, unix_target
 
 
 def rdma_device():
@@ -60,3 +60,8 @@ def upgraded_rdma(stderr):
 def rdma_debug_reason(stderr):
     """The shim's L5PG_DEBUG lines about RDMA decisions."""
     return [ln for ln in shim_debug_lines(stderr) if re.search(r"RDMA|rdma", ln)]
+
+
+# A target maker per transport, for tests that must hold over every one of them (with the
+# every_transport_daemon fixture).
+EVERY_TRANSPORT = {"shm": shm_target, "unix": unix_target, "rdma": rdma_target}

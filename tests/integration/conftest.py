@@ -15,6 +15,7 @@ from tests.harness import paths  # noqa: E402
 from tests.harness.client import make_target  # noqa: E402
 from tests.harness.cluster import PgCluster  # noqa: E402
 from tests.harness.l5pgd import L5pgd  # noqa: E402
+from tests.harness.rdma import rdma_overrides  # noqa: E402
 
 DEFAULT_TIMEOUT = 120
 TARGETS = ["shm", "tcp"]
@@ -63,6 +64,17 @@ def l5pgd_binary():
 @pytest.fixture(scope="session")
 def l5pgd(workdir, cluster, l5pgd_binary):
     d = L5pgd(workdir / "l5pgd", cluster, workers=2)
+    d.start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def every_transport_daemon(workdir, cluster, l5pgd_binary, shim, request):
+    """A module's own l5pgd serving SHM, plain Unix socket and RDMA (soft) clients, for
+    tests over tests.harness.rdma.EVERY_TRANSPORT."""
+    d = L5pgd(workdir / f"l5pgd-{request.module.__name__}", cluster, workers=2,
+              extra_overrides=rdma_overrides())
     d.start()
     yield d
     d.stop()

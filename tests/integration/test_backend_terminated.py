@@ -7,9 +7,8 @@ session error, on every transport (psycopg 3's test_context_inerror_rollback_no_
 made l5pgd count one over SHM in about half its runs)."""
 import pytest
 
-from tests.harness.client import run, shm_target, unix_target
-from tests.harness.l5pgd import L5pgd
-from tests.harness.rdma import rdma_overrides, rdma_target
+from tests.harness.client import run
+from tests.harness.rdma import EVERY_TRANSPORT
 
 ROUNDS = 20
 
@@ -53,21 +52,11 @@ print("ok", rounds)
 """
 
 
-@pytest.fixture(scope="module")
-def daemon(workdir, cluster, l5pgd_binary, shim):
-    d = L5pgd(workdir / "l5pgd-terminated", cluster, workers=2, extra_overrides=rdma_overrides())
-    d.start()
-    yield d
-    d.stop()
-
-
-TARGETS = {"shm": shm_target, "unix": unix_target, "rdma": rdma_target}
-
-
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("transport", list(TARGETS))
-def test_terminated_backend_is_an_orderly_close(daemon, transport):
-    target = TARGETS[transport](daemon)
+@pytest.mark.parametrize("transport", list(EVERY_TRANSPORT))
+def test_terminated_backend_is_an_orderly_close(every_transport_daemon, transport):
+    daemon = every_transport_daemon
+    target = EVERY_TRANSPORT[transport](daemon)
     errors = daemon.metric("l5pg_session_errors_total", transport=target.name)
     sessions = daemon.metric("l5pg_sessions_total", transport=target.name)
     r = run(["/usr/bin/python3", "-c", SCRIPT, str(ROUNDS)], target, timeout=100,

@@ -17,9 +17,8 @@ import uuid
 import pytest
 
 from tests.harness import paths, pgwire
-from tests.harness.client import run, shm_target, unix_target
-from tests.harness.l5pgd import L5pgd
-from tests.harness.rdma import rdma_overrides, rdma_target
+from tests.harness.client import run
+from tests.harness.rdma import EVERY_TRANSPORT
 
 COUNT = 200
 HELPER = paths.BUILD_DIR / "bin" / "l5pg-send-then-close"
@@ -75,20 +74,13 @@ print("ok", count)
 
 
 @pytest.fixture(scope="module")
-def daemon(workdir, cluster, l5pgd_binary, shim):
-    """One l5pgd serving SHM and plain Unix socket clients, and RDMA (soft) over TCP."""
-    d = L5pgd(workdir / "l5pgd-close", cluster, workers=2, extra_overrides=rdma_overrides())
-    d.start()
-    yield d
-    d.stop()
+def daemon(every_transport_daemon):
+    return every_transport_daemon
 
 
-TARGETS = {"shm": shm_target, "unix": unix_target, "rdma": rdma_target}
-
-
-@pytest.fixture(params=list(TARGETS))
+@pytest.fixture(params=list(EVERY_TRANSPORT))
 def via(request, daemon):
-    return TARGETS[request.param](daemon)
+    return EVERY_TRANSPORT[request.param](daemon)
 
 
 def client_backends(cluster):
