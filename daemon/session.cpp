@@ -5,9 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/client_end_socket.hpp"
 #include "daemon/worker.hpp"
-#include "transport/wait/cpu_hint.hpp"
-#include "transport/wait/doorbell.hpp"
 
 namespace l5pg::daemon {
 
@@ -33,7 +32,8 @@ Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
       peer_(std::move(client.peer)),
       startup_slot_(std::move(client.startup_slot)),
       client_(std::move(client.fd)),
-      stream_(client_.get()) {}
+      stream_(client_.get()),
+      end_(std::make_unique<SocketClientEnd>(stream_, *this)) {}
 
 // Run by the worker's reap(), after the callback or polling round in which the session
 // closed: only now are the segment unmapped, the RDMA channel destroyed and the sockets
@@ -41,8 +41,12 @@ Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
 Session::~Session() {
     if (record_)
         worker_.sessions().remove(id_);
-    if (rdma_ && linger_rdma_)
-        worker_.linger(id_, std::move(rdma_), std::move(client_));
+    end_->reap(client_);
+}
+
+void Session::switch_end(std::unique_ptr<ClientEnd> end) {
+    end_ = std::move(end);
+    worker_.set_polled(this, end_->polled());
 }
 
 void Session::start() {
@@ -93,16 +97,14 @@ void Session::timer_cb(int, short, void* arg) {
 void Session::client_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
-    if (self->client_gone_)
+    if (self->client_gone_) {
         self->watch_departed_client();
-    else if (self->is_rdma())
-        self->on_rdma_socket();
-    else if (self->state_ == SessionState::Startup && !self->is_shm())
-        self->on_startup_readable();
-    else if (self->is_shm())
-        self->on_doorbell();
-    else
-        self->on_client_readable();
+    } else if (self->state_ == SessionState::Startup && !self->end_->polled()) {
+        self->on_startup_readable();  // the socket itself, before any upgrade
+    } else {
+        self->end_->on_socket_readable();
+        (void)self->pump();
+    }
     self->continue_departure();
 }
 
@@ -133,37 +135,19 @@ void Session::upstream_write_cb(int, short, void* arg) {
 }
 
 bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
-    if (!segment_)
-        return false;
-    shm::Header& header = segment_->header();
-    return wait::publish_and_compare(header.server_sole_cpu, header.client_sole_cpu,
-                                     worker_sole_cpu);
+    return end_->shares_sole_cpu(worker_sole_cpu);
 }
 
 bool Session::arm_before_block() {
-    if (state_ == SessionState::Closed || !is_shm())
-        return false;  // RDMA sessions: ServerEndpoint::prepare_to_block() arms them all
-    // Ring data that cannot go anywhere (the client left, or Postgres refuses more) must
-    // not keep the worker awake: the upstream socket wakes us.
-    const bool forwardable = !upstream_blocked_ && !upstream_refuses_ && from_client_.has_data();
-    if (client_gone_)
-        return forwardable;
-    from_client_.arm();
-    // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
-    // partial read that freed nothing, so the flag armed when the ring filled is gone.
-    if (ring_full_)
-        to_client_ring_.arm();
-    grant_doorbells(ring_full_ ? 2 : 1);
-    return (!upstream_refuses_ && from_client_.has_data()) ||
-           (ring_full_ && to_client_ring_.free_bytes() > 0);
+    if (state_ == SessionState::Closed)
+        return false;
+    // Client data that cannot go anywhere (Postgres's socket is full, or Postgres refuses
+    // more) must not keep the worker awake: the upstream socket wakes us.
+    return end_->arm_before_block(!upstream_blocked_ && !upstream_refuses_);
 }
 
 void Session::disarm_after_block() {
-    if (!is_shm())
-        return;
-    // A false return means we consumed nothing we need: the doorbell byte that the client
-    // wrote instead is drained by on_doorbell().
-    (void)from_client_.disarm();
+    end_->disarm_after_block();
 }
 
 // Like Postgres at a fast shutdown, tell the client why before hanging up, so applications
@@ -172,30 +156,11 @@ void Session::disarm_after_block() {
 // socket buffer, the ring or the RDMA channel right now is not sent.
 void Session::terminate_for_shutdown() {
     if (state_ == SessionState::Forwarding && !client_gone_ && !cancel_request_ &&
-        !close_when_flushed_ && from_upstream_.at_boundary() && (is_shm() || to_client_.empty()))
-        send_fatal_now(protocol::build_fatal(protocol::kSqlstateAdminShutdown,
-                                             "terminating connection due to administrator "
-                                             "command"));
+        !close_when_flushed_ && from_upstream_.at_boundary() && !end_->output_queued())
+        end_->send_if_room(protocol::build_fatal(protocol::kSqlstateAdminShutdown,
+                                                 "terminating connection due to "
+                                                 "administrator command"));
     close("l5pgd is shutting down");
-}
-
-void Session::send_fatal_now(std::span<const std::byte> message) {
-    if (is_shm()) {
-        // One record or nothing: half a message would break the client's framing.
-        if (to_client_ring_.free_bytes() < message.size() + 64)
-            return;
-        shm::RingStatus status = shm::RingStatus::Ok;
-        (void)to_client_ring_.write(message, status);
-        return;  // close() sets server_closed and rings the doorbell
-    }
-    if (is_rdma()) {
-        // Its lingering flush delivers it. With the client's ring nearly full only a part
-        // may go (the channel has no all-or-nothing write yet): the client then sees its
-        // connection end mid-message, as it would without the FATAL.
-        (void)rdma_->write(message);
-        return;
-    }
-    (void)stream_.send(message.data(), message.size());
 }
 
 std::string Session::describe() const {
@@ -215,23 +180,9 @@ void Session::close(std::string_view reason, bool error) {
                                         describe(), reason);
     else
         spdlog::debug("session {} ({}): closing: {}", id_, describe(), reason);
-    if (segment_) {
-        // Everything we published stays readable: the flag tells the client that no more
-        // will come, the doorbell wakes it if it is blocked.
-        segment_->header().server_closed.store(1, std::memory_order_release);
-        if (client_.valid())
-            (void)wait::ring_doorbell(client_.get());
-        worker_.set_polled(this, false);
-    }
+    end_->on_close(error, client_gone_);
+    worker_.set_polled(this, false);
     startup_slot_.release();
-    if (rdma_) {
-        // Let the client find every byte we wrote: when the session is reaped, the worker
-        // keeps the channel, and the socket it rings, until then (bounded by the
-        // completion timeout) without blocking. Otherwise the queue pair goes at reaping:
-        // the client can no longer reach us.
-        linger_rdma_ = !error && !client_gone_ && !rdma_->broken() && !rdma_->peer_closed();
-        worker_.set_polled(this, false);
-    }
     withdraw_wire_offer();
     wire_timer_.reset();
     if (counted_) {

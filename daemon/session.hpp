@@ -1,6 +1,7 @@
 // One client session: startup handshake (plain, SSL/GSS refusal, cancel forwarding, L5
 // upgrade), the upstream connection to Postgres, and byte forwarding in both directions
-// over either the client's socket, its shared-memory rings or its RDMA channel.
+// through the client's end (client_end.hpp: its socket, its shared-memory rings or its RDMA
+// channel), written once for all three.
 //
 // States: Startup -> Connecting -> Forwarding -> Closed. Every teardown goes through
 // close(reason), which logs the session id and the reason once. A client that leaves
@@ -19,6 +20,7 @@
 #include "daemon/admission.hpp"
 #include "daemon/byte_queue.hpp"
 #include "daemon/client_auth.hpp"
+#include "daemon/client_end.hpp"
 #include "daemon/client_stream.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/log_limiter.hpp"
@@ -29,8 +31,6 @@
 #include "protocol/startup.hpp"
 #include "transport/rdma/channel/hello.hpp"
 #include "transport/rdma/channel/offer.hpp"
-#include "transport/rdma/channel/server.hpp"
-#include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
 
 namespace l5pg::daemon {
@@ -40,7 +40,7 @@ class Worker;
 enum class SessionState { Startup, Connecting, Forwarding, Closed };
 [[nodiscard]] std::string_view to_string(SessionState s) noexcept;
 
-class Session {
+class Session final : public ClientEndHost {
   public:
     Session(Worker& worker, uint64_t id, AcceptedClient client);
     ~Session();
@@ -49,21 +49,19 @@ class Session {
 
     void start();
 
-    // Called by the worker's polling loop for SHM and RDMA sessions: moves ring (channel)
-    // data to the upstream socket and resumes reading upstream when ring space was freed.
+    // Called by the worker's polling loop for SHM and RDMA sessions: moves the client's
+    // data to the upstream socket and resumes reading upstream when the client made room.
     // Returns true if anything moved.
     bool poll_channel();
-    // Arms the client->server ring's reader_waiting flag before the worker blocks;
-    // returns true if data arrived meanwhile (then the worker must not block).
+    // Arms the client's wake-up of the worker before it blocks; returns true if data
+    // arrived meanwhile (then the worker must not block).
     bool arm_before_block();
     void disarm_after_block();
 
     // Publishes the worker's placement hint into an SHM session's header and tells whether
-    // the client is confined to that same single CPU (transport/wait/cpu_hint.hpp); false for RDMA.
+    // the client is confined to that same single CPU (transport/wait/cpu_hint.hpp); false
+    // for other transports.
     [[nodiscard]] bool client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept;
-
-    [[nodiscard]] bool is_shm() const noexcept { return segment_.has_value(); }
-    [[nodiscard]] bool is_rdma() const noexcept { return rdma_ != nullptr; }
     // True from forwarding client bytes upstream until Postgres's next bytes arrive:
     // the next event is Postgres's, not the client's.
     [[nodiscard]] bool awaiting_upstream() const noexcept { return awaiting_upstream_; }
@@ -73,7 +71,7 @@ class Session {
     // Immediate teardown (also used at shutdown). `error` counts it in the metrics. Marks
     // the session closed and stops its events; the worker's reap() destroys it (and only
     // then unmaps, closes and frees) after the current callback or polling round.
-    void close(std::string_view reason, bool error = false);
+    void close(std::string_view reason, bool error = false) override;
     // Shutdown (SIGTERM, a second SIGINT): FATAL 57P01 to the client when it can go out
     // now without breaking its framing, then close().
     void terminate_for_shutdown();
@@ -82,18 +80,27 @@ class Session {
     // what it published still goes to Postgres before the session closes. Only marks the
     // session; continue_departure() does the work (session_depart.cpp).
     // `may_still_read`: a socket client's EOF, which may be a shutdown(SHUT_WR) only.
-    void client_departed(std::string reason, bool error = false, bool may_still_read = false);
+    void client_departed(std::string reason, bool error = false,
+                         bool may_still_read = false) override;
     // Moves a departure on; a no-op otherwise. Called at the end of every event callback
     // and polling round, where nothing touches the session afterwards.
     void continue_departure();
 
   private:
-    void send_fatal_now(std::span<const std::byte> message);  // see terminate_for_shutdown()
+    // ClientEndHost, for the client's end (client_end.hpp)
+    void client_socket_ended() override { client_eof_ = true; }
+    void watch_client_readable(bool on) override { set_event(client_read_.get(), on); }
+    void watch_client_writable(bool on) override { set_event(client_write_.get(), on); }
+    [[nodiscard]] size_t high_water() const noexcept override;
+    // The end a client upgraded to replaces the socket end.
+    void switch_end(std::unique_ptr<ClientEnd> end);
+
     // startup (session_startup.cpp)
     void on_startup_readable();
     bool read_startup_from_socket();
     bool read_startup_from_tls(size_t want);
-    bool read_startup_from_ring();
+    // An upgraded client's startup bytes, from its end.
+    bool read_startup_from_end();
     // The client's Hello after an RDMA offer, else a startup packet.
     void process_startup_input();
     void process_startup_buffer();
@@ -104,16 +111,18 @@ class Session {
     void publish_record(std::string_view role, std::string_view database);
     // For log lines: role, database (once admitted), peer and transport.
     [[nodiscard]] std::string describe() const;
-    // Reads with `read` and processes startup packets until none is complete or the session
-    // leaves Startup; several may be queued (SSLRequest, then StartupMessage).
-    bool drain_startup(bool (Session::*read)());
+    // Reads from the client's end and processes startup packets until none is complete or
+    // the session leaves Startup; several may be queued (SSLRequest, then StartupMessage).
+    bool drain_startup();
     void handle_startup_packet(const protocol::StartupPacket& packet, size_t length);
     void handle_upgrade(const protocol::StartupPacket& packet);
     // SSLRequest on the TCP listener with tls.mode allow/require: 'S', then the handshake.
     [[nodiscard]] bool can_start_tls() const noexcept;
     void start_tls();
     void continue_tls_handshake();
-    [[nodiscard]] std::optional<std::string> try_attach(const protocol::L5UpgradeRequest& req);
+    // The SHM end for the memfd the client passed, or why not.
+    [[nodiscard]] std::optional<std::string> try_attach(const protocol::L5UpgradeRequest& req,
+                                                        std::unique_ptr<ClientEnd>& end);
     // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
@@ -122,11 +131,9 @@ class Session {
     void fail_upstream_connect(int err);  // err 0: timeout
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
-    bool read_startup_from_channel();
 
     // departure (session_depart.cpp)
     [[nodiscard]] bool drain_client_data();
-    [[nodiscard]] bool drain_socket_client();
     void discard_upstream();
     // Postgres's output goes nowhere: the client left and cannot read it.
     [[nodiscard]] bool discarding_output() const noexcept {
@@ -147,37 +154,27 @@ class Session {
     void decline_rdma(std::string_view reason);
     void withdraw_wire_offer();
     bool send_now(std::span<const std::byte> bytes);
-    bool poll_ring();
-    bool poll_rdma();
-    void on_rdma_socket();
-    bool forward_channel_to_upstream();
-    void flush_client_rdma();
-    void close_on_channel_status(rdma::IoStatus status);
     static void wire_timer_cb(int fd, short what, void* arg);
 
     // forwarding (session_forward.cpp)
-    void on_client_readable();
+    // Moves what can move now: startup bytes, the client's bytes to Postgres, Postgres's
+    // bytes to a client that made room. True if anything moved.
+    bool pump();
     void on_client_writable();
     void on_upstream_readable();
     void on_upstream_writable();
-    void on_doorbell();
-    void read_upstream_into_ring();
-    void read_upstream_into_queue();
-    bool forward_ring_to_upstream();
-    void answer_poke();
+    void read_upstream();
+    bool forward_client_to_upstream();
+    void discard_client_input();  // nothing more can go to Postgres
     void flush_upstream();
     void flush_client();
     void send_to_client(std::span<const std::byte> bytes);
-    void wake_client();  // writes one doorbell byte to an SHM client
-    void grant_doorbells(unsigned occasions) noexcept;
-    bool account_doorbells(size_t count);  // false: closed the session (doorbell flood)
     void finish_after_flush(std::string reason);
     void upstream_write_failed(int err);  // a send() to Postgres failed with `err`
     // The bytes metrics and this session's directory record.
     void count_bytes(Direction direction, uint64_t n);
     void set_awaiting_upstream(bool awaiting);
     void update_upstream_reading();
-    [[nodiscard]] size_t high_water() const noexcept;
 
     // events (session.cpp)
     static void client_read_cb(int fd, short what, void* arg);
@@ -197,36 +194,30 @@ class Session {
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;             // included in sessions_active
     bool cancel_request_ = false;      // upstream leg only carries a CancelRequest
-    bool close_when_flushed_ = false;  // close once to_client_ (or to_upstream_) drains
+    bool close_when_flushed_ = false;  // close once the client's output (or to_upstream_) drains
     std::string close_reason_;         // for close_when_flushed_
     bool upstream_blocked_ = false;    // upstream send returned EAGAIN
-    bool ring_full_ = false;           // server->client ring had no room
     bool awaiting_upstream_ = false;   // see awaiting_upstream(); set_awaiting_upstream()
     std::chrono::steady_clock::time_point request_forwarded_at_;  // awaiting_upstream_ began
     bool admin_ = false;                     // served by the admin console, not Postgres
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
     std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
-    // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
-    static constexpr int64_t kDoorbellSlack = 4096;
-    int64_t doorbell_credit_ = kDoorbellSlack;
-    uint64_t doorbells_received_ = 0;
 
     // departure (session_depart.cpp)
     bool client_gone_ = false;        // the client left; nothing goes to it any more
     bool departure_error_ = false;    // it left through an error (counted unless explained)
     bool drain_timer_armed_ = false;  // limits.drain_timeout_ms runs
-    bool client_eof_ = false;         // socket clients: recv() reported EOF or an error
-    bool client_may_read_ = false;    // ... only EOF: answers go to it until a send fails
-    bool channel_exhausted_ = false;  // RDMA: read() has nothing more and never will
+    bool client_eof_ = false;         // its socket reported EOF or an error
+    bool client_may_read_ = false;    // socket clients' EOF: answers go to it until a send fails
     bool upstream_shut_ = false;      // shutdown(SHUT_WR) sent after the client's last byte
     bool upstream_refuses_ = false;   // Postgres closed its end: sending failed (EPIPE)
     bool upstream_eof_ = false;       // Postgres closed its end
-    bool linger_rdma_ = false;        // at reaping, hand the RDMA channel to the worker to flush
     std::string departure_reason_;
 
     UniqueFd client_;
-    ClientStream stream_;  // client_'s bytes, through TLS once started (socket clients)
+    ClientStream stream_;             // client_'s bytes, through TLS once started (socket clients)
+    std::unique_ptr<ClientEnd> end_;  // the socket's, then the one the client upgraded to
     UniqueFd upstream_;
     UniqueFd passed_fd_;  // memfd received with an upgrade request
 
@@ -238,13 +229,7 @@ class Session {
 
     std::vector<std::byte> startup_;  // private copy of the startup packet being read
     protocol::MessageBoundaryTracker from_upstream_;  // where Postgres's messages end
-    ByteQueue to_upstream_;
-    ByteQueue to_client_;  // to a socket or RDMA client (SHM writes into its ring)
-
-    std::optional<shm::Segment> segment_;
-    SegmentRegistry::Claim segment_claim_;  // segment_'s entry in the registry
-    shm::RingReader from_client_;
-    shm::RingWriter to_client_ring_;
+    ByteQueue to_upstream_;  // bytes l5pgd itself sends Postgres: the startup packet
 
     RdmaPhase rdma_phase_ = RdmaPhase::None;
     bool wire_offered_ = false;  // wire_token_ is registered with the WireRegistry
@@ -252,7 +237,6 @@ class Session {
     rdma::Hello client_hello_;
     std::chrono::steady_clock::time_point wire_deadline_;
     EventPtr wire_timer_;
-    std::unique_ptr<rdma::ServerSession> rdma_;
 };
 
 }  // namespace l5pg::daemon

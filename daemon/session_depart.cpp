@@ -39,26 +39,31 @@ namespace {
 constexpr size_t kDiscardChunk = 16 * 1024;
 // Upstream reads per callback while discarding, before other sessions get a turn.
 constexpr int kDiscardReads = 16;
-constexpr size_t kClientChunk = 64 * 1024;
 
 }  // namespace
 
 void Session::client_departed(std::string reason, bool error, bool may_still_read) {
-    if (client_gone_ || state_ == SessionState::Closed)
+    if (state_ == SessionState::Closed)
         return;
+    if (client_gone_) {
+        // A socket client that only shut down its sending side still reads, until a send
+        // to it fails (this call, from its end).
+        if (client_may_read_ && !may_still_read) {
+            client_may_read_ = false;
+            end_->on_client_gone(false);
+            update_upstream_reading();
+        }
+        return;
+    }
     client_gone_ = true;
     departure_error_ = error;
     departure_reason_ = std::move(reason);
     spdlog::debug("session {}: {}: forwarding what it sent, then closing", id_, departure_reason_);
     set_event(client_read_.get(), false);
     // A socket client that only shut down its sending side still reads, as it would from
-    // Postgres directly; the first failed send to it ends that (flush_client()).
-    client_may_read_ = may_still_read && !is_shm() && !is_rdma();
-    if (!client_may_read_) {
-        set_event(client_write_.get(), false);
-        to_client_.clear();  // socket and RDMA clients: undeliverable now
-    }
-    ring_full_ = false;  // SHM: stop waiting for the client to make room
+    // Postgres directly (only a socket end reports may_still_read).
+    client_may_read_ = may_still_read;
+    end_->on_client_gone(may_still_read);
     update_upstream_reading();
 }
 
@@ -79,7 +84,7 @@ void Session::continue_departure() {
     if (!upstream_.valid()) {
         // Postgres left first (finish_after_flush): nothing more can go to it. A client
         // that still reads gets the rest of Postgres's output first (flush_client closes).
-        if (!client_may_read_ || to_client_.empty())
+        if (!client_may_read_ || !end_->output_queued())
             finish_departure("");
         return;
     }
@@ -89,54 +94,27 @@ void Session::continue_departure() {
         // Everything is in Postgres's socket: let it read to the end, then EOF.
         (void)::shutdown(upstream_.get(), SHUT_WR);
         upstream_shut_ = true;
-        if (rdma_) {
-            // Nothing more can come from it: free the channel and leave the polling loop
-            // (a peer-closed channel would keep the worker from ever blocking).
-            rdma_.reset();
-            worker_.set_polled(this, false);
-        }
+        // Nothing more can come from the client: an RDMA end frees its channel, and the
+        // session leaves the polling loop (a peer-closed channel would keep the worker
+        // from ever blocking).
+        end_->on_input_done();
+        worker_.set_polled(this, false);
         update_upstream_reading();
     }
     if (upstream_eof_)
         finish_departure("");
 }
 
-// True once everything the client published has been handed to the upstream socket.
+// True once everything the client published has been handed to the upstream socket. A
+// socket end reads what is still in the socket (the kernel hands it out before it reports
+// EOF or ECONNRESET) until it has nothing more.
 bool Session::drain_client_data() {
     if (upstream_refuses_)
         return true;  // Postgres closed its end: nothing more can reach it
-    if (is_shm()) {
-        (void)forward_ring_to_upstream();
-        return state_ == SessionState::Forwarding && !upstream_blocked_ && to_upstream_.empty() &&
-               !from_client_.has_data();
-    }
-    if (is_rdma()) {
-        (void)forward_channel_to_upstream();
-        return state_ == SessionState::Forwarding && !upstream_blocked_ && to_upstream_.empty() &&
-               channel_exhausted_;
-    }
-    return drain_socket_client();
-}
-
-// Socket clients: what we read is in to_upstream_, what we did not is still in the
-// socket (the kernel hands it out before it reports EOF or ECONNRESET).
-bool Session::drain_socket_client() {
-    for (;;) {
-        flush_upstream();
-        if (state_ != SessionState::Forwarding || upstream_blocked_)
-            return false;
-        if (client_eof_ || !client_.valid())
-            return true;
-        std::span<std::byte> space = to_upstream_.prepare(kClientChunk);
-        const ssize_t n = stream_.recv(space.data(), space.size());
-        const int err = errno;
-        to_upstream_.commit(n > 0 ? static_cast<size_t>(n) : 0);
-        if (n < 0 && err == EINTR)
-            continue;
-        if (n <= 0)
-            client_eof_ = true;  // EOF, ECONNRESET, or EAGAIN from a client that cannot
-                                 // receive any more: it sends nothing more either
-    }
+    flush_upstream();
+    (void)forward_client_to_upstream();
+    return state_ == SessionState::Forwarding && !upstream_blocked_ && to_upstream_.empty() &&
+           end_->input_exhausted();
 }
 
 void Session::discard_upstream() {

@@ -1,8 +1,8 @@
 // RDMA sessions (docs/wire-format.md section 5): the two-step upgrade on the TCP socket
 // (request -> offer 'R', client Hello -> 'L' + our Hello, or 'N' at either step and the
-// connection carries on as plain TCP), then forwarding between the RDMA channel and the
-// upstream socket. The worker's polling loop calls poll_rdma(); the session socket only
-// carries doorbell bytes and EOF.
+// connection carries on as plain TCP). Once accepted, the session's end is an
+// RdmaClientEnd (client_end_rdma.cpp), driven by the worker's polling loop; the session
+// socket only carries doorbell bytes and EOF.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/client_end_rdma.hpp"
 #include "daemon/rdma_wire.hpp"
 #include "daemon/session.hpp"
 #include "daemon/worker.hpp"
@@ -19,7 +20,6 @@
 namespace l5pg::daemon {
 namespace {
 
-constexpr size_t kChannelChunk = 64 * 1024;
 // How long the client has to open the soft device's wire connection after the offer.
 constexpr auto kWireWait = std::chrono::seconds(5);
 // Retry interval while waiting for the wire connection to arrive on the main thread.
@@ -185,8 +185,9 @@ void Session::finish_rdma_accept(UniqueFd wire) {
     rdma::encode_hello(reply,
                        std::span<std::byte, rdma::kHelloSize>(answer.data() + 1, rdma::kHelloSize));
     rdma_phase_ = RdmaPhase::None;
-    rdma_ = std::move(channel);
-    worker_.set_polled(this, true);
+    switch_end(std::make_unique<RdmaClientEnd>(std::move(channel),
+                                               worker_.rdma_device_kind() == rdma::DeviceKind::Soft,
+                                               *this, worker_, id_));
     if (!send_now(answer)) {
         close("cannot answer the RDMA hello", true);
         return;
@@ -200,104 +201,6 @@ void Session::finish_rdma_accept(UniqueFd wire) {
     set_event(client_read_.get(), true);  // doorbells and EOF from now on
     spdlog::debug("session {}: upgraded to RDMA ({} device, rings {} / {} bytes)", id_,
                   worker_.rdma_device_name(), reply.ring_size, client_hello_.ring_size);
-}
-
-// Closed: the client's socket is at EOF. Error: the queue pair failed -- also what a
-// client tearing its channel down looks like for a moment (finish_departure() looks at
-// the socket again before counting it as an error).
-void Session::close_on_channel_status(rdma::IoStatus status) {
-    const bool closed = status == rdma::IoStatus::Closed;
-    std::string reason = closed ? std::string("client disconnected")
-                                : fmt::format("RDMA channel error: {}", rdma_->error());
-    if (state_ == SessionState::Startup)
-        close(reason, !closed);
-    else
-        client_departed(std::move(reason), !closed);
-}
-
-void Session::on_rdma_socket() {
-    rdma_->on_socket_readable();
-    // EOF stays readable for ever: stop watching; read() reports Closed once everything
-    // the client sent has been read, from the polling loop.
-    if (rdma_->peer_closed())
-        set_event(client_read_.get(), false);
-    (void)poll_rdma();
-}
-
-bool Session::poll_rdma() {
-    if (state_ == SessionState::Closed)
-        return false;
-    (void)rdma_->progress();  // completions: doorbells owed, READ results; errors show below
-    switch (state_) {
-        case SessionState::Closed:
-        case SessionState::Connecting:
-            return false;
-        case SessionState::Startup:
-            return drain_startup(&Session::read_startup_from_channel);
-        case SessionState::Forwarding:
-            break;
-    }
-    bool moved = forward_channel_to_upstream();
-    if (state_ == SessionState::Forwarding && !client_gone_ && !to_client_.empty() &&
-        (!rdma_->write_blocked() || rdma_->writable())) {
-        const size_t before = to_client_.size();
-        flush_client_rdma();
-        moved = moved || (state_ != SessionState::Closed && to_client_.size() != before);
-    }
-    return moved;
-}
-
-bool Session::forward_channel_to_upstream() {
-    bool moved = false;
-    while (state_ == SessionState::Forwarding && upstream_.valid() && !upstream_blocked_ &&
-           !upstream_shut_ && !upstream_refuses_ && to_upstream_.empty()) {
-        // Whether every WRITE the client made has landed, taken before the read: the soft
-        // device applies the last ones from its wire until the client's end of it closes
-        // (then the queue pair fails); a hardware QP has applied them before the client's
-        // socket could show EOF.
-        const bool settled =
-            rdma_->broken() || worker_.rdma_device_kind() != rdma::DeviceKind::Soft;
-        std::span<std::byte> space = to_upstream_.prepare(kChannelChunk);
-        const rdma::IoResult r = rdma_->read(space);
-        to_upstream_.commit(r.bytes);
-        if (r.bytes > 0) {
-            moved = true;
-            flush_upstream();  // counts the bytes; queues what the socket does not take
-            continue;
-        }
-        if (r.status == rdma::IoStatus::WouldBlock || r.status == rdma::IoStatus::Ok)
-            break;
-        channel_exhausted_ = settled;
-        close_on_channel_status(r.status);
-        break;
-    }
-    if (moved)
-        set_awaiting_upstream(true);
-    return moved;
-}
-
-void Session::flush_client_rdma() {
-    if (client_gone_)
-        to_client_.clear();
-    while (!to_client_.empty() && state_ != SessionState::Closed) {
-        const auto data = to_client_.front();
-        const rdma::IoResult r = rdma_->write(data);
-        if (r.bytes > 0) {
-            to_client_.consume(r.bytes);
-            count_bytes(Direction::ServerToClient, r.bytes);
-        }
-        if (r.status == rdma::IoStatus::Closed || r.status == rdma::IoStatus::Error) {
-            close_on_channel_status(r.status);
-            return;
-        }
-        if (r.status == rdma::IoStatus::WouldBlock || r.bytes < data.size())
-            break;  // the client's ring is full: the polling loop retries when it drains
-    }
-    if (to_client_.empty() && close_when_flushed_) {
-        close(close_reason_);
-        return;
-    }
-    update_upstream_reading();
 }
 
 }  // namespace l5pg::daemon

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/client_auth.hpp"
+#include "daemon/client_end_shm.hpp"
 #include "daemon/session.hpp"
 #include "daemon/upstream.hpp"
 #include "daemon/worker.hpp"
@@ -140,50 +141,27 @@ bool Session::read_startup_from_tls(size_t want) {
     return true;
 }
 
-bool Session::read_startup_from_ring() {
+// Exactly the packet's bytes, copied out of the end (which another process writes) before
+// they are parsed. Returns false when the session was closed.
+bool Session::read_startup_from_end() {
     for (;;) {
         const size_t want = startup_bytes_wanted(startup_);
         if (want == 0)
             return true;
-        std::byte chunk[512];
-        shm::RingStatus status = shm::RingStatus::Ok;
-        const size_t n = from_client_.read({chunk, std::min(want, sizeof chunk)}, status);
-        if (status == shm::RingStatus::Corrupt) {
-            close("shm protocol violation in the client->server ring", true);
-            return false;
-        }
-        if (n == 0)
-            return true;
-        if (from_client_.writer_needs_wakeup())
-            wake_client();
-        startup_.insert(startup_.end(), chunk, chunk + n);
+        std::span<const std::byte> data;
+        if (end_->peek(data) != IoStatus::Ok)
+            return state_ != SessionState::Closed;
+        const size_t n = std::min(want, data.size());
+        startup_.insert(startup_.end(), data.begin(), data.begin() + static_cast<ptrdiff_t>(n));
+        end_->consume(n);
     }
 }
 
-// The RDMA channel's version of read_startup_from_ring(). Returns false when closed.
-bool Session::read_startup_from_channel() {
-    for (;;) {
-        const size_t want = startup_bytes_wanted(startup_);
-        if (want == 0)
-            return true;
-        std::byte chunk[512];
-        const rdma::IoResult r = rdma_->read({chunk, std::min(want, sizeof chunk)});
-        if (r.bytes > 0) {
-            startup_.insert(startup_.end(), chunk, chunk + r.bytes);
-            continue;
-        }
-        if (r.status == rdma::IoStatus::WouldBlock || r.status == rdma::IoStatus::Ok)
-            return true;
-        close_on_channel_status(r.status);
-        return false;
-    }
-}
-
-bool Session::drain_startup(bool (Session::*read)()) {
+bool Session::drain_startup() {
     bool progress = false;
     while (state_ == SessionState::Startup) {
         const size_t before = startup_.size();
-        if (!(this->*read)() || startup_.size() == before)
+        if (!read_startup_from_end() || startup_.size() == before)
             break;
         progress = true;
         process_startup_buffer();
@@ -242,7 +220,7 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
 }
 
 void Session::handle_upgrade(const protocol::StartupPacket& packet) {
-    if (is_shm() || is_rdma()) {
+    if (end_->polled()) {
         // Already upgraded: the answer goes through the channel like any other byte.
         startup_.clear();
         metrics_.upgrade_declined();
@@ -258,7 +236,8 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
         return;
     }
     startup_.clear();
-    std::optional<std::string> refusal = try_attach(packet.upgrade);
+    std::unique_ptr<ClientEnd> shm_end;
+    std::optional<std::string> refusal = try_attach(packet.upgrade, shm_end);
     passed_fd_.reset();
     const std::byte answer = refusal ? protocol::kL5Declined : protocol::kL5Accepted;
     if (::send(client_.get(), &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
@@ -269,21 +248,17 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
         metrics_.upgrade_declined();
         client_logs().upgrade_declined.log(spdlog::level::info, "session {}: upgrade declined: {}",
                                            id_, *refusal);
-        segment_.reset();
         return;
     }
     metrics_.upgrade_accepted();
     transport_ = Transport::Shm;
-    from_client_ =
-        shm::RingReader(segment_->header().c2s, segment_->c2s_data(), segment_->c2s_size());
-    to_client_ring_ =
-        shm::RingWriter(segment_->header().s2c, segment_->s2c_data(), segment_->s2c_size());
-    worker_.set_polled(this, true);
+    switch_end(std::move(shm_end));
     spdlog::debug("session {}: upgraded to shared memory (rings {} / {} bytes)", id_,
-                  segment_->c2s_size(), segment_->s2c_size());
+                  packet.upgrade.c2s_ring_size, packet.upgrade.s2c_ring_size);
 }
 
-std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest& req) {
+std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest& req,
+                                               std::unique_ptr<ClientEnd>& end) {
     const config::ShmConfig& cfg = worker_.config().shm;
     if (transport_ != Transport::Unix)
         return "shared memory needs the Unix socket listener";
@@ -303,18 +278,19 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
                    ? fmt::format("the memfd is already attached to session {}", taken.holder)
                    : fmt::format("fstat of the memfd: {}", std::strerror(taken.err));
     shm::SysError error;
-    segment_ =
+    std::optional<shm::Segment> segment =
         shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size, req.s2c_ring_size, error);
-    if (!segment_)
+    if (!segment)
         return fmt::format("cannot attach the shared memory: {}{}{}", error.what,
                            error.err ? ": " : "", error.err ? std::strerror(error.err) : "");
-    segment_claim_ = std::move(*claim);
+    end = std::make_unique<ShmClientEnd>(std::move(*segment), std::move(*claim), client_.get(),
+                                         *this, metrics_);
     return std::nullopt;
 }
 
 bool Session::can_start_tls() const noexcept {
     return transport_ == Transport::Tcp && worker_.admission().tls && !stream_.tls() &&
-           !is_rdma() && rdma_phase_ == RdmaPhase::None;
+           rdma_phase_ == RdmaPhase::None;
 }
 
 // 'S' goes out in plaintext: the socket's buffer is empty at this point of the startup, so
@@ -501,9 +477,10 @@ void Session::on_upstream_connected() {
     }
     flush_upstream();
     // Bytes a TLS client sent in the StartupMessage's record wait in OpenSSL, where no
-    // readiness event announces them.
-    if (state_ == SessionState::Forwarding && !cancel_request_ && stream_.pending() > 0)
-        on_client_readable();
+    // readiness event announces them (the socket end looks there too); an upgraded client
+    // may have published its first query already.
+    if (state_ == SessionState::Forwarding && !cancel_request_)
+        (void)pump();
 }
 
 // The client learns that Postgres could not be reached and why, not where it lives (the

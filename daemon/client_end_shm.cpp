@@ -1,0 +1,220 @@
+#include "daemon/client_end_shm.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "transport/wait/cpu_hint.hpp"
+#include "transport/wait/doorbell.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+// Doorbell bytes drained per wake-up: a client writing them in a loop gets one turn like
+// everybody else, not the worker.
+constexpr size_t kDoorbellDrainBudget = 4096;
+// Credit per occasion for the client to ring (generous: an honest client rings once).
+constexpr int64_t kDoorbellsPerOccasion = 4;
+
+}  // namespace
+
+ShmClientEnd::ShmClientEnd(shm::Segment segment, SegmentRegistry::Claim claim, int socket,
+                           ClientEndHost& host, Metrics& metrics)
+    : segment_(std::move(segment)),
+      claim_(std::move(claim)),
+      socket_(socket),
+      host_(host),
+      metrics_(metrics),
+      from_client_(segment_.header().c2s, segment_.c2s_data(), segment_.c2s_size()),
+      to_client_(segment_.header().s2c, segment_.s2c_data(), segment_.s2c_size()) {}
+
+// An honest client writes a doorbell byte only when it finds one of our wait flags set
+// (it clears the flag as it rings) or to answer a doorbell of ours (the poke, at most one
+// per doorbell we sent). So every doorbell it may send follows an occasion we created:
+// arming a flag or ringing it. Each occasion grants a few doorbells' credit; a client
+// whose doorbells exceed the credit writes them for no reason and only costs the worker
+// (and every session on it) CPU: it is closed.
+void ShmClientEnd::grant_doorbells(unsigned occasions) noexcept {
+    doorbell_credit_ =
+        std::min(kDoorbellSlack, doorbell_credit_ + kDoorbellsPerOccasion * occasions);
+}
+
+bool ShmClientEnd::account_doorbells(size_t count) {
+    doorbells_received_ += count;
+    doorbell_credit_ -= static_cast<int64_t>(count);
+    if (doorbell_credit_ >= 0)
+        return true;
+    host_.close(fmt::format("doorbell flood: {} doorbell bytes received, far more than this "
+                            "session's ring activity explains",
+                            doorbells_received_),
+                true);
+    return false;
+}
+
+void ShmClientEnd::wake_client() {
+    if (gone_)
+        return;
+    grant_doorbells(1);
+    metrics_.doorbell_sent();
+    if (!wait::ring_doorbell(socket_))
+        host_.client_departed("client socket gone (doorbell failed)");
+}
+
+void ShmClientEnd::on_socket_readable() {
+    size_t count = 0;
+    const wait::DrainResult result = wait::drain_doorbells(socket_, count, kDoorbellDrainBudget);
+    const int err = errno;
+    if (result == wait::DrainResult::Drained && !account_doorbells(count))
+        return;
+    if (result == wait::DrainResult::PeerClosed) {
+        const bool clean = segment_.header().client_closed.load(std::memory_order_acquire) != 0;
+        host_.client_socket_ended();
+        host_.client_departed(clean ? "client closed the connection" : "client disconnected");
+    } else if (result == wait::DrainResult::Error) {
+        // ECONNRESET: the client closed with our doorbell bytes unread -- a departure
+        // like EOF (issue 20), and what it published is still in the ring.
+        host_.client_socket_ended();
+        host_.client_departed(fmt::format("client socket error: {}", std::strerror(err)),
+                              err != ECONNRESET && err != EPIPE);
+    }
+}
+
+void ShmClientEnd::progress(bool forwarding) {
+    if (!forwarding)
+        return;
+    // The shim sets client_closed after its last record, before it closes the socket.
+    if (segment_.header().client_closed.load(std::memory_order_acquire) != 0)
+        host_.client_departed("client closed the connection");
+    answer_poke();
+}
+
+// A client that returns from recv() with data still in our ring arms reader_waiting and
+// pokes us with a doorbell byte: it may next wait in an epoll we do not interpose
+// (psycopg 3, asyncio), which only wakes if a byte arrives on its socket. Data already
+// published never triggers reader_needs_wakeup() again, so answer here.
+void ShmClientEnd::answer_poke() {
+    if (gone_ || segment_.header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0)
+        return;
+    if (!to_client_.empty() && to_client_.reader_needs_wakeup())
+        wake_client();
+}
+
+IoStatus ShmClientEnd::peek(std::span<const std::byte>& data) {
+    const shm::RingStatus status = from_client_.peek(data);
+    if (status == shm::RingStatus::Empty)
+        return IoStatus::WouldBlock;
+    if (status != shm::RingStatus::Ok) {
+        host_.close("shm protocol violation in the client->server ring", true);
+        return IoStatus::Error;
+    }
+    return IoStatus::Ok;
+}
+
+// Sent straight from shared memory by the session: the kernel copied it, we never parsed it.
+void ShmClientEnd::consume(size_t n) {
+    from_client_.consume(n);
+    if (from_client_.writer_needs_wakeup())
+        wake_client();
+}
+
+IoStatus ShmClientEnd::reserve(size_t want, std::span<std::byte>& space) {
+    for (;;) {
+        const shm::RingStatus status = to_client_.reserve(want, space);
+        if (status == shm::RingStatus::Ok)
+            return IoStatus::Ok;
+        if (status == shm::RingStatus::Corrupt) {
+            host_.close(
+                "shm protocol violation: impossible read position in the "
+                "server->client ring",
+                true);
+            return IoStatus::Error;
+        }
+        // Full. Dekker: arm, then re-check, so the client's next consume rings our doorbell.
+        to_client_.arm();
+        grant_doorbells(1);
+        if (to_client_.free_bytes() == 0) {
+            ring_full_ = true;
+            return IoStatus::WouldBlock;
+        }
+        (void)to_client_.disarm();
+    }
+}
+
+// Read back from shared memory by the session (for its message tracker): a client that
+// scribbles over it only spoils whether its own session gets a FATAL at shutdown.
+void ShmClientEnd::commit(size_t n) {
+    if (n == 0)
+        return;  // nothing received into the reserved record: it stays unpublished
+    to_client_.commit(n);
+    if (to_client_.reader_needs_wakeup())
+        wake_client();
+}
+
+void ShmClientEnd::send(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+        shm::RingStatus status = shm::RingStatus::Ok;
+        const size_t n = to_client_.write(bytes, status);
+        if (status == shm::RingStatus::Corrupt || n == 0) {
+            host_.close("cannot write to the client ring", true);
+            return;
+        }
+        bytes = bytes.subspan(n);
+    }
+    if (to_client_.reader_needs_wakeup())
+        wake_client();
+}
+
+void ShmClientEnd::send_if_room(std::span<const std::byte> message) {
+    if (to_client_.free_bytes() < message.size() + 64)
+        return;
+    shm::RingStatus status = shm::RingStatus::Ok;
+    (void)to_client_.write(message, status);  // on_close() rings the doorbell
+}
+
+bool ShmClientEnd::resume_output() {
+    if (!ring_full_ || to_client_.free_bytes() == 0)
+        return false;
+    (void)to_client_.disarm();
+    ring_full_ = false;
+    return true;
+}
+
+bool ShmClientEnd::arm_before_block(bool input_wanted) {
+    if (gone_)  // nothing comes from the client; the upstream socket wakes us
+        return input_wanted && from_client_.has_data();
+    from_client_.arm();
+    // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
+    // partial read that freed nothing, so the flag armed when the ring filled is gone.
+    if (ring_full_)
+        to_client_.arm();
+    grant_doorbells(ring_full_ ? 2 : 1);
+    return (input_wanted && from_client_.has_data()) || (ring_full_ && to_client_.free_bytes() > 0);
+}
+
+// A false return means we consumed nothing we need: the doorbell byte that the client
+// wrote instead is drained by on_socket_readable().
+void ShmClientEnd::disarm_after_block() {
+    (void)from_client_.disarm();
+}
+
+bool ShmClientEnd::shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
+    shm::Header& header = segment_.header();
+    return wait::publish_and_compare(header.server_sole_cpu, header.client_sole_cpu,
+                                     worker_sole_cpu);
+}
+
+void ShmClientEnd::on_client_gone(bool) {
+    gone_ = true;
+    ring_full_ = false;  // stop waiting for the client to make room
+}
+
+// Everything we published stays readable: the flag tells the client that no more will
+// come, the doorbell wakes it if it is blocked.
+void ShmClientEnd::on_close(bool, bool) {
+    segment_.header().server_closed.store(1, std::memory_order_release);
+    (void)wait::ring_doorbell(socket_);
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,65 @@
+// A client upgraded to shared memory (client_end.hpp): the segment it passed, our reader
+// of its client->server ring and writer of the server->client ring, and the doorbell
+// protocol on its socket, including the credit that closes a client ringing for no
+// reason. Everything in the segment is written by the client: every position and length
+// is checked by the rings (transport/shm/ring.cpp); nonsense closes just this session.
+#pragma once
+
+#include "daemon/client_end.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/segment_registry.hpp"
+#include "transport/shm/ring.hpp"
+#include "transport/shm/segment.hpp"
+
+namespace l5pg::daemon {
+
+class ShmClientEnd final : public ClientEnd {
+  public:
+    ShmClientEnd(shm::Segment segment, SegmentRegistry::Claim claim, int socket,
+                 ClientEndHost& host, Metrics& metrics);
+
+    [[nodiscard]] bool polled() const noexcept override { return true; }
+    void on_socket_readable() override;
+    void progress(bool forwarding) override;
+    [[nodiscard]] IoStatus peek(std::span<const std::byte>& data) override;
+    void consume(size_t n) override;
+    void want_input(bool) override {}
+    [[nodiscard]] bool input_exhausted() override { return !from_client_.has_data(); }
+    [[nodiscard]] IoStatus reserve(size_t want, std::span<std::byte>& space) override;
+    void commit(size_t n) override;
+    void send(std::span<const std::byte> bytes) override;
+    void send_if_room(std::span<const std::byte> message) override;
+    void flush() override {}
+    [[nodiscard]] bool output_queued() const noexcept override { return false; }
+    [[nodiscard]] bool has_room() override { return !ring_full_; }
+    [[nodiscard]] bool resume_output() override;
+    [[nodiscard]] bool arm_before_block(bool input_wanted) override;
+    void disarm_after_block() override;
+    [[nodiscard]] bool shares_sole_cpu(uint32_t worker_sole_cpu) noexcept override;
+    void on_client_gone(bool) override;
+    void on_input_done() override {}
+    void on_close(bool error, bool client_gone) override;
+    void reap(UniqueFd&) override {}
+
+  private:
+    void wake_client();  // one doorbell byte
+    void grant_doorbells(unsigned occasions) noexcept;
+    [[nodiscard]] bool account_doorbells(size_t count);  // false: closed (doorbell flood)
+    void answer_poke();
+
+    shm::Segment segment_;
+    SegmentRegistry::Claim claim_;  // segment_'s entry in the registry
+    const int socket_;              // the session's (Session owns it)
+    ClientEndHost& host_;
+    Metrics& metrics_;
+    shm::RingReader from_client_;
+    shm::RingWriter to_client_;
+    bool ring_full_ = false;  // the server->client ring had no room
+    bool gone_ = false;       // the client left: no more doorbells to it
+    // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
+    static constexpr int64_t kDoorbellSlack = 4096;
+    int64_t doorbell_credit_ = kDoorbellSlack;
+    uint64_t doorbells_received_ = 0;
+};
+
+}  // namespace l5pg::daemon

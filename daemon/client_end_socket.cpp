@@ -1,0 +1,82 @@
+#include "daemon/client_end_socket.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace l5pg::daemon {
+namespace {
+
+[[nodiscard]] bool transient(int err) noexcept {
+    return err == EAGAIN || err == EINTR;
+}
+
+}  // namespace
+
+SocketClientEnd::SocketClientEnd(ClientStream& stream, ClientEndHost& host) noexcept
+    : QueuedClientEnd(host), stream_(stream) {}
+
+void SocketClientEnd::fill_input() {
+    // A departed client's socket still holds what it sent before EOF or a reset: the
+    // kernel hands that out first. Read on until it has nothing more.
+    if (!eof_ && (readable_ || gone_ || stream_.pending() > 0)) {
+        std::span<std::byte> space = in_.prepare(kChunk);
+        const ssize_t n = stream_.recv(space.data(), space.size());
+        const int err = errno;
+        in_.commit(n > 0 ? static_cast<size_t>(n) : 0);
+        // A short read emptied the socket (TLS: unless OpenSSL holds more).
+        readable_ = n == static_cast<ssize_t>(kChunk) || stream_.pending() > 0;
+        if (n == 0 || (n < 0 && !transient(err)) || (n < 0 && gone_ && err == EAGAIN)) {
+            // EOF, an error, or EAGAIN from a client that left: it sends nothing more.
+            eof_ = true;
+            host_.client_socket_ended();
+            host_.client_departed(n == 0 ? std::string("client disconnected")
+                                         : fmt::format("client read error: {}", std::strerror(err)),
+                                  n < 0 && err != ECONNRESET, /*may_still_read=*/n == 0);
+        }
+    }
+}
+
+void SocketClientEnd::want_input(bool on) {
+    host_.watch_client_readable(on && !gone_ && !eof_);
+}
+
+void SocketClientEnd::send_if_room(std::span<const std::byte> message) {
+    if (out_.empty())
+        (void)stream_.send(message.data(), message.size());
+}
+
+void SocketClientEnd::flush() {
+    if (gone_ && !may_read_)
+        out_.clear();
+    while (!out_.empty()) {
+        const auto data = out_.front();
+        const ssize_t n = stream_.send(data.data(), data.size());
+        if (n > 0) {
+            out_.consume(static_cast<size_t>(n));
+        } else if (n < 0 && errno == EAGAIN) {
+            host_.watch_client_writable(true);
+            return;
+        } else if (!(n < 0 && errno == EINTR)) {
+            const int err = errno;
+            may_read_ = false;  // from now on Postgres's output is discarded
+            out_.clear();
+            host_.watch_client_writable(false);
+            host_.client_departed(fmt::format("client write error: {}", std::strerror(err)));
+            return;
+        }
+    }
+    host_.watch_client_writable(false);
+}
+
+void SocketClientEnd::on_client_gone(bool may_still_read) {
+    gone_ = true;
+    may_read_ = may_still_read;
+    if (!may_read_) {
+        host_.watch_client_writable(false);
+        out_.clear();
+    }
+}
+
+}  // namespace l5pg::daemon
