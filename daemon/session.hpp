@@ -87,6 +87,8 @@ class Session final : public ClientEndHost {
     void continue_departure();
 
   private:
+    friend struct SessionProbe;  // unit tests put a loopback end in (tests/unit/daemon/)
+
     // ClientEndHost, for the client's end (client_end.hpp)
     void client_socket_ended() override { client_eof_ = true; }
     void watch_client_readable(bool on) override { set_event(client_read_.get(), on); }
