@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <cassert>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +20,8 @@ std::string_view to_string(SessionState s) noexcept {
             return "connecting";
         case SessionState::Forwarding:
             return "forwarding";
+        case SessionState::Refusing:
+            return "refusing";
         case SessionState::Closed:
             return "closed";
     }
@@ -42,6 +46,17 @@ Session::~Session() {
     if (record_)
         worker_.sessions().remove(id_);
     end_->reap(client_);
+}
+
+void Session::enter(SessionState next) {
+    // Closed is final; Refusing comes only before forwarding began; the rest in order.
+    assert(state_ != SessionState::Closed);
+    assert(next != SessionState::Refusing || state_ == SessionState::Startup ||
+           state_ == SessionState::Connecting);
+    assert(next != SessionState::Connecting || state_ == SessionState::Startup);
+    assert(next != SessionState::Forwarding || state_ == SessionState::Connecting);
+    spdlog::trace("session {}: {} -> {}", id_, to_string(state_), to_string(next));
+    state_ = next;
 }
 
 void Session::switch_end(std::unique_ptr<ClientEnd> end) {
@@ -85,9 +100,13 @@ void Session::timer_cb(int, short, void* arg) {
         self->finish_departure(self->upstream_shut_ ? " (Postgres still busy at drain timeout)"
                                                     : " (drain timeout: not all of it sent)",
                                /*timed_out=*/true);
-    } else if (self->state_ == SessionState::Startup)
+    } else if (self->state_ == SessionState::Startup) {
         self->close("startup packet timeout", true);
-    else if (self->state_ == SessionState::Connecting && !self->upstream_.valid())
+    } else if (self->state_ == SessionState::Refusing) {
+        // The startup timeout still runs: a client that does not take its FATAL in time
+        // does not keep the session.
+        self->close("the client did not take its FATAL in time", true);
+    } else if (self->state_ == SessionState::Connecting && !self->upstream_.valid())
         self->connect_upstream();  // the retry after EAGAIN
     else if (self->state_ == SessionState::Connecting)
         self->fail_upstream_connect(0);
@@ -174,7 +193,7 @@ void Session::close(std::string_view reason, bool error) {
     if (state_ == SessionState::Closed)
         return;
     const bool was_forwarding = state_ == SessionState::Forwarding;
-    state_ = SessionState::Closed;
+    enter(SessionState::Closed);
     if (error)
         client_logs().session_error.log(spdlog::level::warn, "session {} ({}): closing: {}", id_,
                                         describe(), reason);

@@ -3,8 +3,10 @@
 // through the client's end (client_end.hpp: its socket, its shared-memory rings or its RDMA
 // channel), written once for all three.
 //
-// States: Startup -> Connecting -> Forwarding -> Closed. Every teardown goes through
-// close(reason), which logs the session id and the reason once. A client that leaves
+// States: Startup -> Connecting -> Forwarding -> Closed, or Startup/Connecting -> Refusing
+// (a FATAL goes out, nothing more is read or forwarded) -> Closed; they change in enter()
+// only. Every teardown goes through close(reason), which logs the session id and the
+// reason once. A client that leaves
 // first does not close the session at once: see client_departed() (session_depart.cpp).
 #pragma once
 
@@ -37,7 +39,7 @@ namespace l5pg::daemon {
 
 class Worker;
 
-enum class SessionState { Startup, Connecting, Forwarding, Closed };
+enum class SessionState { Startup, Connecting, Forwarding, Refusing, Closed };
 [[nodiscard]] std::string_view to_string(SessionState s) noexcept;
 
 class Session final : public ClientEndHost {
@@ -96,6 +98,8 @@ class Session final : public ClientEndHost {
     [[nodiscard]] size_t high_water() const noexcept override;
     // The end a client upgraded to replaces the socket end.
     void switch_end(std::unique_ptr<ClientEnd> end);
+    // The one place state_ changes.
+    void enter(SessionState next);
 
     // startup (session_startup.cpp)
     void on_startup_readable();

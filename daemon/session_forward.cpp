@@ -97,6 +97,11 @@ bool Session::pump() {
         case SessionState::Startup:
             end_->progress(false);
             return state_ == SessionState::Startup && drain_startup();
+        case SessionState::Refusing:
+            // Nothing the client sends matters any more, but its EOF does.
+            discard_client_input();
+            flush_client();
+            return false;
         case SessionState::Forwarding:
             break;
     }

@@ -414,7 +414,7 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
     cancel_request_ = cancel;
     to_upstream_.append(first_bytes);
     startup_.clear();
-    state_ = SessionState::Connecting;
+    enter(SessionState::Connecting);
     upstream_deadline_ = std::chrono::steady_clock::now() +
                          std::chrono::milliseconds(worker_.config().upstream.connect_timeout_ms);
     upstream_retry_delay_ = kFirstConnectRetry;
@@ -466,7 +466,7 @@ void Session::on_upstream_connected() {
     }
     evtimer_del(timer_.get());
     set_event(upstream_write_.get(), false);
-    state_ = SessionState::Forwarding;
+    enter(SessionState::Forwarding);
     if (!cancel_request_) {
         counted_ = true;
         metrics_.session_opened(transport_);
@@ -505,7 +505,7 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
         return;
     }
     const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
-    state_ = SessionState::Forwarding;  // nothing more is read from the client
+    enter(SessionState::Refusing);
     upstream_.reset();
     upstream_read_.reset();
     upstream_write_.reset();

@@ -21,6 +21,7 @@ struct EndFaults {
     size_t max_peek = std::numeric_limits<size_t>::max();     // short reads of the client
     size_t max_reserve = std::numeric_limits<size_t>::max();  // short room for Postgres's bytes
     size_t capacity = 1 << 20;                                // output the client holds
+    bool stalled = false;  // the client takes nothing: what the session sends stays queued
 };
 
 class LoopbackClientEnd final : public daemon::ClientEnd {
@@ -86,14 +87,20 @@ class LoopbackClientEnd final : public daemon::ClientEnd {
     }
     void commit(size_t n) override { out_.append(scratch_.data(), n); }
     void send(std::span<const std::byte> bytes) override {
-        out_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        queued_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        flush();
     }
     void send_if_room(std::span<const std::byte> message) override {
         if (out_.size() + message.size() <= faults.capacity)
             send(message);
     }
-    void flush() override {}
-    bool output_queued() const noexcept override { return false; }
+    void flush() override {
+        if (faults.stalled)
+            return;
+        out_ += queued_;
+        queued_.clear();
+    }
+    bool output_queued() const noexcept override { return !queued_.empty(); }
     bool has_room() override { return !full_; }
     bool resume_output() override {
         if (!full_ || out_.size() >= faults.capacity)
@@ -119,6 +126,7 @@ class LoopbackClientEnd final : public daemon::ClientEnd {
     std::string in_;       // from the client, not yet consumed by Session
     std::string out_;      // what Session sent the client
     std::string scratch_;  // the reserved space
+    std::string queued_;   // sent by the session, not yet taken by a stalled client
     bool full_ = false;
     bool left_ = false;
     bool left_with_error_ = false;

@@ -415,9 +415,20 @@ TEST_CASE("session: Postgres's full socket stops the client's input until it dra
     CHECK(h.end->input_wanted);
 }
 
+TEST_CASE("session: a refusal the client does not take ends at the startup timeout", "[session]") {
+    Harness h([](l5pg::config::Config& c) { c.limits.startup_timeout_ms = 200; });
+    h.end->faults.stalled = true;
+    h.end->deliver(be32(8) + be32(12345));
+    REQUIRE(h.turn_until([&] { return h.session->state() == SessionState::Refusing; }));
+    CHECK(h.end->output().empty());  // the FATAL waits for the client
+    REQUIRE(h.turn_until([&] { return h.session->state() == SessionState::Closed; }, 3000ms));
+    CHECK(h.end->close_was_error);
+}
+
 TEST_CASE("session: state names", "[session]") {
     CHECK(l5pg::daemon::to_string(SessionState::Startup) == "startup");
     CHECK(l5pg::daemon::to_string(SessionState::Connecting) == "connecting");
     CHECK(l5pg::daemon::to_string(SessionState::Forwarding) == "forwarding");
+    CHECK(l5pg::daemon::to_string(SessionState::Refusing) == "refusing");
     CHECK(l5pg::daemon::to_string(SessionState::Closed) == "closed");
 }
