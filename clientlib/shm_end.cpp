@@ -136,7 +136,7 @@ void ShmEnd::on_socket_readable(int fd) noexcept {
 
 // Either the ring is empty and reader_waiting is armed (l5pgd rings when it publishes),
 // or it holds data and a doorbell byte is pending or requested: the "poke", one byte to
-// l5pgd, which answers with one while data is unread (session_forward.cpp answer_poke()).
+// l5pgd, which answers with one while data is unread (daemon/client_end_shm.cpp answer_poke()).
 void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
     if (broken() || peer_closed_)
         return;

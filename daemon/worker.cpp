@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/session.hpp"
+#include "transport/wait/block.hpp"
 #include "transport/wait/spin.hpp"
 
 namespace l5pg::daemon {
@@ -333,10 +334,34 @@ bool Worker::spinning_pays_off(clock::time_point now) noexcept {
 // sessions again (a completion usually ends it much sooner).
 constexpr std::chrono::microseconds kSettleWait{200};
 
-// Arms every ring's reader_waiting flag, re-checks (Dekker, see transport/wait/block.hpp)
-// and only then sleeps in epoll; a client that publishes after our re-check sees the
-// flag and writes a doorbell byte, which wakes the epoll.
-void Worker::block_until_event() {
+// The worker's sleep as a wait::Waiter, so that it goes through the one blocking wait
+// (transport/wait/block.hpp) like every other: no spinning here (idle_round() did that,
+// polling all sessions between steps); arm() sets every session's wake-up flag and
+// re-checks (Dekker), then sleep() blocks in epoll until a doorbell, an upstream socket or
+// a new session wakes it. A client that publishes after our re-check sees the flag and
+// writes a doorbell byte, which wakes the epoll.
+class Worker::Sleep {
+  public:
+    explicit Sleep(Worker& worker) noexcept : w_(worker) {}
+
+    bool ready() noexcept { return false; }  // the polling round before us found nothing
+    wait::WaitPolicy policy() noexcept { return wait::WaitPolicy::none(); }
+    // False: something is ready already (the flags stay armed only while we sleep).
+    bool arm() { return !w_.arm_sessions(); }
+    void disarm() { w_.disarm_sessions(); }
+    wait::Woken sleep() {
+        w_.metrics_.worker_blocked();
+        event_base_loop(w_.base_.get(), EVLOOP_ONCE);
+        w_.disarm_sessions();
+        return wait::Woken::Look;  // the caller's next round looks at everything
+    }
+
+  private:
+    Worker& w_;
+};
+
+// Arms every session's wake-up and re-checks; true when one is ready already.
+bool Worker::arm_sessions() {
     bool ready = false;
     for (Session* session : polled_)
         ready = session->arm_before_block() || ready;
@@ -354,12 +379,17 @@ void Worker::block_until_event() {
             ready = true;
         }
     }
-    if (!ready) {
-        metrics_.worker_blocked();
-        event_base_loop(base_.get(), EVLOOP_ONCE);
-    }
+    return ready;
+}
+
+void Worker::disarm_sessions() {
     for (size_t i = 0; i < polled_.size(); ++i)
         polled_[i]->disarm_after_block();
+}
+
+void Worker::block_until_event() {
+    Sleep sleep(*this);
+    (void)wait::block_until_ready(sleep);
 }
 
 // Between two epoll_wait(0) calls a spinning worker checks its rings this many times

@@ -114,7 +114,11 @@ class Worker {
     [[nodiscard]] bool spinning_pays_off(std::chrono::steady_clock::time_point now) noexcept;
     void end_idle_stretch() noexcept;
     void idle_round();
+    // Sleeps through the one blocking wait (wait::block_until_ready) with a Sleep waiter.
     void block_until_event();
+    class Sleep;
+    [[nodiscard]] bool arm_sessions();  // true: a session is ready, do not block
+    void disarm_sessions();
     void reap();
     void close_all(std::string_view reason);
     static void linger_cb(int fd, short what, void* arg);

@@ -1,10 +1,10 @@
 // The blocking wait, written once (L5 §III-A-3, DESIGN.md "Waiting"): spin, yield, arm the
 // waiting flag, re-check, block on the doorbell socket, drain it, and round again. Used by
-// the shim's SHM and RDMA ends (clientlib/channel*.cpp) and its poll() over several fds
+// the shim's channel over any end (clientlib/channel.cpp) and its poll() over several fds
 // (clientlib/interpose_poll.cpp), the RDMA client channel's own waits
-// (rdma/channel/client.cpp), the microbenchmark and the lost-wake-up stress test, so that
-// test checks the code that ships. l5pgd's worker (daemon/worker.cpp) takes its phases from
-// the same WaitPolicy but blocks in libevent over all its sessions.
+// (rdma/channel/client.cpp), l5pgd's worker (daemon/worker.cpp: it spins and yields between
+// polling rounds itself, then arms every session and blocks in libevent through this), the
+// microbenchmark and the lost-wake-up stress test, so that test checks the code that ships.
 //
 // No lost wake-up (Dekker): the waiter arms its flag, issues a seq_cst fence (the rings'
 // arm(); for RDMA: its flag WRITE into the peer's memory has completed) and re-reads the

@@ -135,12 +135,16 @@ TEST_CASE("channel send: injected WouldBlock is EAGAIN with MSG_DONTWAIT on a bl
 
 TEST_CASE("channel send: a blocking send waits for room, woken by the doorbell", "[shim]") {
     Connection c(/*capacity=*/4);
-    std::thread l5pgd([&] {
-        REQUIRE(c.wait_armed(Want::Write));
-        CHECK(c.end.take(c.peer) == "abcd");  // room, and the doorbell for the armed writer
+    bool armed = false;
+    std::string taken;
+    std::thread l5pgd([&] {  // no Catch assertions off the main thread: it is not thread-safe
+        armed = c.wait_armed(Want::Write);
+        taken = c.end.take(c.peer);  // room, and the doorbell for the armed writer
     });
     CHECK(c.send("abcdefgh") == 8);
     l5pgd.join();
+    CHECK(armed);
+    CHECK(taken == "abcd");
     CHECK(c.end.take() == "efgh");
 }
 
@@ -203,23 +207,27 @@ TEST_CASE("channel recv: non-blocking on an empty end is EAGAIN", "[shim]") {
 
 TEST_CASE("channel recv: a blocking recv arms, sleeps and wakes on the doorbell", "[shim]") {
     Connection c;
+    bool armed = false;
     std::thread l5pgd([&] {
-        REQUIRE(c.wait_armed(Want::Read));
+        armed = c.wait_armed(Want::Read);
         c.end.deliver("answer", c.peer);
     });
     CHECK(c.recv(64) == "answer");
     l5pgd.join();
+    CHECK(armed);
 }
 
 TEST_CASE("channel recv: MSG_WAITALL blocks until the whole buffer is filled", "[shim]") {
     Connection c;
     c.end.deliver("abc");
+    bool armed = false;
     std::thread l5pgd([&] {
-        REQUIRE(c.wait_armed(Want::Read));
+        armed = c.wait_armed(Want::Read);
         c.end.deliver("def", c.peer);
     });
     CHECK(c.recv(6, MSG_WAITALL) == "abcdef");
     l5pgd.join();
+    CHECK(armed);
 }
 
 TEST_CASE("channel recv: EOF only after everything l5pgd published was read", "[shim]") {
@@ -235,8 +243,9 @@ TEST_CASE("channel recv: EOF only after everything l5pgd published was read", "[
 
 TEST_CASE("channel recv: the socket's EOF wakes a blocked reader with EOF", "[shim]") {
     Connection c;
+    bool armed = false;
     std::thread l5pgd([&] {
-        REQUIRE(c.wait_armed(Want::Read));
+        armed = c.wait_armed(Want::Read);
         ::close(c.peer);  // l5pgd died without saying so
         c.peer = -1;
     });
@@ -244,6 +253,7 @@ TEST_CASE("channel recv: the socket's EOF wakes a blocked reader with EOF", "[sh
     CHECK(c.recv(64, 0, &rc).empty());
     CHECK(rc == 0);
     l5pgd.join();
+    CHECK(armed);
 }
 
 TEST_CASE("channel recv: a torn record returns the bytes before it, then ECONNRESET", "[shim]") {
