@@ -152,6 +152,11 @@ bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexce
     return true;
 }
 
+bool socket_nonblocking(int fd) noexcept {
+    const int fl = real().fcntl(fd, F_GETFL);
+    return fl >= 0 && (fl & O_NONBLOCK) != 0;
+}
+
 bool wait_for(int fd, short events, int& remaining_ms) noexcept {
     pollfd p{fd, events, 0};
     const int rc = real().poll(&p, 1, remaining_ms);
@@ -208,14 +213,10 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
         return upgrade_failed(fd,
                               ": no valid answer to the upgrade request: ", std::strerror(errno));
     }
-    const int fl = real().fcntl(fd, F_GETFL);
     const size_t ring = segment->c2s_size();
-    channel = channel_acquire(std::move(*segment), fl >= 0 && (fl & O_NONBLOCK));
-    if (channel == nullptr) {  // cannot happen before the pool is exhausted
-        debug_log().str("fd ").inum(fd).str(": too many upgraded connections").end();
-        errno = EMFILE;
-        return UpgradeResult::Failed;
-    }
+    channel = channel_acquire(std::move(*segment), socket_nonblocking(fd));
+    if (channel == nullptr)
+        return no_free_channel(fd);
     debug_log()
         .str("fd ")
         .inum(fd)

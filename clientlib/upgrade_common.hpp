@@ -13,6 +13,9 @@ namespace l5pg::shim {
 // are (PQcancel runs in signal handlers and must stay a plain socket). Logs why not.
 [[nodiscard]] bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexcept;
 
+// Whether the application made the socket non-blocking (the channel keeps that up).
+[[nodiscard]] bool socket_nonblocking(int fd) noexcept;
+
 // Waits for `events` on fd for at most remaining_ms, then halves remaining_ms, so that a
 // loop of short reads or writes, EINTR or spurious wake-ups stays bounded by twice the
 // first budget. False with errno set on timeout (ETIMEDOUT) or a poll error.
@@ -47,6 +50,12 @@ template <class... Parts>
 [[nodiscard]] UpgradeResult upgrade_failed(int fd, const Parts*... parts) noexcept {
     log_fd(fd, parts...);
     return UpgradeResult::Failed;
+}
+
+// l5pgd accepted but the channel pool is full (kMaxChannels upgraded connections).
+[[nodiscard]] inline UpgradeResult no_free_channel(int fd) noexcept {
+    errno = EMFILE;
+    return upgrade_failed(fd, ": too many upgraded connections");
 }
 
 }  // namespace l5pg::shim

@@ -285,13 +285,9 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
         errno = ECONNRESET;
         return UpgradeResult::Failed;
     }
-    const int fl = real().fcntl(fd, F_GETFL);
-    channel = channel_acquire_rdma(rdma, fl >= 0 && (fl & O_NONBLOCK));
-    if (channel == nullptr) {
-        debug_log().str("fd ").inum(fd).str(": too many upgraded connections").end();
-        errno = EMFILE;
-        return UpgradeResult::Failed;
-    }
+    channel = channel_acquire_rdma(rdma, socket_nonblocking(fd));
+    if (channel == nullptr)
+        return no_free_channel(fd);
     debug_log()
         .str("fd ")
         .inum(fd)

@@ -3,18 +3,11 @@
 
 #include <event2/event.h>
 
-#include <memory>
+#include "daemon/c_handle.hpp"
 
 namespace l5pg::daemon {
 
-struct EventDeleter {
-    void operator()(event* ev) const noexcept { event_free(ev); }
-};
-using EventPtr = std::unique_ptr<event, EventDeleter>;
-
-struct EventBaseDeleter {
-    void operator()(event_base* base) const noexcept { event_base_free(base); }
-};
-using EventBasePtr = std::unique_ptr<event_base, EventBaseDeleter>;
+using EventPtr = CHandle<event, event_free>;
+using EventBasePtr = CHandle<event_base, event_base_free>;
 
 }  // namespace l5pg::daemon

@@ -8,13 +8,11 @@
 #include <memory>
 
 #include "config/config.hpp"
+#include "daemon/c_handle.hpp"
 
 namespace l5pg::daemon {
 
-struct SslDeleter {
-    void operator()(SSL* ssl) const noexcept { SSL_free(ssl); }
-};
-using SslPtr = std::unique_ptr<SSL, SslDeleter>;
+using SslPtr = CHandle<SSL, SSL_free>;
 
 class TlsContext {
   public:
@@ -26,10 +24,7 @@ class TlsContext {
     [[nodiscard]] SslPtr accept_on(int fd) const;
 
   private:
-    struct CtxDeleter {
-        void operator()(SSL_CTX* ctx) const noexcept { SSL_CTX_free(ctx); }
-    };
-    std::unique_ptr<SSL_CTX, CtxDeleter> ctx_;
+    CHandle<SSL_CTX, SSL_CTX_free> ctx_;
 };
 
 // OpenSSL's last error as text ("" when the queue is empty); clears the queue.
