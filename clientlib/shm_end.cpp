@@ -1,5 +1,6 @@
 #include "clientlib/shm_end.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 

@@ -107,12 +107,16 @@ bool Session::pump() {
     }
     end_->progress(true);
     bool moved = forward_client_to_upstream();
-    if (state_ == SessionState::Forwarding && !client_gone_ && end_->resume_output()) {
+    if (state_ != SessionState::Forwarding)
+        return moved;
+    // The polling loop's hot path: nothing here touches libevent unless the client made
+    // room (read_upstream() ends in flush_client()) or the session waits to close.
+    if (!client_gone_ && end_->resume_output()) {
         read_upstream();
         moved = true;
-    }
-    if (state_ == SessionState::Forwarding)
+    } else if (close_when_flushed_) {
         flush_client();
+    }
     return moved;
 }
 
