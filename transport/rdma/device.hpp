@@ -54,6 +54,9 @@ struct DeviceOptions {
     // device's retry timeout).
     std::chrono::milliseconds soft_ack_timeout{10000};
     uint32_t soft_max_message = 64u << 20;  // largest WRITE/READ a soft QP accepts
+    // No device thread: the owner runs the device through progress_fd()/progress() (and
+    // every QueuePair::wait() does). For an event loop that is never away for long.
+    bool soft_driven = false;
 };
 
 enum class Opcode : uint8_t { Write = 1, Read = 2 };
@@ -166,6 +169,11 @@ class QueuePair {
     // False (nothing posted) when the request is malformed, the send queue is full or
     // the QP has failed.
     [[nodiscard]] virtual bool post(const WorkRequest& wr, std::string& error) = 0;
+    // Posting several requests at once: between hold_posts(true) and hold_posts(false) a
+    // device may keep posted requests back and start them together at the end (the soft
+    // device sends them in one system call; verbs starts each when posted). wait() starts
+    // what is held first: nobody waits for a request that was never started.
+    virtual void hold_posts(bool hold) noexcept { (void)hold; }
     // Non-blocking: moves up to out.size() completions into `out`, returns how many.
     [[nodiscard]] virtual size_t poll(std::span<Completion> out) = 0;
     // Blocks until poll() has something or the QP failed; false on timeout.
@@ -204,6 +212,14 @@ class Device {
     [[nodiscard]] virtual DeviceKind kind() const noexcept = 0;
     [[nodiscard]] virtual std::string name() const = 0;
     [[nodiscard]] virtual std::unique_ptr<ProtectionDomain> alloc_pd(std::string& error) = 0;
+    // A device that needs its owner to run it (DeviceOptions::soft_driven): call
+    // progress() whenever progress_fd() is readable and at least every
+    // progress_interval(). -1: the device runs by itself.
+    [[nodiscard]] virtual int progress_fd() const noexcept { return -1; }
+    virtual void progress() noexcept {}
+    [[nodiscard]] virtual std::chrono::milliseconds progress_interval() const noexcept {
+        return std::chrono::milliseconds(1000);
+    }
     // verbs: the device's non-blocking async event fd; when it is readable, call
     // process_async_events(), which marks the affected QPs failed. soft: -1.
     [[nodiscard]] virtual int async_event_fd() const noexcept { return -1; }

@@ -34,6 +34,15 @@ int poll_raw(pollfd* fds, nfds_t n, int timeout_ms) noexcept {
     return static_cast<int>(::syscall(SYS_ppoll, fds, n, tsp, nullptr, 0));
 }
 
+int epoll_ctl_raw(int epfd, int op, int fd, epoll_event* event) noexcept {
+    return static_cast<int>(::syscall(SYS_epoll_ctl, epfd, op, fd, event));
+}
+
+int epoll_wait_raw(int epfd, epoll_event* events, int max, int timeout_ms) noexcept {
+    return static_cast<int>(
+        ::syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, nullptr, size_t{8}));
+}
+
 bool set_nonblocking(int fd) noexcept {
     const int flags = ::fcntl(fd, F_GETFL);
     return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;

@@ -90,6 +90,9 @@ IoResult ClientChannel::write(std::span<const std::byte> bytes) {
         return {0, IoStatus::Ok};
     if (!link_.progress())
         return {0, link_.failure_status()};
+    // The records and the mailbox WRITE leave together (the flushes below wait for
+    // completions, which starts what is held).
+    Link::Batch batch(link_);
     size_t written = 0;
     bool unpublished = false;
     bool refreshed = false;

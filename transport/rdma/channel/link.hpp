@@ -81,6 +81,19 @@ class Link {
     [[nodiscard]] const RemoteRing& out() const noexcept { return out_; }
     // Room in the send queue for `n` more work requests.
     [[nodiscard]] bool can_post(uint32_t n) const noexcept;
+    // Requests posted while a Batch lives are started together when it ends (or when the
+    // Link waits for a completion): one system call instead of one per request on the
+    // soft device (QueuePair::hold_posts).
+    class Batch {
+      public:
+        explicit Batch(Link& link) noexcept : link_(link) { link_.hold_posts(true); }
+        ~Batch() { link_.hold_posts(false); }
+        Batch(const Batch&) = delete;
+        Batch& operator=(const Batch&) = delete;
+
+      private:
+        Link& link_;
+    };
     // Posts one record. `publish`: its last WRITE is signaled as a Publish.
     [[nodiscard]] bool post_record(std::span<const std::byte> payload, bool publish);
     // One-byte WRITE of the constant 1 (flags, mailbox), inline.
@@ -139,6 +152,10 @@ class Link {
     void shutdown() noexcept { qp_.reset(); }
 
   private:
+    void hold_posts(bool hold) noexcept {
+        if (qp_ != nullptr)
+            qp_->hold_posts(hold);
+    }
     [[nodiscard]] bool post(WrKind kind, WorkRequest wr, bool signaled,
                             std::optional<uint64_t> completes_pos);
     void on_completion(const Completion& c);

@@ -195,6 +195,7 @@ IoResult ServerSession::write(std::span<const std::byte> bytes) {
         return {0, IoStatus::Ok};
     if (!progress())
         return {0, link_.failure_status()};
+    Link::Batch batch(link_);  // the records and the READ below leave together
     size_t written = 0;
     while (written < bytes.size() && link_.can_post(4)) {
         const size_t fit = link_.payload_that_fits();

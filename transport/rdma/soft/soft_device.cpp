@@ -51,6 +51,13 @@ class SoftDevice final : public Device {
         return std::make_unique<SoftPd>(config_);
     }
     int async_event_fd() const noexcept override { return config_.failures->fd(); }
+    int progress_fd() const noexcept override {
+        return config_.engine->driven() ? config_.engine->fd() : -1;
+    }
+    void progress() noexcept override { config_.engine->drive(0); }
+    std::chrono::milliseconds progress_interval() const noexcept override {
+        return config_.engine->scan_every();
+    }
     void process_async_events() noexcept override { config_.failures->drain(); }
 
   private:
@@ -74,6 +81,11 @@ std::unique_ptr<Device> open_soft_device(const DeviceOptions& options, std::stri
     config.max_message = options.soft_max_message;
     config.failures = FailureSignal::create(error);
     if (config.failures == nullptr)
+        return nullptr;
+    // The ack timeout is checked this often besides every event of a queue pair: a dead
+    // peer is noticed within 1.125 ack timeouts.
+    config.engine = WireEngine::create(config.ack_timeout / 8, options.soft_driven, error);
+    if (config.engine == nullptr)
         return nullptr;
     return std::make_unique<SoftDevice>(config);
 }

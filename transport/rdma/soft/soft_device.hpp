@@ -3,7 +3,7 @@
 //
 // What it guarantees, like an RC queue pair:
 //  - a WRITE lands in the target's registered memory without the target application
-//    running: the target QP's device thread applies it;
+//    running: the target device's thread applies it;
 //  - requests of one QP are executed in order, each completely before the next, and the
 //    last byte of a WRITE is stored last, with release semantics;
 //  - READs return the target's memory; completions appear on the initiator's QP;
@@ -21,6 +21,7 @@
 
 #include "transport/rdma/device.hpp"
 #include "transport/rdma/soft/failure_signal.hpp"
+#include "transport/rdma/soft/wire_engine.hpp"
 
 namespace l5pg::rdma::soft {
 
@@ -30,6 +31,7 @@ struct SoftConfig {
     uint32_t max_message = 64u << 20;
     uint32_t max_inline = 256;
     std::shared_ptr<FailureSignal> failures;  // notified when a QP of the device fails
+    std::shared_ptr<WireEngine> engine;       // the device thread, serving every QP's wire
 };
 
 [[nodiscard]] std::unique_ptr<Device> open_soft_device(const DeviceOptions& options,

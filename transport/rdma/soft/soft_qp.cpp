@@ -3,7 +3,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +18,8 @@ namespace l5pg::rdma::soft {
 namespace {
 
 constexpr size_t kMinReceiveBuffer = 64 * 1024;
+// Bytes one queue pair reads per turn of the device thread before the other wires.
+constexpr size_t kReceiveBudget = 256 * 1024;
 
 [[nodiscard]] uint32_t random_u24() {
     return static_cast<uint32_t>(std::random_device{}()) & 0xffffffu;
@@ -53,22 +54,15 @@ std::unique_ptr<SoftQueuePair> SoftQueuePair::create(std::shared_ptr<RegionTable
     // on AF_UNIX sockets.
     const int one = 1;
     (void)::setsockopt(wire.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    sys::UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!wake.valid()) {
-        error = sys::errno_text("soft device: eventfd", errno);
-        return nullptr;
-    }
     const uint32_t depth = std::clamp<uint32_t>(options.max_send_wr, 1, 4096);
-    return std::make_unique<SoftQueuePair>(std::move(table), config, std::move(wire),
-                                           std::move(wake), depth);
+    return std::make_unique<SoftQueuePair>(std::move(table), config, std::move(wire), depth);
 }
 
 SoftQueuePair::SoftQueuePair(std::shared_ptr<RegionTable> table, const SoftConfig& config,
-                             sys::UniqueFd wire, sys::UniqueFd wake, uint32_t max_send_wr) noexcept
+                             sys::UniqueFd wire, uint32_t max_send_wr) noexcept
     : table_(std::move(table)),
       config_(config),
       wire_(std::move(wire)),
-      wake_(std::move(wake)),
       max_send_wr_(max_send_wr),
       qpn_(random_u24()),
       psn_(random_u24()),
@@ -76,12 +70,8 @@ SoftQueuePair::SoftQueuePair(std::shared_ptr<RegionTable> table, const SoftConfi
       rng_(0x9e3779b97f4a7c15ull ^ (uint64_t{qpn_} << 24 | psn_)) {}
 
 SoftQueuePair::~SoftQueuePair() {
-    {
-        std::lock_guard lock(mutex_);
-        stop_ = true;
-    }
-    wake_thread();
-    thread_.join();
+    if (engine_token_ != 0)
+        config_.engine->remove(wire_.get(), engine_token_);
 }
 
 QpEndpoint SoftQueuePair::local_endpoint() const noexcept {
@@ -110,9 +100,10 @@ bool SoftQueuePair::connect(const QpEndpoint& remote, std::string& error) {
         state_ = State::Ready;
         last_response_ = Clock::now();
     }
-    if (!thread_.start([this] { run(); }, error)) {
+    engine_token_ = config_.engine->add(wire_.get(), *this, error);
+    if (engine_token_ == 0) {
         std::lock_guard lock(mutex_);
-        fail_locked("soft device thread: " + error);
+        fail_locked(error);
         return false;
     }
     return true;
@@ -134,7 +125,7 @@ bool SoftQueuePair::post(const WorkRequest& wr, std::string& error) {
     }
     const bool write = wr.opcode == Opcode::Write;
     bool posted = false;
-    bool need_wake = false;
+    bool send_failed = false;
     const WcStatus local_ok = table_->with_range(
         wr.lkey, reinterpret_cast<uint64_t>(wr.local), wr.length,
         write ? Access::None : Access::LocalWrite, [&](std::byte* local) {
@@ -160,16 +151,16 @@ bool SoftQueuePair::post(const WorkRequest& wr, std::string& error) {
             pending_.push_back(
                 Pending{h.seq, wr.wr_id, wr.opcode, wr.signaled, wr.local, wr.lkey, wr.length});
             // The ack timeout runs from here. The device thread is not woken for it: it
-            // never sleeps longer than one ack timeout (poll_timeout_ms()), and on waking
-            // measures from this time. Waking it per request cost a context switch per
+            // checks every queue pair's timeout periodically (WireEngine's scan) and on
+            // every event of its wire. Waking it per request cost a context switch per
             // signaled WRITE (issue 17).
             if ((wr.signaled || !write) && awaiting_++ == 0)
                 last_response_ = Clock::now();
-            if (const int err = flush_locked(); err != 0)
+            // What does not fit into the socket now is sent by the device thread on the
+            // EPOLLOUT edge that follows the short send.
+            if (const int err = held_ ? 0 : flush_locked(); err != 0)
                 send_error_ = err;  // the device thread fails the QP, after reading what came
-            // Wake the device thread to send the rest when the socket is writable, or to
-            // handle an error.
-            need_wake = out_head_ < out_.size() || send_error_ != 0;
+            send_failed = send_error_ != 0;
             posted = true;
         });
     if (local_ok != WcStatus::Success) {
@@ -177,9 +168,30 @@ bool SoftQueuePair::post(const WorkRequest& wr, std::string& error) {
                 std::to_string(wr.lkey) + ")";
         return false;
     }
-    if (need_wake)
-        wake_thread();  // the device thread flushes the rest when the socket is writable
+    if (send_failed)
+        config_.engine->kick();
     return posted;
+}
+
+void SoftQueuePair::hold_posts(bool hold) noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        held_ = hold;
+    }
+    if (!hold)
+        start_held();
+}
+
+void SoftQueuePair::start_held() noexcept {
+    {
+        std::lock_guard lock(mutex_);
+        if (state_ != State::Ready || send_error_ != 0 || out_head_ == out_.size())
+            return;
+        send_error_ = flush_locked();
+        if (send_error_ == 0)
+            return;
+    }
+    config_.engine->kick();  // the device thread fails the QP, after reading what came
 }
 
 size_t SoftQueuePair::poll(std::span<Completion> out) {
@@ -193,9 +205,29 @@ size_t SoftQueuePair::poll(std::span<Completion> out) {
 }
 
 bool SoftQueuePair::wait(std::chrono::nanoseconds timeout) {
+    start_held();
+    if (config_.engine->driven())
+        return wait_driving(timeout);
     std::unique_lock lock(mutex_);
     return cv_.wait_for(lock, timeout,
                         [this] { return !completions_.empty() || state_ == State::Error; });
+}
+
+// No device thread: run the device ourselves until our completion arrives.
+bool SoftQueuePair::wait_driving(std::chrono::nanoseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+        {
+            std::lock_guard lock(mutex_);
+            if (!completions_.empty() || state_ == State::Error)
+                return true;
+        }
+        const auto left = deadline - Clock::now();
+        if (left <= Clock::duration::zero())
+            return false;
+        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+        config_.engine->drive(static_cast<int>(std::min<int64_t>(ms, 60'000)));
+    }
 }
 
 bool SoftQueuePair::failed(std::string* reason) const {
@@ -209,68 +241,48 @@ bool SoftQueuePair::failed(std::string* reason) const {
 
 // ---------------------------------------------------------------- device thread
 
-void SoftQueuePair::run() noexcept {
-    for (;;) {
-        pollfd fds[2] = {{wire_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-        int timeout;
-        bool send_failed;
-        {
-            std::lock_guard lock(mutex_);
-            if (stop_)
-                return;
-            send_failed = send_error_ != 0;
-            if (state_ == State::Error)
-                fds[0].fd = -1;  // dead: only wait for shutdown
-            else if (out_head_ < out_.size() && !send_failed)
-                fds[0].events |= POLLOUT;
-            timeout = send_failed ? 0 : poll_timeout_ms();
-        }
-        const int rc = sys::poll_raw(fds, 2, timeout);
-        if (rc < 0 && errno != EINTR) {
-            std::lock_guard lock(mutex_);
-            fail_locked(sys::errno_text("poll on the soft RDMA wire", errno));
-            continue;
-        }
-        if (rc > 0 && (fds[1].revents & POLLIN) != 0) {
-            uint64_t count;
-            (void)!::read(wake_.get(), &count, sizeof count);
-        }
-        // After a failed send, read what the peer sent before it went away: a NAK there
-        // explains the failure better than EPIPE.
-        if (send_failed || (rc > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0))
-            receive();
+bool SoftQueuePair::on_wire_event(uint32_t events) noexcept {
+    bool more = false;
+    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0)
+        more = receive();
+    settle();
+    return more;
+}
+
+// Flushes what post() could not send, fails the QP on a failed send or when a request
+// went unanswered for the ack timeout.
+void SoftQueuePair::settle() noexcept {
+    int send_error;
+    {
         std::lock_guard lock(mutex_);
         if (state_ != State::Ready)
-            continue;
-        if (send_error_ == 0)
+            return;
+        if (send_error_ == 0 && !held_)
             send_error_ = flush_locked();
-        if (send_error_ != 0) {
-            if (send_failed)
-                fail_locked(sys::errno_text("send on the soft RDMA wire", send_error_));
-        } else if (awaiting_ > 0 && Clock::now() - last_response_ >= config_.ack_timeout) {
-            fail_locked("no response from the peer within " +
-                            std::to_string(config_.ack_timeout.count()) +
-                            " ms (soft device ack timeout)",
-                        WcStatus::RetryExceeded);
+        send_error = send_error_;
+        if (send_error == 0) {
+            if (awaiting_ > 0 && Clock::now() - last_response_ >= config_.ack_timeout)
+                fail_locked("no response from the peer within " +
+                                std::to_string(config_.ack_timeout.count()) +
+                                " ms (soft device ack timeout)",
+                            WcStatus::RetryExceeded);
+            return;
         }
     }
+    // Read what the peer sent before it went away: a NAK there explains the failure
+    // better than EPIPE.
+    (void)receive();
+    std::lock_guard lock(mutex_);
+    fail_locked(sys::errno_text("send on the soft RDMA wire", send_error));
 }
 
-// Ready and idle: one ack timeout. post() does not wake the thread when a request starts
-// the ack timer; the thread wakes within one ack timeout of going to sleep, which is
-// before that request's deadline, and then sleeps for the rest of it.
-int SoftQueuePair::poll_timeout_ms() {
-    if (state_ != State::Ready)
-        return -1;
-    if (awaiting_ == 0)
-        return static_cast<int>(std::min<int64_t>(config_.ack_timeout.count(), 60'000));
-    const auto left = last_response_ + config_.ack_timeout - Clock::now();
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count();
-    return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms + 1, 60'000));
-}
-
-void SoftQueuePair::receive() {
-    for (;;) {
+bool SoftQueuePair::receive() {
+    {
+        std::lock_guard lock(mutex_);
+        if (state_ != State::Ready)
+            return false;  // a failed QP executes nothing more
+    }
+    for (size_t received = 0; received < kReceiveBudget;) {
         if (in_head_ > 0) {  // keep only the unparsed tail, at the front
             std::memmove(in_.data(), in_.data() + in_head_, in_len_ - in_head_);
             in_len_ -= in_head_;
@@ -281,49 +293,63 @@ void SoftQueuePair::receive() {
         size_t want = std::max(kMinReceiveBuffer, in_len_ + 1);
         if (in_len_ >= kFrameHeaderSize) {
             FrameHeader h;
-            std::string error;
-            if (!decode_frame_header(in_.data(), h, error))
-                return protocol_error(error);
-            if (h.length > config_.max_message)
-                return protocol_error("soft RDMA frame longer than the maximum message size (" +
-                                      describe(h) + ")");
+            if (!check_frame_header(in_.data(), h))
+                return false;
             want = std::max(want, kFrameHeaderSize + payload_length(h));
         }
         if (in_.size() < want)
             in_.resize(want);
         const ssize_t n =
             sys::recv_raw(wire_.get(), in_.data() + in_len_, in_.size() - in_len_, MSG_DONTWAIT);
-        if (n == 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return false;
+        if (n <= 0) {
             std::lock_guard lock(mutex_);
-            return fail_locked("the peer closed the soft RDMA connection");
-        }
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
-            std::lock_guard lock(mutex_);
-            return fail_locked(sys::errno_text("recv on the soft RDMA wire", errno));
+            fail_locked(n == 0 ? "the peer closed the soft RDMA connection"
+                               : sys::errno_text("recv on the soft RDMA wire", errno));
+            return false;
         }
         in_len_ += static_cast<size_t>(n);
-        while (in_len_ - in_head_ >= kFrameHeaderSize) {
-            FrameHeader h;
-            std::string error;
-            if (!decode_frame_header(in_.data() + in_head_, h, error))
-                return protocol_error(error);
-            if (h.length > config_.max_message)
-                return protocol_error("soft RDMA frame longer than the maximum message size (" +
-                                      describe(h) + ")");
-            const size_t total = kFrameHeaderSize + payload_length(h);
-            if (in_len_ - in_head_ < total)
-                break;
-            dispatch(h, in_.data() + in_head_ + kFrameHeaderSize);
-            in_head_ += total;
-            std::lock_guard lock(mutex_);
-            if (state_ != State::Ready)
-                return;
-        }
+        received += static_cast<size_t>(n);
+        if (!dispatch_complete_frames())
+            return false;
     }
+    return true;  // other wires get their turn; the engine calls us again
+}
+
+// Executes every complete frame in in_; false once the QP failed.
+bool SoftQueuePair::dispatch_complete_frames() {
+    while (in_len_ - in_head_ >= kFrameHeaderSize) {
+        FrameHeader h;
+        if (!check_frame_header(in_.data() + in_head_, h))
+            return false;
+        const size_t total = kFrameHeaderSize + payload_length(h);
+        if (in_len_ - in_head_ < total)
+            break;
+        dispatch(h, in_.data() + in_head_ + kFrameHeaderSize);
+        in_head_ += total;
+        std::lock_guard lock(mutex_);
+        if (state_ != State::Ready)
+            return false;
+    }
+    return true;
+}
+
+// Decodes a header and bounds its length; a bad one fails the QP.
+bool SoftQueuePair::check_frame_header(const std::byte* p, FrameHeader& h) {
+    std::string error;
+    if (!decode_frame_header(p, h, error)) {
+        protocol_error(error);
+        return false;
+    }
+    if (h.length > config_.max_message) {
+        protocol_error("soft RDMA frame longer than the maximum message size (" + describe(h) +
+                       ")");
+        return false;
+    }
+    return true;
 }
 
 void SoftQueuePair::dispatch(const FrameHeader& h, const std::byte* payload) {
@@ -574,11 +600,6 @@ void SoftQueuePair::fail_locked(std::string reason, WcStatus first_status) {
 void SoftQueuePair::protocol_error(std::string reason) {
     std::lock_guard lock(mutex_);
     fail_locked(std::move(reason));
-}
-
-void SoftQueuePair::wake_thread() noexcept {
-    const uint64_t one = 1;
-    (void)!::write(wake_.get(), &one, sizeof one);
 }
 
 }  // namespace l5pg::rdma::soft

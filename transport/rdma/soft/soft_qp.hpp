@@ -1,12 +1,12 @@
 // One soft queue pair: the initiator side (post, poll, wait) runs on the application's
 // threads; the target side (applying the peer's WRITEs, answering its READs) and the
-// reception of responses run on the QP's own device thread.
+// reception of responses run on the device's thread (WireEngine), which serves the
+// wires of all the device's queue pairs.
 //
-// The device thread never blocks on send: everything outgoing goes through one byte
-// queue that is flushed whenever the socket is writable, so two QPs that flood each
-// other cannot deadlock with both device threads stuck in send(). A peer that stops
-// reading our responses while asking for more fails the QP instead of growing the queue
-// without bound.
+// Nothing on the device thread blocks on send: everything outgoing goes through one byte
+// queue per queue pair that is flushed whenever its socket is writable, so two QPs that
+// flood each other cannot deadlock. A peer that stops reading our responses while asking
+// for more fails the QP instead of growing the queue without bound.
 #pragma once
 
 #include <atomic>
@@ -23,11 +23,12 @@
 #include "transport/rdma/soft/frame.hpp"
 #include "transport/rdma/soft/region_table.hpp"
 #include "transport/rdma/soft/soft_device.hpp"
+#include "transport/rdma/soft/wire_engine.hpp"
 #include "transport/rdma/sys.hpp"
 
 namespace l5pg::rdma::soft {
 
-class SoftQueuePair final : public QueuePair {
+class SoftQueuePair final : public QueuePair, private WireHandler {
   public:
     [[nodiscard]] static std::unique_ptr<SoftQueuePair> create(std::shared_ptr<RegionTable> table,
                                                                const SoftConfig& config,
@@ -38,6 +39,7 @@ class SoftQueuePair final : public QueuePair {
     QpEndpoint local_endpoint() const noexcept override;
     bool connect(const QpEndpoint& remote, std::string& error) override;
     bool post(const WorkRequest& wr, std::string& error) override;
+    void hold_posts(bool hold) noexcept override;
     size_t poll(std::span<Completion> out) override;
     bool wait(std::chrono::nanoseconds timeout) override;
     bool failed(std::string* reason) const override;
@@ -47,7 +49,7 @@ class SoftQueuePair final : public QueuePair {
 
     // Private, for make_unique.
     SoftQueuePair(std::shared_ptr<RegionTable> table, const SoftConfig& config, sys::UniqueFd wire,
-                  sys::UniqueFd wake, uint32_t max_send_wr) noexcept;
+                  uint32_t max_send_wr) noexcept;
 
   private:
     using Clock = std::chrono::steady_clock;
@@ -63,10 +65,14 @@ class SoftQueuePair final : public QueuePair {
     };
     enum class State { Init, Ready, Error };
 
-    // ---- device thread
-    void run() noexcept;
-    [[nodiscard]] int poll_timeout_ms();
-    void receive();  // reads what the socket has and dispatches complete frames
+    // ---- device thread (WireHandler)
+    [[nodiscard]] bool on_wire_event(uint32_t events) noexcept override;
+    void settle() noexcept override;
+    // Reads what the socket has and dispatches complete frames; true when the turn's
+    // budget ran out before the socket was empty.
+    [[nodiscard]] bool receive();
+    [[nodiscard]] bool dispatch_complete_frames();
+    [[nodiscard]] bool check_frame_header(const std::byte* p, FrameHeader& h);
     void dispatch(const FrameHeader& h, const std::byte* payload);
     void on_write_request(const FrameHeader& h, const std::byte* payload);
     void on_read_request(const FrameHeader& h);
@@ -83,12 +89,13 @@ class SoftQueuePair final : public QueuePair {
     // rest Flushed), the socket is shut down so the peer fails too.
     void fail_locked(std::string reason, WcStatus first_status = WcStatus::Flushed);
     void protocol_error(std::string reason);
-    void wake_thread() noexcept;
+    void start_held() noexcept;  // sends what post() held back
+    [[nodiscard]] bool wait_driving(std::chrono::nanoseconds timeout);
 
     const std::shared_ptr<RegionTable> table_;
     const SoftConfig config_;
     const sys::UniqueFd wire_;
-    const sys::UniqueFd wake_;  // eventfd: posts and shutdown wake the device thread
+    uint64_t engine_token_ = 0;  // the wire's registration with config_.engine, once connected
     const uint32_t max_send_wr_;
     const uint32_t qpn_;
     const uint32_t psn_;
@@ -96,7 +103,7 @@ class SoftQueuePair final : public QueuePair {
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     State state_ = State::Init;
-    bool stop_ = false;
+    bool held_ = false;  // hold_posts(true): post() appends to out_ without sending
     std::string error_;
     std::deque<Pending> pending_;  // posted, not yet retired; in seq order
     std::deque<Completion> completions_;
@@ -113,8 +120,6 @@ class SoftQueuePair final : public QueuePair {
     size_t in_len_ = 0;
     uint64_t expected_peer_seq_ = 0;
     uint64_t rng_;
-
-    sys::Thread thread_;  // last member: joined before anything above is destroyed
 };
 
 }  // namespace l5pg::rdma::soft
