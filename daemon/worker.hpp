@@ -102,6 +102,7 @@ class Worker {
   private:
     static void wake_cb(int fd, short what, void* arg);
     static void rdma_async_cb(int fd, short what, void* arg);
+    static void rdma_progress_cb(int fd, short what, void* arg);
     void open_rdma();
     void refresh_settings();
     void run();
@@ -158,6 +159,8 @@ class Worker {
     std::unique_ptr<rdma::ServerEndpoint> rdma_endpoint_;
     std::string rdma_unavailable_;
     EventPtr rdma_async_event_;
+    EventPtr rdma_progress_event_;  // a driven device's fd, and its periodic turn
+    EventPtr rdma_progress_timer_;
     struct Lingering {  // see linger(); declared after the endpoint, which must outlive it
         uint64_t session_id = 0;
         std::unique_ptr<rdma::ServerSession> channel;
