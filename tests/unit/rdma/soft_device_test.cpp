@@ -19,6 +19,37 @@ namespace {
 
 constexpr Access kRemote = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
 
+// A queue pair whose peer is a bare socket (`wire.b`): the test reads what the QP sends
+// and writes what it receives. Not connected yet.
+struct BareQp {
+    std::unique_ptr<Device> device;
+    std::unique_ptr<ProtectionDomain> pd;
+    FdPair wire;
+    std::unique_ptr<QueuePair> qp;
+};
+
+BareQp bare_qp(const DeviceOptions& options = {}) {
+    BareQp b;
+    b.device = open_soft(options);
+    std::string error;
+    b.pd = b.device->alloc_pd(error);
+    b.wire = socket_pair();
+    QpOptions qo;
+    qo.soft_wire_fd = ::dup(b.wire.a.get());
+    b.qp = b.pd->create_qp(qo, error);
+    REQUIRE(b.qp != nullptr);
+    return b;
+}
+
+// Connects `qp` to a soft endpoint that numbers its requests from `peer_psn`.
+void connect_to_soft_peer(QueuePair& qp, uint32_t peer_psn = 0) {
+    QpEndpoint peer;
+    peer.kind = DeviceKind::Soft;
+    peer.psn = peer_psn;
+    std::string error;
+    REQUIRE(qp.connect(peer, error));
+}
+
 }  // namespace
 
 TEST_CASE("soft: a WRITE lands in the target's memory and completes at the initiator",
@@ -293,17 +324,9 @@ TEST_CASE("soft: a peer that goes away fails the QP; nothing waits forever", "[r
     SECTION("peer alive but silent: the ack timeout fires") {
         DeviceOptions options;
         options.soft_ack_timeout = 200ms;
-        auto device = open_soft(options);
+        auto [device, pd, wire, qp] = bare_qp(options);  // wire.b never answers
+        connect_to_soft_peer(*qp);
         std::string error;
-        auto pd = device->alloc_pd(error);
-        FdPair wire = socket_pair();  // wire.b is held open and never answers
-        QpOptions qo;
-        qo.soft_wire_fd = ::dup(wire.a.get());
-        auto qp = pd->create_qp(qo, error);
-        REQUIRE(qp != nullptr);
-        QpEndpoint peer;
-        peer.kind = DeviceKind::Soft;
-        REQUIRE(qp->connect(peer, error));
         Region src = make_region(*pd, 4096, Access::LocalWrite);
         REQUIRE(qp->post(write_wr(src, 0, 8, 0x1000, 1, 1, true), error));
         const Completion c = next_completion(*qp, 5000ms);
@@ -316,18 +339,8 @@ TEST_CASE("soft: a peer that goes away fails the QP; nothing waits forever", "[r
 
 TEST_CASE("soft: garbage on the wire fails the QP", "[rdma][soft]") {
     auto run = [](std::span<const std::byte> garbage, const char* expect) {
-        auto device = open_soft();
-        std::string error;
-        auto pd = device->alloc_pd(error);
-        FdPair wire = socket_pair();
-        QpOptions qo;
-        qo.soft_wire_fd = ::dup(wire.a.get());
-        auto qp = pd->create_qp(qo, error);
-        REQUIRE(qp != nullptr);
-        QpEndpoint peer;
-        peer.kind = DeviceKind::Soft;
-        peer.psn = 5;
-        REQUIRE(qp->connect(peer, error));
+        auto [device, pd, wire, qp] = bare_qp();
+        connect_to_soft_peer(*qp, 5);
         REQUIRE(::write(wire.b.get(), garbage.data(), garbage.size()) ==
                 static_cast<ssize_t>(garbage.size()));
         std::string reason;
@@ -366,14 +379,8 @@ TEST_CASE("soft: garbage on the wire fails the QP", "[rdma][soft]") {
 }
 
 TEST_CASE("soft: connect rejects a verbs endpoint", "[rdma][soft]") {
-    auto device = open_soft();
+    auto [device, pd, wire, qp] = bare_qp();
     std::string error;
-    auto pd = device->alloc_pd(error);
-    FdPair wire = socket_pair();
-    QpOptions qo;
-    qo.soft_wire_fd = ::dup(wire.a.get());
-    auto qp = pd->create_qp(qo, error);
-    REQUIRE(qp != nullptr);
     QpEndpoint peer;
     peer.kind = DeviceKind::Verbs;
     CHECK_FALSE(qp->connect(peer, error));
@@ -474,18 +481,9 @@ TEST_CASE("soft: works over a TCP connection", "[rdma][soft]") {
 
 TEST_CASE("soft: held posts start together at hold_posts(false), or when the poster waits",
           "[rdma][soft]") {
-    // The peer is a bare socket: what the QP sends is what we can read from it.
-    auto device = open_soft();
+    auto [device, pd, wire, qp] = bare_qp();  // what the QP sends, we read from wire.b
+    connect_to_soft_peer(*qp);
     std::string error;
-    auto pd = device->alloc_pd(error);
-    FdPair wire = socket_pair();
-    QpOptions qo;
-    qo.soft_wire_fd = ::dup(wire.a.get());
-    auto qp = pd->create_qp(qo, error);
-    REQUIRE(qp != nullptr);
-    QpEndpoint peer;
-    peer.kind = DeviceKind::Soft;
-    REQUIRE(qp->connect(peer, error));
     Region src = make_region(*pd, 4096, Access::LocalWrite);
     auto sent = [&] {
         std::array<std::byte, 4096> buf;
