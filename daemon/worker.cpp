@@ -147,9 +147,9 @@ void Worker::open_rdma() {
 // The soft device's wires have events (or its periodic check is due): apply what came.
 void Worker::rdma_progress_cb(int, short, void* arg) {
     auto* self = static_cast<Worker*>(arg);
-    if (self->rdma_device_)
-        self->rdma_device_->progress();
-    self->activity_ = true;
+    // Only what happened on a wire ends an idle stretch, not the periodic turn.
+    if (self->rdma_device_ && self->rdma_device_->progress())
+        self->activity_ = true;
 }
 
 // A queue pair failed (device event): the affected sessions see it in their next
@@ -474,7 +474,7 @@ void Worker::close_all(std::string_view reason) {
     // The closed RDMA sessions' last writes, all at once: one completion timeout at most.
     while (!lingering_.empty()) {
         if (rdma_device_)
-            rdma_device_->progress();  // a driven device: the acknowledgements come in here
+            (void)rdma_device_->progress();  // a driven device: acknowledgements come in here
         poll_lingering();
         if (!lingering_.empty())
             std::this_thread::sleep_for(std::chrono::milliseconds(1));

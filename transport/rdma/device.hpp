@@ -55,7 +55,8 @@ struct DeviceOptions {
     std::chrono::milliseconds soft_ack_timeout{10000};
     uint32_t soft_max_message = 64u << 20;  // largest WRITE/READ a soft QP accepts
     // No device thread: the owner runs the device through progress_fd()/progress() (and
-    // every QueuePair::wait() does). For an event loop that is never away for long.
+    // every QueuePair::wait() does). For an event loop that is never away for long, and
+    // one thread: waits on two threads would take each other's events.
     bool soft_driven = false;
 };
 
@@ -171,8 +172,8 @@ class QueuePair {
     [[nodiscard]] virtual bool post(const WorkRequest& wr, std::string& error) = 0;
     // Posting several requests at once: between hold_posts(true) and hold_posts(false) a
     // device may keep posted requests back and start them together at the end (the soft
-    // device sends them in one system call; verbs starts each when posted). wait() starts
-    // what is held first: nobody waits for a request that was never started.
+    // device sends them in one system call; verbs starts each when posted). wait() ends
+    // the hold first: nobody waits for a request that was never started.
     virtual void hold_posts(bool hold) noexcept { (void)hold; }
     // Non-blocking: moves up to out.size() completions into `out`, returns how many.
     [[nodiscard]] virtual size_t poll(std::span<Completion> out) = 0;
@@ -214,9 +215,10 @@ class Device {
     [[nodiscard]] virtual std::unique_ptr<ProtectionDomain> alloc_pd(std::string& error) = 0;
     // A device that needs its owner to run it (DeviceOptions::soft_driven): call
     // progress() whenever progress_fd() is readable and at least every
-    // progress_interval(). -1: the device runs by itself.
+    // progress_interval(). -1: the device runs by itself. progress() is true when it
+    // handled something (a wire event), false for a turn that found nothing.
     [[nodiscard]] virtual int progress_fd() const noexcept { return -1; }
-    virtual void progress() noexcept {}
+    virtual bool progress() noexcept { return false; }
     [[nodiscard]] virtual std::chrono::milliseconds progress_interval() const noexcept {
         return std::chrono::milliseconds(1000);
     }

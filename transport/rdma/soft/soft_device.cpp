@@ -54,7 +54,7 @@ class SoftDevice final : public Device {
     int progress_fd() const noexcept override {
         return config_.engine->driven() ? config_.engine->fd() : -1;
     }
-    void progress() noexcept override { config_.engine->drive(0); }
+    bool progress() noexcept override { return config_.engine->drive(0); }
     std::chrono::milliseconds progress_interval() const noexcept override {
         return config_.engine->scan_every();
     }
@@ -83,7 +83,8 @@ std::unique_ptr<Device> open_soft_device(const DeviceOptions& options, std::stri
     if (config.failures == nullptr)
         return nullptr;
     // The ack timeout is checked this often besides every event of a queue pair: a dead
-    // peer is noticed within 1.125 ack timeouts.
+    // peer is noticed within an ack timeout and about one scan interval (1/8 of it, at
+    // most 1 s).
     config.engine = WireEngine::create(config.ack_timeout / 8, options.soft_driven, error);
     if (config.engine == nullptr)
         return nullptr;

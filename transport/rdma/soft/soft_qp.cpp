@@ -205,7 +205,9 @@ size_t SoftQueuePair::poll(std::span<Completion> out) {
 }
 
 bool SoftQueuePair::wait(std::chrono::nanoseconds timeout) {
-    start_held();
+    // The hold ends here, not only the first socketful: what does not fit now must go on
+    // the EPOLLOUT edges that follow, or we would wait for a request never sent.
+    hold_posts(false);
     if (config_.engine->driven())
         return wait_driving(timeout);
     std::unique_lock lock(mutex_);

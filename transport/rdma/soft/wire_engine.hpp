@@ -67,8 +67,9 @@ class WireEngine {
     // Readable when drive() has work.
     [[nodiscard]] int fd() const noexcept { return epoll_.get(); }
     [[nodiscard]] std::chrono::milliseconds scan_every() const noexcept { return scan_every_; }
-    // One round: waits up to `timeout_ms` (0: not at all) for wire events and handles them.
-    void drive(int timeout_ms) noexcept;
+    // One round: waits up to `timeout_ms` (>= 0; 0: not at all) for wire events and
+    // handles them. True when there were any (or input left over from the last round).
+    bool drive(int timeout_ms) noexcept;
 
     // Private, for make_shared.
     WireEngine(sys::UniqueFd epoll, sys::UniqueFd kick, std::chrono::milliseconds scan_every,
