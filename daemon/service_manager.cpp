@@ -10,11 +10,6 @@ namespace {
 
 constexpr timeval kStatusEvery{1, 0};
 
-timeval to_timeval(std::chrono::microseconds us) {
-    return {static_cast<time_t>(us.count() / 1000000),
-            static_cast<suseconds_t>(us.count() % 1000000)};
-}
-
 }  // namespace
 
 ServiceManager::ServiceManager(event_base* base, std::function<std::string()> status,

@@ -87,7 +87,7 @@ void Session::set_event(event* ev, bool on) {
 }
 
 void Session::arm_timer(uint32_t ms) {
-    timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+    const timeval tv = to_timeval(std::chrono::milliseconds(ms));
     evtimer_add(timer_.get(), &tv);
 }
 

@@ -137,10 +137,8 @@ void Worker::open_rdma() {
             event_new(base_.get(), fd, EV_READ | EV_PERSIST, rdma_progress_cb, this));
         event_add(rdma_progress_event_.get(), nullptr);
         rdma_progress_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, rdma_progress_cb, this));
-        const auto every = rdma_device_->progress_interval();
-        const timeval tv{static_cast<time_t>(every.count() / 1000),
-                         static_cast<suseconds_t>(every.count() % 1000 * 1000)};
-        evtimer_add(rdma_progress_timer_.get(), &tv);
+        const timeval every = to_timeval(rdma_device_->progress_interval());
+        evtimer_add(rdma_progress_timer_.get(), &every);
     }
 }
 

@@ -108,9 +108,6 @@ bool WireEngine::drive(int timeout_ms) noexcept {
     }
     const int n = sys::epoll_wait_raw(epoll_.get(), events.data(), events.size(), timeout_ms);
     (void)handle(events.data(), std::max(n, 0));
-    std::lock_guard lock(mutex_);
-    if (!unfinished_.empty())
-        kick();  // input left over: fd() stays readable, so the owner comes back at once
     return n > 0 || leftover;
 }
 
@@ -136,6 +133,8 @@ bool WireEngine::handle(const epoll_event* events, int n) {
         settle_all();
         next_scan_ = now + scan_every_;
     }
+    if (driven_ && !unfinished_.empty())
+        kick();  // input left over: fd() stays readable, so the owner comes back at once
     return true;
 }
 
