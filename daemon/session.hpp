@@ -33,7 +33,6 @@
 #include "protocol/startup.hpp"
 #include "transport/rdma/channel/hello.hpp"
 #include "transport/rdma/channel/offer.hpp"
-#include "transport/shm/segment.hpp"
 
 namespace l5pg::daemon {
 

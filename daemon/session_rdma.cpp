@@ -5,7 +5,6 @@
 // socket only carries doorbell bytes and EOF.
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 

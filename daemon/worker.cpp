@@ -393,8 +393,8 @@ bool Worker::arm_sessions() {
         if (rdma_endpoint_->prepare_to_block(rdma_ready, settled) > 0) {
             ready = true;
         } else if (!settled) {
-            // The flag WRITEs are in flight: wait for them rather than spin (the soft
-            // device's threads, which complete them, need this CPU), then go round again.
+            // The flag WRITEs are in flight: wait for them rather than spin (a soft device
+            // is run by this very wait, see QueuePair::wait()), then go round again.
             rdma_endpoint_->await_completions(kSettleWait);
             ready = true;
         }
