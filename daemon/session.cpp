@@ -175,7 +175,7 @@ void Session::disarm_after_block() {
 // socket buffer, the ring or the RDMA channel right now is not sent.
 void Session::terminate_for_shutdown() {
     if (state_ == SessionState::Forwarding && !client_gone_ && !cancel_request_ &&
-        !close_when_flushed_ && from_upstream_.at_boundary() && !end_->output_queued())
+        finish_when_ == FinishWhen::Open && from_upstream_.at_boundary() && !end_->output_queued())
         end_->send_if_room(protocol::build_fatal(protocol::kSqlstateAdminShutdown,
                                                  "terminating connection due to "
                                                  "administrator command"));

@@ -174,7 +174,10 @@ class Session final : public ClientEndHost {
     void flush_upstream();
     void flush_client();
     void send_to_client(std::span<const std::byte> bytes);
-    void finish_after_flush(std::string reason);
+    // Close with `reason` once the client's output has drained (Postgres left, or a refusal
+    // is on its way), or for a cancel request once the CancelRequest is in Postgres's socket.
+    void finish_after_client_flush(std::string reason);
+    void finish_after_upstream_flush(std::string reason);
     void upstream_write_failed(int err);  // a send() to Postgres failed with `err`
     // The bytes metrics and this session's directory record.
     void count_bytes(Direction direction, uint64_t n);
@@ -197,12 +200,14 @@ class Session final : public ClientEndHost {
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionState state_ = SessionState::Startup;
-    bool counted_ = false;             // included in sessions_active
-    bool cancel_request_ = false;      // upstream leg only carries a CancelRequest
-    bool close_when_flushed_ = false;  // close once the client's output (or to_upstream_) drains
-    std::string close_reason_;         // for close_when_flushed_
-    bool upstream_blocked_ = false;    // upstream send returned EAGAIN
-    bool awaiting_upstream_ = false;   // see awaiting_upstream(); set_awaiting_upstream()
+    bool counted_ = false;         // included in sessions_active
+    bool cancel_request_ = false;  // upstream leg only carries a CancelRequest
+    // What the session closes after, with close_reason_ (finish_after_*_flush()).
+    enum class FinishWhen : uint8_t { Open, ClientFlushed, UpstreamFlushed };
+    FinishWhen finish_when_ = FinishWhen::Open;
+    std::string close_reason_;
+    bool upstream_blocked_ = false;   // upstream send returned EAGAIN
+    bool awaiting_upstream_ = false;  // see awaiting_upstream(); set_awaiting_upstream()
     std::chrono::steady_clock::time_point request_forwarded_at_;  // awaiting_upstream_ began
     bool admin_ = false;                     // served by the admin console, not Postgres
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted

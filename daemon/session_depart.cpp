@@ -82,7 +82,7 @@ void Session::continue_departure() {
         arm_timer(worker_.config().limits.drain_timeout_ms);
     }
     if (!upstream_.valid()) {
-        // Postgres left first (finish_after_flush): nothing more can go to it. A client
+        // Postgres left first (finish_after_client_flush): nothing more can go to it. A client
         // that still reads gets the rest of Postgres's output first (flush_client closes).
         if (!client_may_read_ || !end_->output_queued())
             finish_departure("");

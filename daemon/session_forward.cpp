@@ -29,8 +29,13 @@ size_t Session::high_water() const noexcept {
     return worker_.config().limits.session_buffer_bytes;
 }
 
-void Session::finish_after_flush(std::string reason) {
-    close_when_flushed_ = true;
+void Session::finish_after_client_flush(std::string reason) {
+    finish_when_ = FinishWhen::ClientFlushed;
+    close_reason_ = std::move(reason);
+}
+
+void Session::finish_after_upstream_flush(std::string reason) {
+    finish_when_ = FinishWhen::UpstreamFlushed;
     close_reason_ = std::move(reason);
 }
 
@@ -114,7 +119,7 @@ bool Session::pump() {
     if (!client_gone_ && end_->resume_output()) {
         read_upstream();
         moved = true;
-    } else if (close_when_flushed_) {
+    } else if (finish_when_ != FinishWhen::Open) {
         flush_client();
     }
     return moved;
@@ -192,8 +197,8 @@ void Session::read_upstream() {
             // close.
             upstream_read_.reset();
             upstream_.reset();
-            finish_after_flush(n == 0 ? "server closed the connection"
-                                      : "server closed the connection (reset)");
+            finish_after_client_flush(n == 0 ? "server closed the connection"
+                                             : "server closed the connection (reset)");
             break;
         }
         if (err != EAGAIN && err != EINTR) {
@@ -229,7 +234,7 @@ void Session::flush_upstream() {
     }
     upstream_blocked_ = false;
     set_event(upstream_write_.get(), false);
-    if (cancel_request_ && close_when_flushed_) {
+    if (finish_when_ == FinishWhen::UpstreamFlushed) {
         close(close_reason_);
         return;
     }
@@ -249,7 +254,7 @@ void Session::send_to_client(std::span<const std::byte> bytes) {
     if (state_ == SessionState::Closed)
         return;  // its sockets stay open until reaped: nothing may go out any more
     if (client_gone_) {
-        if (close_when_flushed_)
+        if (finish_when_ != FinishWhen::Open)
             close(close_reason_);
         return;
     }
@@ -264,7 +269,7 @@ void Session::flush_client() {
     end_->flush();
     if (state_ == SessionState::Closed)
         return;
-    if (close_when_flushed_ && !end_->output_queued() && !cancel_request_) {
+    if (finish_when_ == FinishWhen::ClientFlushed && !end_->output_queued()) {
         close(close_reason_);
         return;
     }

@@ -473,7 +473,7 @@ void Session::on_upstream_connected() {
         update_upstream_reading();
     } else {
         // Postgres reads the cancel key and closes; we close after handing it over.
-        finish_after_flush("cancel request forwarded");
+        finish_after_upstream_flush("cancel request forwarded");
     }
     flush_upstream();
     // Bytes a TLS client sent in the StartupMessage's record wait in OpenSSL, where no
@@ -509,7 +509,7 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
     upstream_.reset();
     upstream_read_.reset();
     upstream_write_.reset();
-    finish_after_flush(std::string(reason));
+    finish_after_client_flush(std::string(reason));
     send_to_client(error);
 }
 
