@@ -45,7 +45,7 @@ WireEngine::~WireEngine() {
         std::lock_guard lock(mutex_);
         stop_ = true;
     }
-    kick();
+    wake();
     thread_.join();
 }
 
@@ -78,6 +78,13 @@ void WireEngine::remove(int wire, uint64_t token) noexcept {
 }
 
 void WireEngine::kick() noexcept {
+    // Release before the eventfd write; the turn that the write wakes (the kernel orders
+    // the two) reads the flag after its epoll_wait returned.
+    settle_requested_.store(true, std::memory_order_release);
+    wake();
+}
+
+void WireEngine::wake() noexcept {
     const uint64_t one = 1;
     (void)!::write(kick_.get(), &one, sizeof one);
 }
@@ -123,29 +130,28 @@ bool WireEngine::handle(const epoll_event* events, int n) {
     std::lock_guard lock(mutex_);
     if (stop_)
         return false;
-    bool kicked = false;
-    dispatch(events, n, kicked);
+    dispatch(events, n);
     // A quarter interval early counts as due: a driven engine's owner calls on a timer of
     // the same interval, and a tick a little early must not postpone the scan by a whole
     // interval.
     const auto now = Clock::now();
-    if (kicked || now + scan_every_ / 4 >= next_scan_) {
+    if (settle_requested_.exchange(false, std::memory_order_acq_rel) ||
+        now + scan_every_ / 4 >= next_scan_) {
         settle_all();
         next_scan_ = now + scan_every_;
     }
     if (driven_ && !unfinished_.empty())
-        kick();  // input left over: fd() stays readable, so the owner comes back at once
+        wake();  // input left over: fd() stays readable, so the owner comes back at once
     return true;
 }
 
-void WireEngine::dispatch(const epoll_event* events, int n, bool& kicked) {
+void WireEngine::dispatch(const epoll_event* events, int n) {
     next_unfinished_.clear();
     for (int i = 0; i < n; ++i) {
         const uint64_t token = events[i].data.u64;
         if (token == kKickToken) {
             uint64_t count;
             (void)!::read(kick_.get(), &count, sizeof count);
-            kicked = true;
             continue;
         }
         const auto it = handlers_.find(token);

@@ -20,6 +20,7 @@
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -80,15 +81,19 @@ class WireEngine {
 
     using Clock = std::chrono::steady_clock;
 
+    void wake() noexcept;  // makes fd() readable / ends the thread's epoll_wait
     void run() noexcept;
     [[nodiscard]] int round_timeout_ms(Clock::time_point now) const noexcept;
     // Handles the events of one epoll_wait(); false once stopping. Takes the lock.
     bool handle(const epoll_event* events, int n);
-    void dispatch(const epoll_event* events, int n, bool& kicked);
+    void dispatch(const epoll_event* events, int n);
     void settle_all() noexcept;
 
     const sys::UniqueFd epoll_;
-    const sys::UniqueFd kick_;  // eventfd: kick() and shutdown
+    const sys::UniqueFd kick_;  // eventfd: kick(), shutdown, a driven engine's leftover input
+    // Set by kick(): the next turn settles every handler. Not by the wake-up a driven
+    // engine gives itself for leftover input, which must not cost a scan per turn.
+    std::atomic<bool> settle_requested_{false};
     const std::chrono::milliseconds scan_every_;
     const bool driven_;
 
