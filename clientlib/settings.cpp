@@ -146,6 +146,7 @@ void load_settings() noexcept {
             env_number("L5PG_SPIN_US", wait::kDefaultSpinUs, 0, wait::kMaxBudgetUs)),
         static_cast<uint32_t>(
             env_number("L5PG_YIELD_US", wait::kDefaultYieldUs, 0, wait::kMaxBudgetUs)));
+    s.block_when_crowded = env_number("L5PG_BLOCK_WHEN_CROWDED", 1, 0, 1) == 1;
     s.upgrade_timeout_ms = static_cast<int>(env_number("L5PG_UPGRADE_TIMEOUT_MS", 5000, 1, 600000));
     if (const char* uid = std::getenv("L5PG_TRUSTED_UID"); uid && *uid)
         s.trusted_uid = static_cast<int64_t>(env_number("L5PG_TRUSTED_UID", 0, 0, UINT32_MAX - 1));

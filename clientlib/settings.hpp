@@ -26,6 +26,7 @@ struct Settings {
     bool debug = false;                        // L5PG_DEBUG=1
     size_t ring_size = 0;                      // L5PG_RING_SIZE, bytes per direction
     wait::WaitPolicy budget;                   // L5PG_SPIN_US, L5PG_YIELD_US
+    bool block_when_crowded = true;            // L5PG_BLOCK_WHEN_CROWDED=1|0
     int upgrade_timeout_ms = 5000;             // L5PG_UPGRADE_TIMEOUT_MS
     // L5PG_TRUSTED_UID: the only owner whose l5pgd markers are trusted; -1 = any owner,
     // as long as it also owns the socket (upgrade.cpp, is_l5pgd_socket()).

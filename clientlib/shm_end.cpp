@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "clientlib/debug_log.hpp"
+#include "clientlib/settings.hpp"
 #include "transport/wait/cpu_hint.hpp"
 #include "transport/wait/doorbell.hpp"
 #include "transport/wait/session_policy.hpp"
@@ -14,6 +15,8 @@ namespace {
 
 // Process-wide: the threads of a client program rarely differ in affinity, and it is a hint.
 wait::SoleCpuHint g_sole_cpu;
+// Each waiting thread's view of the CPUs it spins on (constant-initialized: no TLS guard).
+thread_local wait::CrowdingGauge t_crowding{wait::CrowdingGauge::RateCheck::On};
 
 }  // namespace
 
@@ -160,8 +163,10 @@ bool ShmEnd::hung_up() noexcept {
 wait::WaitPolicy ShmEnd::wait_policy(wait::AdaptiveSpin& spin, const wait::WaitPolicy& configured,
                                      bool only_session) noexcept {
     shm::Header& header = segment_.header();
-    return wait::session_wait_policy({g_sole_cpu, header.client_sole_cpu, header.server_sole_cpu},
-                                     only_session, spin, configured);
+    wait::CrowdingGauge* gauge = settings().block_when_crowded ? &t_crowding : nullptr;
+    return wait::session_wait_policy(
+        {g_sole_cpu, header.client_sole_cpu, header.server_sole_cpu, gauge}, only_session, spin,
+        configured);
 }
 
 // Everything we published stays readable for l5pgd; the flag says no more comes. Set

@@ -48,6 +48,9 @@ struct ShmConfig {
     // Keep spinning while every busy session waits for Postgres's answer (instead of
     // blocking in epoll until the upstream socket is readable). See worker.cpp.
     bool spin_awaiting_upstream = false;
+    // A worker not confined to one CPU stops spinning for its lone session while the CPUs
+    // are crowded (transport/wait/crowding_gauge.hpp). See worker.cpp.
+    bool block_when_crowded = true;
 };
 
 // L5 RDMA channel for remote clients (DESIGN.md "RDMA channel"): clients upgrade their

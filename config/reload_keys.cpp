@@ -52,6 +52,7 @@ const std::vector<KeyRule>& rules() {
         {"shm.spin_us", L, [](C c) { return text(c.shm.spin_us); }},
         {"shm.yield_us", L, [](C c) { return text(c.shm.yield_us); }},
         {"shm.spin_awaiting_upstream", L, [](C c) { return text(c.shm.spin_awaiting_upstream); }},
+        {"shm.block_when_crowded", L, [](C c) { return text(c.shm.block_when_crowded); }},
         {"rdma.enabled", R, [](C c) { return text(c.rdma.enabled); }},
         {"rdma.device", R, [](C c) { return quoted(c.rdma.device); }},
         {"rdma.device_name", R, [](C c) { return quoted(c.rdma.device_name); }},

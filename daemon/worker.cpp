@@ -336,9 +336,16 @@ void Worker::idle_round() {
 // with few cores it may well need the very core we would spin on, and its answer wakes
 // our epoll through the upstream socket anyway. shm.spin_awaiting_upstream keeps the
 // spinning for hosts where the worker has a core of its own. A lone client confined to
-// the one CPU we are confined to cannot publish while we spin at all.
+// the one CPU we are confined to cannot publish while we spin at all. And a worker not
+// confined to one CPU stops spinning for a lone session while the CPUs are crowded
+// (shm.block_when_crowded; the shim does the same, session_policy.hpp). With several
+// sessions its polling finds work for one or another, and spinning was measured to win
+// (docs/performance.md, "Crowded CPUs").
 bool Worker::spinning_pays_off(clock::time_point now) noexcept {
     const uint32_t sole_cpu = sole_cpu_.current(now);
+    if (sole_cpu == 0 && polled_.size() == 1 && settings_->config.shm.block_when_crowded &&
+        crowding_.crowded(now, wait::read_sched_times))
+        return false;
     bool pays = false;
     for (Session* session : polled_) {  // no early exit: every session learns our hint
         // Acted upon for a lone session only, as by the shim (channel_wait_budget()).

@@ -3,8 +3,10 @@
 // arms every ring's wake-up flag and blocks in epoll until a doorbell, an upstream
 // socket or a new session wakes it (DESIGN.md "Waiting"). It does not spin at all while
 // every busy session waits for Postgres, while its recent idle stretches outlasted the
-// budget (wait::AdaptiveSpin), or while its clients are confined to the one CPU it is
-// confined to (transport/wait/cpu_hint.hpp): then spinning only takes CPU from those it waits for.
+// budget (wait::AdaptiveSpin), while its clients are confined to the one CPU it is
+// confined to (transport/wait/cpu_hint.hpp), or while it serves one session and the CPUs
+// are crowded (transport/wait/crowding_gauge.hpp): then spinning only takes CPU from those
+// it waits for.
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,7 @@
 #include "transport/rdma/device.hpp"
 #include "transport/wait/adaptive_spin.hpp"
 #include "transport/wait/cpu_hint.hpp"
+#include "transport/wait/crowding_gauge.hpp"
 #include "transport/wait/policy.hpp"
 
 namespace l5pg::daemon {
@@ -147,7 +150,9 @@ class Worker {
     };
     wait::WaitPolicy spin_policy_;  // shm.spin_us, shm.yield_us of settings_
     wait::AdaptiveSpin idle_spin_;  // whether idle stretches are worth spinning
-    wait::SoleCpuHint sole_cpu_;    // the one CPU this thread is confined to, if any
+    // Whether our CPUs are crowded; idle rounds are not waits, so no rate check.
+    wait::CrowdingGauge crowding_{wait::CrowdingGauge::RateCheck::Off};
+    wait::SoleCpuHint sole_cpu_;  // the one CPU this thread is confined to, if any
     IdleStretch idle_;
 
     std::mutex handover_mutex_;

@@ -50,6 +50,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.shm.spin_us == 50);
     CHECK(c.shm.yield_us == 200);
     CHECK_FALSE(c.shm.spin_awaiting_upstream);
+    CHECK(c.shm.block_when_crowded);
     CHECK(c.metrics.listen == "127.0.0.1:6439");
     CHECK(c.limits.max_sessions == 1000);
     CHECK(c.limits.startup_timeout_ms == 10000);
@@ -86,6 +87,7 @@ shm:
   spin_us: 0
   yield_us: 10
   spin_awaiting_upstream: true
+  block_when_crowded: false
 metrics:
   listen: "[::1]:0"
 limits:
@@ -113,6 +115,7 @@ logging:
     CHECK(c.shm.spin_us == 0);
     CHECK(c.shm.yield_us == 10);
     CHECK(c.shm.spin_awaiting_upstream);
+    CHECK_FALSE(c.shm.block_when_crowded);
     CHECK(c.metrics.listen == "[::1]:0");
     CHECK(c.limits.max_sessions == 5);
     CHECK(c.limits.startup_timeout_ms == 250);
