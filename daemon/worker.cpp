@@ -343,9 +343,6 @@ void Worker::idle_round() {
 // (docs/performance.md, "Crowded CPUs").
 bool Worker::spinning_pays_off(clock::time_point now) noexcept {
     const uint32_t sole_cpu = sole_cpu_.current(now);
-    if (sole_cpu == 0 && polled_.size() == 1 && settings_->config.shm.block_when_crowded &&
-        crowding_.crowded(now, wait::read_sched_times))
-        return false;
     bool pays = false;
     for (Session* session : polled_) {  // no early exit: every session learns our hint
         // Acted upon for a lone session only, as by the shim (channel_wait_budget()).
@@ -354,6 +351,10 @@ bool Worker::spinning_pays_off(clock::time_point now) noexcept {
             (settings_->config.shm.spin_awaiting_upstream || !session->awaiting_upstream()))
             pays = true;
     }
+    // The gauge judges only rounds in which we would spin.
+    if (pays && sole_cpu == 0 && polled_.size() == 1 && settings_->config.shm.block_when_crowded &&
+        crowding_.crowded(now, wait::read_sched_times))
+        return false;
     return pays;
 }
 
