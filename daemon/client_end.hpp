@@ -85,6 +85,10 @@ class ClientEnd {
     virtual void send_if_room(std::span<const std::byte> message) = 0;
     // Sends what is queued as far as the client takes it now.
     virtual void flush() = 0;
+    // The socket takes bytes again after a flush() it refused (socket ends: they asked for
+    // this with watch_client_writable(); till then flush() does not try, since commit()
+    // and send() flush and the session flushes once more after them).
+    virtual void on_socket_writable() = 0;
     [[nodiscard]] virtual bool output_queued() const noexcept = 0;
     [[nodiscard]] virtual bool has_room() = 0;
     // After the client made room that reserve() found missing: true when reading from

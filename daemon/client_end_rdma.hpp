@@ -22,6 +22,7 @@ class RdmaClientEnd final : public QueuedClientEnd {
 
     [[nodiscard]] bool polled() const noexcept override { return true; }
     void on_socket_readable() override;
+    void on_socket_writable() override {}
     void progress(bool) override;
     void want_input(bool) override {}
     [[nodiscard]] bool input_exhausted() override { return exhausted_ && in_.empty(); }

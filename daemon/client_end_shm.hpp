@@ -20,6 +20,7 @@ class ShmClientEnd final : public ClientEnd {
 
     [[nodiscard]] bool polled() const noexcept override { return true; }
     void on_socket_readable() override;
+    void on_socket_writable() override {}
     void progress(bool forwarding) override;
     [[nodiscard]] IoStatus peek(std::span<const std::byte>& data) override;
     void consume(size_t n) override;

@@ -50,12 +50,15 @@ void SocketClientEnd::send_if_room(std::span<const std::byte> message) {
 void SocketClientEnd::flush() {
     if (gone_ && !may_read_)
         out_.clear();
+    if (write_blocked_ && !out_.empty())
+        return;  // the writable event resumes us (on_socket_writable)
     while (!out_.empty()) {
         const auto data = out_.front();
         const ssize_t n = stream_.send(data.data(), data.size());
         if (n > 0) {
             out_.consume(static_cast<size_t>(n));
         } else if (n < 0 && errno == EAGAIN) {
+            write_blocked_ = true;
             host_.watch_client_writable(true);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
@@ -67,6 +70,7 @@ void SocketClientEnd::flush() {
             return;
         }
     }
+    write_blocked_ = false;
     host_.watch_client_writable(false);
 }
 

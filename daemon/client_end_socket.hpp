@@ -15,6 +15,7 @@ class SocketClientEnd final : public QueuedClientEnd {
 
     [[nodiscard]] bool polled() const noexcept override { return false; }
     void on_socket_readable() override { readable_ = true; }
+    void on_socket_writable() override { write_blocked_ = false; }
     void progress(bool) override {}
     void want_input(bool on) override;
     [[nodiscard]] bool input_exhausted() override { return eof_ && in_.empty(); }
@@ -34,9 +35,10 @@ class SocketClientEnd final : public QueuedClientEnd {
 
     ClientStream& stream_;   // the session's
     bool readable_ = false;  // the socket announced data (or TLS holds some) since the last read
-    bool eof_ = false;       // recv() reported EOF or an error: nothing more comes
-    bool gone_ = false;      // the client left
-    bool may_read_ = true;   // ... and still reads (it only shut down its sending side)
+    bool write_blocked_ = false;  // send() said EAGAIN and the socket has not been writable since
+    bool eof_ = false;            // recv() reported EOF or an error: nothing more comes
+    bool gone_ = false;           // the client left
+    bool may_read_ = true;        // ... and still reads (it only shut down its sending side)
 };
 
 }  // namespace l5pg::daemon

@@ -277,6 +277,7 @@ void Session::flush_client() {
 }
 
 void Session::on_client_writable() {
+    end_->on_socket_writable();
     flush_client();
 }
 

@@ -53,6 +53,7 @@ class LoopbackClientEnd final : public daemon::ClientEnd {
     // ---- daemon::ClientEnd
     bool polled() const noexcept override { return true; }
     void on_socket_readable() override {}
+    void on_socket_writable() override {}
     void progress(bool) override {
         if (left_ && !reported_left_) {
             reported_left_ = true;
