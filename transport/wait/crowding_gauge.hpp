@@ -113,6 +113,10 @@ class CrowdingGauge {
     struct Period {
         int64_t calls = 0;
         clock::duration length{};
+        [[nodiscard]] double rate() const noexcept {
+            const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(length).count();
+            return ns > 0 ? static_cast<double>(calls) / static_cast<double>(ns) : 0.0;
+        }
     };
 
     [[nodiscard]] bool is_crowded(const SchedTimes& times, clock::time_point now) const noexcept {
@@ -131,9 +135,9 @@ class CrowdingGauge {
         if (rate_check_ == RateCheck::Off)
             return;
         const Period blocked{calls_, now - window_start_};
-        // calls/length compared without division: blocked < window
-        const bool paid = blocked.calls * last_window_.length.count() >=
-                          last_window_.calls * blocked.length.count();
+        // Both periods last kMinBackoff or more, but either may have run for hours (an
+        // idle session): rates as doubles, where products of counts and ns could overflow.
+        const bool paid = blocked.rate() >= last_window_.rate();
         if (paid) {
             respite_ = clock::duration::zero();
             return;
