@@ -76,21 +76,22 @@ class CrowdingGauge {
     // boundaries, about every kWindow while spinning.
     template <class Read>
     [[nodiscard]] bool crowded(clock::time_point now, Read&& read) noexcept {
-        if (unavailable_)
+        if (state_ == State::Unavailable)
             return false;
         ++calls_;
-        if (now < backoff_until_)
-            return true;
-        if (backing_off_)
+        if (state_ == State::BackingOff) {
+            if (now < backoff_until_)
+                return true;
             end_backoff(now);
-        if (window_open_ && now - window_start_ < kWindow)
-            return false;
-        const std::optional<SchedTimes> times = read();
-        if (!times) {
-            unavailable_ = true;  // no /proc (or an unexpected format): spin as configured
+        } else if (state_ == State::Window && now - window_start_ < kWindow) {
             return false;
         }
-        const bool judged = window_open_;
+        const std::optional<SchedTimes> times = read();
+        if (!times) {
+            state_ = State::Unavailable;  // no /proc (or an unexpected format): spin as configured
+            return false;
+        }
+        const bool judged = state_ == State::Window;
         const bool verdict = judged && now >= respite_until_ && is_crowded(*times, now);
         if (judged)
             last_window_ = {calls_, now - window_start_};
@@ -98,8 +99,7 @@ class CrowdingGauge {
         base_ = *times;
         window_start_ = now;
         calls_ = 0;
-        window_open_ = !verdict;
-        backing_off_ = verdict;
+        state_ = verdict ? State::BackingOff : State::Window;
         if (verdict) {
             backoff_ = std::clamp(2 * backoff_, kMinBackoff, kMaxBackoff);
             backoff_until_ = now + backoff_;
@@ -131,7 +131,6 @@ class CrowdingGauge {
     // The back-off that began at window_start_ is over: when it served fewer waits per
     // second than the crowded window before it, give spinning a respite from our verdicts.
     void end_backoff(clock::time_point now) noexcept {
-        backing_off_ = false;
         if (rate_check_ == RateCheck::Off)
             return;
         const Period blocked{calls_, now - window_start_};
@@ -155,9 +154,10 @@ class CrowdingGauge {
     Period last_window_{};  // the last judged window: calls and length
     int64_t calls_ = 0;     // since window_start_
     SchedTimes base_{};     // at window_start_
-    bool window_open_ = false;
-    bool backing_off_ = false;
-    bool unavailable_ = false;
+    // Start: nothing read yet. Window: judging the one that began at window_start_.
+    // BackingOff: blocking until backoff_until_. Unavailable: no /proc, the gauge is mute.
+    enum class State : uint8_t { Start, Window, BackingOff, Unavailable };
+    State state_ = State::Start;
 };
 
 }  // namespace l5pg::wait
