@@ -9,7 +9,10 @@
 // or hostile value only changes whether this side spins.
 #pragma once
 
+#include <sched.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 
@@ -48,6 +51,18 @@ class SoleCpuHint {
     std::atomic<int64_t> next_check_ns_{0};
     std::atomic<uint32_t> value_{0};
 };
+
+// The CPU the calling thread runs on + 1, published into `field` when it changed (the line
+// then stays shared in both caches). sched_getcpu() reads the rseq area or the vDSO: no
+// system call.
+inline void publish_current_cpu(std::atomic<uint32_t>& field) noexcept {
+    const int saved_errno = errno;  // the shim runs inside other programs
+    const int cpu = ::sched_getcpu();
+    errno = saved_errno;
+    const uint32_t value = cpu >= 0 ? static_cast<uint32_t>(cpu) + 1 : 0;
+    if (field.load(std::memory_order_relaxed) != value)
+        field.store(value, std::memory_order_relaxed);
+}
 
 // Publishes `mine` into this side's header field (only when it changed: the line then stays
 // shared in both caches) and tells whether the peer's field names the same single CPU.

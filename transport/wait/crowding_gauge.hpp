@@ -109,6 +109,12 @@ class CrowdingGauge {
         return verdict;
     }
 
+    // True from a crowded verdict until a window is judged uncrowded again (through the
+    // back-offs and the spinning windows between them).
+    [[nodiscard]] bool crowded_lately() const noexcept {
+        return backoff_ != clock::duration::zero();
+    }
+
   private:
     struct Period {
         int64_t calls = 0;

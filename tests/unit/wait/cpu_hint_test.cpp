@@ -1,53 +1,21 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cerrno>
 #include <thread>
 
 #include <catch2/catch.hpp>
 
+#include "tests/unit/wait/affinity_helpers.hpp"
 #include "transport/wait/cpu_hint.hpp"
 
 using namespace l5pg::wait;
+using namespace l5pg::test;
 
 namespace {
 SoleCpuHint::clock::time_point at_ns(int64_t ns) {
     return SoleCpuHint::clock::time_point(std::chrono::nanoseconds(ns));
 }
-}  // namespace
-
-namespace {
-
-// Runs `fn` on a fresh thread whose affinity is `set` (the test's own thread stays as is).
-template <class Fn>
-void on_thread_with_affinity(const cpu_set_t& set, Fn fn) {
-    std::thread t([&] {
-        REQUIRE(::sched_setaffinity(0, sizeof set, &set) == 0);
-        fn();
-    });
-    t.join();
-}
-
-cpu_set_t allowed_cpus() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
-    return set;
-}
-
-int first_cpu(const cpu_set_t& set) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-        if (CPU_ISSET(cpu, &set))
-            return cpu;
-    return -1;
-}
-
-cpu_set_t only(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    return set;
-}
-
 }  // namespace
 
 TEST_CASE("sole_cpu_of_this_thread names the one CPU a thread is confined to") {
@@ -88,4 +56,15 @@ TEST_CASE("publish_and_compare writes our hint and matches only the same CPU") {
     peers.store(0);
     CHECK_FALSE(publish_and_compare(mine, peers, 0));
     CHECK(mine.load() == 0);
+}
+
+TEST_CASE("publish_current_cpu writes the CPU the thread runs on, + 1, and keeps errno") {
+    const int cpu = first_cpu(allowed_cpus());
+    on_thread_with_affinity(only(cpu), [&] {
+        std::atomic<uint32_t> field{0};
+        errno = EDOM;
+        publish_current_cpu(field);
+        CHECK(errno == EDOM);
+        CHECK(field.load() == uint32_t(cpu) + 1);
+    });
 }

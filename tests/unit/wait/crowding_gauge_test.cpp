@@ -112,6 +112,7 @@ TEST_CASE("CrowdingGauge judges windows of spinning, backs off while crowded") {
     }
     SECTION("more delay than half the run time, no CPU idle: block, twice as long each time") {
         CHECK_FALSE(gauge.crowded(t, times));  // opens a window
+        CHECK_FALSE(gauge.crowded_lately());
         times.advance(kWindow / 2, kWindow / 2);
         t += kWindow;
         CHECK(gauge.crowded(t, times));
@@ -127,9 +128,11 @@ TEST_CASE("CrowdingGauge judges windows of spinning, backs off while crowded") {
         t += 2 * CrowdingGauge::kMinBackoff;
         CHECK_FALSE(gauge.crowded(t, times));
         SECTION("an uncrowded window ends the doubling") {
+            CHECK(gauge.crowded_lately());  // through the back-offs and the windows between
             times.advance(kWindow, 0ns);
             t += kWindow;
             CHECK_FALSE(gauge.crowded(t, times));
+            CHECK_FALSE(gauge.crowded_lately());
             times.advance(kWindow / 2, kWindow / 2);
             t += kWindow;
             CHECK(gauge.crowded(t, times));
