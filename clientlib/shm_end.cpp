@@ -163,6 +163,7 @@ bool ShmEnd::hung_up() noexcept {
 wait::WaitPolicy ShmEnd::wait_policy(wait::AdaptiveSpin& spin, const wait::WaitPolicy& configured,
                                      bool only_session) noexcept {
     shm::Header& header = segment_.header();
+    wait::publish_current_cpu(header.client_cpu);  // where a blocking worker may join us
     wait::CrowdingGauge* gauge = settings().block_when_crowded ? &t_crowding : nullptr;
     return wait::session_wait_policy(
         {g_sole_cpu, header.client_sole_cpu, header.server_sole_cpu, gauge}, only_session, spin,

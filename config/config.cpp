@@ -250,6 +250,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.shm.spin_awaiting_upstream = get_bool(n, k); }},
         {"shm.block_when_crowded",
          [](Config& c, N n, K k) { c.shm.block_when_crowded = get_bool(n, k); }},
+        {"shm.follow_client_cpu",
+         [](Config& c, N n, K k) { c.shm.follow_client_cpu = get_bool(n, k); }},
         {"rdma.enabled", [](Config& c, N n, K k) { c.rdma.enabled = get_bool(n, k); }},
         {"rdma.device", [](Config& c, N n, K k) { c.rdma.device = get_rdma_device(n, k); }},
         {"rdma.device_name", [](Config& c, N n, K k) { c.rdma.device_name = get_string(n, k); }},

@@ -51,6 +51,9 @@ struct ShmConfig {
     // A worker not confined to one CPU stops spinning for its lone session while the CPUs
     // are crowded (transport/wait/crowding_gauge.hpp). See worker.cpp.
     bool block_when_crowded = true;
+    // While block_when_crowded has it blocking, such a worker runs on its client's CPU
+    // (transport/wait/cpu_follower.hpp). See worker.cpp.
+    bool follow_client_cpu = true;
 };
 
 // L5 RDMA channel for remote clients (DESIGN.md "RDMA channel"): clients upgrade their

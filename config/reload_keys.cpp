@@ -53,6 +53,7 @@ const std::vector<KeyRule>& rules() {
         {"shm.yield_us", L, [](C c) { return text(c.shm.yield_us); }},
         {"shm.spin_awaiting_upstream", L, [](C c) { return text(c.shm.spin_awaiting_upstream); }},
         {"shm.block_when_crowded", L, [](C c) { return text(c.shm.block_when_crowded); }},
+        {"shm.follow_client_cpu", L, [](C c) { return text(c.shm.follow_client_cpu); }},
         {"rdma.enabled", R, [](C c) { return text(c.rdma.enabled); }},
         {"rdma.device", R, [](C c) { return quoted(c.rdma.device); }},
         {"rdma.device_name", R, [](C c) { return quoted(c.rdma.device_name); }},

@@ -103,6 +103,8 @@ class ClientEnd {
     // Publishes the worker's placement hint; true when the client is confined to that
     // same single CPU (transport/wait/cpu_hint.hpp).
     [[nodiscard]] virtual bool shares_sole_cpu(uint32_t worker_sole_cpu) noexcept = 0;
+    // The CPU the client last began a wait on + 1, as it says (0: unknown or not told).
+    [[nodiscard]] virtual uint32_t client_cpu() noexcept { return 0; }
 
     // ---- ending
     // The client left: nothing more goes to it unless `may_still_read`; stop waiting for

@@ -199,6 +199,10 @@ void ShmClientEnd::disarm_after_block() {
     (void)from_client_.disarm();
 }
 
+uint32_t ShmClientEnd::client_cpu() noexcept {
+    return segment_.header().client_cpu.load(std::memory_order_relaxed);
+}
+
 bool ShmClientEnd::shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
     shm::Header& header = segment_.header();
     return wait::publish_and_compare(header.server_sole_cpu, header.client_sole_cpu,

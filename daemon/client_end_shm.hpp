@@ -37,6 +37,7 @@ class ShmClientEnd final : public ClientEnd {
     [[nodiscard]] bool arm_before_block(bool input_wanted) override;
     void disarm_after_block() override;
     [[nodiscard]] bool shares_sole_cpu(uint32_t worker_sole_cpu) noexcept override;
+    [[nodiscard]] uint32_t client_cpu() noexcept override;
     void on_client_gone(bool) override;
     void on_input_done() override {}
     void on_close(bool error, bool client_gone) override;

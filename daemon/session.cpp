@@ -157,6 +157,10 @@ bool Session::client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
     return end_->shares_sole_cpu(worker_sole_cpu);
 }
 
+uint32_t Session::client_cpu() noexcept {
+    return end_->client_cpu();
+}
+
 bool Session::arm_before_block() {
     if (state_ == SessionState::Closed)
         return false;

@@ -63,6 +63,7 @@ class Session final : public ClientEndHost {
     // the client is confined to that same single CPU (transport/wait/cpu_hint.hpp); false
     // for other transports.
     [[nodiscard]] bool client_shares_sole_cpu(uint32_t worker_sole_cpu) noexcept;
+    [[nodiscard]] uint32_t client_cpu() noexcept;
     // True from forwarding client bytes upstream until Postgres's next bytes arrive:
     // the next event is Postgres's, not the client's.
     [[nodiscard]] bool awaiting_upstream() const noexcept { return awaiting_upstream_; }

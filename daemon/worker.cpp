@@ -225,6 +225,8 @@ void Worker::set_polled(Session* session, bool polled) {
         polled_.push_back(session);
     if (!polled && it != polled_.end())
         polled_.erase(it);
+    if (polled_.size() != 1)
+        follower_.release();  // a lone session's client only: nobody to follow now
 }
 
 void Worker::retire(Session* session) {
@@ -340,9 +342,12 @@ void Worker::idle_round() {
 // confined to one CPU stops spinning for a lone session while the CPUs are crowded
 // (shm.block_when_crowded; the shim does the same, session_policy.hpp). With several
 // sessions its polling finds work for one or another, and spinning was measured to win
-// (docs/performance.md, "Crowded CPUs").
+// (docs/performance.md, "Crowded CPUs"). While it blocks for that lone session, the worker
+// runs on the client's CPU (shm.follow_client_cpu; cpu_follower.hpp), until the gauge finds
+// the CPUs uncrowded or the worker has other sessions to serve.
 bool Worker::spinning_pays_off(clock::time_point now) noexcept {
-    const uint32_t sole_cpu = sole_cpu_.current(now);
+    // Following pins us to one CPU; our own confinement is still what it was (none).
+    const uint32_t sole_cpu = follower_.following() ? 0 : sole_cpu_.current(now);
     bool pays = false;
     for (Session* session : polled_) {  // no early exit: every session learns our hint
         // Acted upon for a lone session only, as by the shim (channel_wait_budget()).
@@ -352,9 +357,17 @@ bool Worker::spinning_pays_off(clock::time_point now) noexcept {
             pays = true;
     }
     // The gauge judges only rounds in which we would spin.
-    if (pays && sole_cpu == 0 && polled_.size() == 1 && settings_->config.shm.block_when_crowded &&
-        crowding_.crowded(now, wait::read_sched_times))
+    const bool judged =
+        sole_cpu == 0 && polled_.size() == 1 && settings_->config.shm.block_when_crowded;
+    if (pays && judged && crowding_.crowded(now, wait::read_sched_times)) {
+        if (settings_->config.shm.follow_client_cpu)
+            follower_.follow(polled_.front()->client_cpu());
         return false;
+    }
+    // Kept while we await the backend or spin between back-offs: moving twice per
+    // transaction would cost more than the hand-offs it saves.
+    if (!judged || !crowding_.crowded_lately() || !settings_->config.shm.follow_client_cpu)
+        follower_.release();
     return pays;
 }
 

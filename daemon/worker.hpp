@@ -29,6 +29,7 @@
 #include "transport/rdma/channel/server.hpp"
 #include "transport/rdma/device.hpp"
 #include "transport/wait/adaptive_spin.hpp"
+#include "transport/wait/cpu_follower.hpp"
 #include "transport/wait/cpu_hint.hpp"
 #include "transport/wait/crowding_gauge.hpp"
 #include "transport/wait/policy.hpp"
@@ -153,6 +154,7 @@ class Worker {
     // Whether our CPUs are crowded; idle rounds are not waits, so no rate check.
     wait::CrowdingGauge crowding_{wait::CrowdingGauge::RateCheck::Off};
     wait::SoleCpuHint sole_cpu_;  // the one CPU this thread is confined to, if any
+    wait::CpuFollower follower_;  // on a lone client's CPU while crowded_ has us blocking
     IdleStretch idle_;
 
     std::mutex handover_mutex_;

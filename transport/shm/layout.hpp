@@ -69,6 +69,10 @@ struct Header {
     // that predate them keep working (they leave theirs 0, "unknown").
     alignas(kCacheLine) std::atomic<uint32_t> client_sole_cpu{0};
     alignas(kCacheLine) std::atomic<uint32_t> server_sole_cpu{0};
+    // The CPU the client's thread last began a wait on, + 1 (0: unknown), written by the
+    // client only. Advisory: a worker that blocks for this one session moves there
+    // (wait::CpuFollower), within the CPUs it may use anyway.
+    alignas(kCacheLine) std::atomic<uint32_t> client_cpu{0};
 };
 
 static_assert(sizeof(Header) <= kHeaderSize);
@@ -76,6 +80,7 @@ static_assert(sizeof(Header) <= kHeaderSize);
 static_assert(offsetof(Header, c2s) == 192 && offsetof(Header, s2c) == 384);
 static_assert(offsetof(Header, client_sole_cpu) == 576);
 static_assert(offsetof(Header, server_sole_cpu) == 640);
+static_assert(offsetof(Header, client_cpu) == 704);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 

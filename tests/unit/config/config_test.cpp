@@ -51,6 +51,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.shm.yield_us == 200);
     CHECK_FALSE(c.shm.spin_awaiting_upstream);
     CHECK(c.shm.block_when_crowded);
+    CHECK(c.shm.follow_client_cpu);
     CHECK(c.metrics.listen == "127.0.0.1:6439");
     CHECK(c.limits.max_sessions == 1000);
     CHECK(c.limits.startup_timeout_ms == 10000);
@@ -88,6 +89,7 @@ shm:
   yield_us: 10
   spin_awaiting_upstream: true
   block_when_crowded: false
+  follow_client_cpu: false
 metrics:
   listen: "[::1]:0"
 limits:
@@ -116,6 +118,7 @@ logging:
     CHECK(c.shm.yield_us == 10);
     CHECK(c.shm.spin_awaiting_upstream);
     CHECK_FALSE(c.shm.block_when_crowded);
+    CHECK_FALSE(c.shm.follow_client_cpu);
     CHECK(c.metrics.listen == "[::1]:0");
     CHECK(c.limits.max_sessions == 5);
     CHECK(c.limits.startup_timeout_ms == 250);
