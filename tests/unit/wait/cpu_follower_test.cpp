@@ -2,7 +2,6 @@
 #include <sched.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include <catch2/catch.hpp>
 
