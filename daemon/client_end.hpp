@@ -42,6 +42,11 @@ class ClientEndHost {
     virtual void watch_client_writable(bool on) = 0;
     // limits.session_buffer_bytes: how much an end queues for the client.
     [[nodiscard]] virtual size_t high_water() const noexcept = 0;
+    // The client left (client_departed() was called): nothing more comes from it. The
+    // session keeps this, and the next, for every end; an end asks rather than copies.
+    [[nodiscard]] virtual bool client_gone() const noexcept = 0;
+    // ... and cannot read either: whatever Postgres sends is discarded.
+    [[nodiscard]] virtual bool discarding_output() const noexcept = 0;
 
   protected:
     ~ClientEndHost() = default;

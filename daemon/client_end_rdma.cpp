@@ -63,7 +63,7 @@ void RdmaClientEnd::send_if_room(std::span<const std::byte> message) {
 }
 
 void RdmaClientEnd::flush() {
-    if (gone_ || !channel_)
+    if (host_.client_gone() || !channel_)
         out_.clear();
     while (!out_.empty()) {
         const auto data = out_.front();
@@ -87,7 +87,6 @@ bool RdmaClientEnd::resume_output() {
 }
 
 void RdmaClientEnd::on_client_gone(bool) {
-    gone_ = true;
     out_.clear();  // undeliverable now
 }
 

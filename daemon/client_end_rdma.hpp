@@ -50,7 +50,6 @@ class RdmaClientEnd final : public QueuedClientEnd {
     Worker& worker_;
     const uint64_t session_id_;
     bool exhausted_ = false;  // read() has nothing more and never will
-    bool gone_ = false;       // the client left
     bool linger_ = false;     // at reaping, hand the channel to the worker to flush
 };
 

@@ -54,8 +54,8 @@ bool ShmClientEnd::account_doorbells(size_t count) {
 }
 
 void ShmClientEnd::wake_client() {
-    if (gone_)
-        return;
+    if (host_.client_gone())
+        return;  // no more doorbells to it
     grant_doorbells(1);
     metrics_.doorbell_sent();
     if (!wait::ring_doorbell(socket_))
@@ -95,7 +95,8 @@ void ShmClientEnd::progress(bool forwarding) {
 // (psycopg 3, asyncio), which only wakes if a byte arrives on its socket. Data already
 // published never triggers reader_needs_wakeup() again, so answer here.
 void ShmClientEnd::answer_poke() {
-    if (gone_ || segment_.header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0)
+    if (host_.client_gone() ||
+        segment_.header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0)
         return;
     if (!to_client_.empty() && to_client_.reader_needs_wakeup())
         wake_client();
@@ -182,7 +183,7 @@ bool ShmClientEnd::resume_output() {
 }
 
 bool ShmClientEnd::arm_before_block(bool input_wanted) {
-    if (gone_)  // nothing comes from the client; the upstream socket wakes us
+    if (host_.client_gone())  // nothing comes from the client; the upstream socket wakes us
         return input_wanted && from_client_.has_data();
     from_client_.arm();
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
@@ -210,7 +211,6 @@ bool ShmClientEnd::shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
 }
 
 void ShmClientEnd::on_client_gone(bool) {
-    gone_ = true;
     ring_full_ = false;  // stop waiting for the client to make room
 }
 

@@ -57,7 +57,6 @@ class ShmClientEnd final : public ClientEnd {
     shm::RingReader from_client_;
     shm::RingWriter to_client_;
     bool ring_full_ = false;  // the server->client ring had no room
-    bool gone_ = false;       // the client left: no more doorbells to it
     // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
     static constexpr int64_t kDoorbellSlack = 4096;
     int64_t doorbell_credit_ = kDoorbellSlack;

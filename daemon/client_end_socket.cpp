@@ -20,14 +20,15 @@ SocketClientEnd::SocketClientEnd(ClientStream& stream, ClientEndHost& host) noex
 void SocketClientEnd::fill_input() {
     // A departed client's socket still holds what it sent before EOF or a reset: the
     // kernel hands that out first. Read on until it has nothing more.
-    if (!eof_ && (readable_ || gone_ || stream_.pending() > 0)) {
+    const bool gone = host_.client_gone();
+    if (!eof_ && (readable_ || gone || stream_.pending() > 0)) {
         std::span<std::byte> space = in_.prepare(kChunk);
         const ssize_t n = stream_.recv(space.data(), space.size());
         const int err = errno;
         in_.commit(n > 0 ? static_cast<size_t>(n) : 0);
         // A short read emptied the socket (TLS: unless OpenSSL holds more).
         readable_ = n == static_cast<ssize_t>(kChunk) || stream_.pending() > 0;
-        if (n == 0 || (n < 0 && !transient(err)) || (n < 0 && gone_ && err == EAGAIN)) {
+        if (n == 0 || (n < 0 && !transient(err)) || (n < 0 && gone && err == EAGAIN)) {
             // EOF, an error, or EAGAIN from a client that left: it sends nothing more.
             eof_ = true;
             host_.client_socket_ended();
@@ -39,7 +40,7 @@ void SocketClientEnd::fill_input() {
 }
 
 void SocketClientEnd::want_input(bool on) {
-    host_.watch_client_readable(on && !gone_ && !eof_);
+    host_.watch_client_readable(on && !host_.client_gone() && !eof_);
 }
 
 void SocketClientEnd::send_if_room(std::span<const std::byte> message) {
@@ -48,7 +49,7 @@ void SocketClientEnd::send_if_room(std::span<const std::byte> message) {
 }
 
 void SocketClientEnd::flush() {
-    if (gone_ && !may_read_)
+    if (host_.discarding_output())
         out_.clear();
     if (write_blocked_ && !out_.empty())
         return;  // the writable event resumes us (on_socket_writable)
@@ -62,8 +63,8 @@ void SocketClientEnd::flush() {
             host_.watch_client_writable(true);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
+            // Undeliverable; from now on the host discards Postgres's output.
             const int err = errno;
-            may_read_ = false;  // from now on Postgres's output is discarded
             out_.clear();
             host_.watch_client_writable(false);
             host_.client_departed(fmt::format("client write error: {}", std::strerror(err)));
@@ -75,9 +76,7 @@ void SocketClientEnd::flush() {
 }
 
 void SocketClientEnd::on_client_gone(bool may_still_read) {
-    gone_ = true;
-    may_read_ = may_still_read;
-    if (!may_read_) {
+    if (!may_still_read) {
         host_.watch_client_writable(false);
         out_.clear();
     }

@@ -37,8 +37,6 @@ class SocketClientEnd final : public QueuedClientEnd {
     bool readable_ = false;  // the socket announced data (or TLS holds some) since the last read
     bool write_blocked_ = false;  // send() said EAGAIN and the socket has not been writable since
     bool eof_ = false;            // recv() reported EOF or an error: nothing more comes
-    bool gone_ = false;           // the client left
-    bool may_read_ = true;        // ... and still reads (it only shut down its sending side)
 };
 
 }  // namespace l5pg::daemon

@@ -61,7 +61,14 @@ void Session::enter(SessionState next) {
 
 void Session::switch_end(std::unique_ptr<ClientEnd> end) {
     end_ = std::move(end);
-    worker_.set_polled(this, end_->polled());
+    set_polled(end_->polled());
+}
+
+void Session::set_polled(bool on) {
+    if (on != polled_) {
+        polled_ = on;
+        worker_.set_polled(this, on);
+    }
 }
 
 void Session::start() {
@@ -204,7 +211,7 @@ void Session::close(std::string_view reason, bool error) {
     else
         spdlog::debug("session {} ({}): closing: {}", id_, describe(), reason);
     end_->on_close(error, client_gone_);
-    worker_.set_polled(this, false);
+    set_polled(false);
     startup_slot_.release();
     withdraw_wire_offer();
     wire_timer_.reset();

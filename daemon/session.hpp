@@ -96,8 +96,14 @@ class Session final : public ClientEndHost {
     void watch_client_readable(bool on) override { set_event(client_read_.get(), on); }
     void watch_client_writable(bool on) override { set_event(client_write_.get(), on); }
     [[nodiscard]] size_t high_water() const noexcept override;
+    [[nodiscard]] bool client_gone() const noexcept override { return client_gone_; }
+    [[nodiscard]] bool discarding_output() const noexcept override {
+        return client_gone_ && !client_may_read_;
+    }
     // The end a client upgraded to replaces the socket end.
     void switch_end(std::unique_ptr<ClientEnd> end);
+    // Joins or leaves the worker's polling loop; only changes reach the worker.
+    void set_polled(bool on);
     // The one place state_ changes.
     void enter(SessionState next);
 
@@ -141,10 +147,6 @@ class Session final : public ClientEndHost {
     // departure (session_depart.cpp)
     [[nodiscard]] bool drain_client_data();
     void discard_upstream();
-    // Postgres's output goes nowhere: the client left and cannot read it.
-    [[nodiscard]] bool discarding_output() const noexcept {
-        return client_gone_ && !client_may_read_;
-    }
     void watch_departed_client();
     void finish_departure(std::string_view how, bool timed_out = false);
 
@@ -202,6 +204,7 @@ class Session final : public ClientEndHost {
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;         // included in sessions_active
+    bool polled_ = false;          // in the worker's polling loop (set_polled())
     bool cancel_request_ = false;  // upstream leg only carries a CancelRequest
     // What the session closes after, with close_reason_ (finish_after_*_flush()).
     enum class FinishWhen : uint8_t { Open, ClientFlushed, UpstreamFlushed };

@@ -98,7 +98,7 @@ void Session::continue_departure() {
         // session leaves the polling loop (a peer-closed channel would keep the worker
         // from ever blocking).
         end_->on_input_done();
-        worker_.set_polled(this, false);
+        set_polled(false);
         update_upstream_reading();
     }
     if (upstream_eof_)

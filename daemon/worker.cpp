@@ -220,11 +220,10 @@ AdminConsole& Worker::admin_console() {
 }
 
 void Worker::set_polled(Session* session, bool polled) {
-    auto it = std::find(polled_.begin(), polled_.end(), session);
-    if (polled && it == polled_.end())
+    if (polled)
         polled_.push_back(session);
-    if (!polled && it != polled_.end())
-        polled_.erase(it);
+    else
+        std::erase(polled_, session);
     if (polled_.size() != 1)
         follower_.release();  // a lone session's client only: nobody to follow now
 }

@@ -96,6 +96,7 @@ class Worker {
         return rdma_device_ ? rdma_device_->name() : std::string();
     }
     [[nodiscard]] const RdmaShared& rdma_shared() const noexcept { return rdma_shared_; }
+    // A session joins or leaves the polling loop (Session::set_polled: only changes).
     void set_polled(Session* session, bool polled);
     void retire(Session* session);
     // Keeps a closed session's RDMA channel, and the socket it rings, until the client
