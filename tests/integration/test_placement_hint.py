@@ -28,8 +28,10 @@ def run_confined(d, cpu):
     doorbells0 = d.metric("l5pg_doorbells_total")
     blocks0 = d.metric("l5pg_worker_blocks_total")
     target = shm_target(d)
+    # A yield budget far above an answer's time even on a busy machine: a client that ends
+    # its waits in a doorbell does so because of the hint, not because an answer was slow.
     r = pgbench(target, ["-S", "-M", "prepared", "-c", 1, "-t", T, "-n"],
-                env={"L5PG_SPIN_US": "50", "L5PG_YIELD_US": "200"}, cpu=cpu)
+                env={"L5PG_SPIN_US": "50", "L5PG_YIELD_US": "5000"}, cpu=cpu)
     assert r.processed == T and r.failed == 0, r.stdout
     return d.metric("l5pg_doorbells_total") - doorbells0, d.metric("l5pg_worker_blocks_total") - blocks0
 
@@ -44,7 +46,8 @@ def test_same_cpu_blocks_instead_of_spinning(pinned_l5pgd, pgbench_db, shim):
     d, cpu = pinned_l5pgd
     doorbells, blocks = run_confined(d, cpu)
     # Every answer but a few at the start (before the hints are exchanged) wakes a blocked
-    # client, every request a blocked worker.
+    # client, every request a blocked worker. This needs the CPU otherwise idle: where other
+    # programs keep it busy, an answer is often there before the client would wait at all.
     assert doorbells >= 0.9 * T, (doorbells, blocks)
     assert blocks >= 0.9 * T, (doorbells, blocks)
 
@@ -55,6 +58,6 @@ def test_same_cpu_blocks_instead_of_spinning(pinned_l5pgd, pgbench_db, shim):
 def test_different_cpus_keep_spinning(pinned_l5pgd, pgbench_db, shim):
     d, cpu = pinned_l5pgd
     doorbells, _ = run_confined(d, usable_cpus()[0])
-    # The client spins or yields (50 + 200 us) for answers that take tens of microseconds:
-    # only outliers on a busy machine end in a doorbell.
+    # The client spins or yields (50 us + 5 ms) for answers that take tens of microseconds:
+    # only outliers of milliseconds end in a doorbell.
     assert doorbells < 0.5 * T, doorbells
