@@ -15,6 +15,7 @@
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/wait/doorbell.hpp"
+#include "transport/wait/wait_id.hpp"
 
 namespace l5pg::shim {
 
@@ -71,7 +72,7 @@ void say_gone(Channel& ch, int fd, IoStatus status) noexcept {
 bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
     if (!foreign_waiters_possible())
         return false;
-    if (!ch.end->arm(want) || ch.end->ready(want)) {
+    if (!ch.end->arm(want, wait::kUnnamedWait) || ch.end->ready(want)) {
         ch.end->disarm(want);
         return true;
     }
@@ -91,7 +92,7 @@ class EndWaiter {
 
     bool ready() noexcept { return ch_.end->ready(want_); }
     wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
-    bool arm() noexcept { return ch_.end->arm(want_); }
+    bool arm() noexcept { return ch_.end->arm(want_, wait::kUnnamedWait); }
     void disarm() noexcept { ch_.end->disarm(want_); }
     wait::Woken sleep() noexcept {
         pollfd p{fd_, POLLIN, 0};
@@ -347,11 +348,11 @@ short channel_revents(Channel& ch, short events) noexcept {
 }
 
 // False from arm() means ready already (or broken): the caller's re-check sees it.
-void channel_arm(Channel& ch, short events) noexcept {
+void channel_arm(Channel& ch, short events, uint64_t wait_id) noexcept {
     if (events & POLLIN)
-        (void)ch.end->arm(Want::Read);
+        (void)ch.end->arm(Want::Read, wait_id);
     if (events & POLLOUT)
-        (void)ch.end->arm(Want::Write);
+        (void)ch.end->arm(Want::Write, wait_id);
 }
 
 void channel_disarm(Channel& ch, short events) noexcept {

@@ -82,7 +82,8 @@ void channel_forget_all_after_fork() noexcept;
 
 // poll() support: readiness from ring state (POLLIN/POLLOUT/POLLHUP/POLLERR).
 [[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;
-void channel_arm(Channel& ch, short events) noexcept;
+// Arms `events` under the name of the caller's wait (transport/wait/wait_id.hpp).
+void channel_arm(Channel& ch, short events, uint64_t wait_id) noexcept;
 void channel_disarm(Channel& ch, short events) noexcept;
 // Establishes the readiness invariant now (the application just started using epoll).
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept;

@@ -19,6 +19,7 @@
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/wait/block.hpp"
+#include "transport/wait/wait_id.hpp"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -70,8 +71,11 @@ class MixedPoll {
 
         bool ready() noexcept { return poll_.scan_rings() > 0; }
         wait::WaitPolicy policy() noexcept { return poll_.budget_within(deadline_); }
+        // Every upgraded fd under one name: l5pgd rings one of them, which ends the wait.
         bool arm() noexcept {
-            poll_.for_each_upgraded([](Channel& ch, short events) { channel_arm(ch, events); });
+            const uint64_t wait_id = wait::next_wait_id();
+            poll_.for_each_upgraded(
+                [wait_id](Channel& ch, short events) { channel_arm(ch, events, wait_id); });
             return true;
         }
         void disarm() noexcept {
@@ -185,7 +189,7 @@ class MixedPoll {
             const FdEntry entry = fd_lookup(fds_[i].fd);
             if (entry.kind == FdKind::Upgraded) {
                 if ((fds_[i].revents & POLLIN) == 0 && foreign_waiters_possible())
-                    channel_arm(*entry.channel, POLLIN);
+                    channel_arm(*entry.channel, POLLIN, wait::kUnnamedWait);
                 continue;
             }
             if (entry.kind == FdKind::Forked)

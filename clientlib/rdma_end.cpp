@@ -28,7 +28,7 @@ bool RdmaEnd::ready(Want want) noexcept {
 }
 
 // The flag lives in l5pgd's memory: arm_*() WRITE it and re-check once the WRITE completed.
-bool RdmaEnd::arm(Want want) noexcept {
+bool RdmaEnd::arm(Want want, uint64_t) noexcept {
     return want == Want::Read ? channel_->arm_read() : channel_->arm_write();
 }
 

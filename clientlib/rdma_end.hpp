@@ -30,7 +30,8 @@ class RdmaEnd final : public transport::ChannelEnd {
         return {0, transport::IoStatus::Error};
     }
     [[nodiscard]] bool ready(transport::Want want) noexcept override;
-    [[nodiscard]] bool arm(transport::Want want) noexcept override;
+    // RDMA's flag carries no wait name: l5pgd rings for every armed session.
+    [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) noexcept override;
     // Nothing to undo: a flag the server finds set costs one spurious doorbell.
     void disarm(transport::Want) noexcept override {}
     void on_socket_readable(int fd) noexcept override;

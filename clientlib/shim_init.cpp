@@ -10,6 +10,7 @@
 #include "clientlib/settings.hpp"
 #include "clientlib/upgrade.hpp"
 #include "l5pg_version.hpp"
+#include "transport/wait/wait_id.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -18,6 +19,7 @@ namespace {
 // and one writer per ring. Its copies of upgraded fds report EOF/EPIPE instead.
 void after_fork_in_child() noexcept {
     fd_mark_all_forked();
+    wait::seed_wait_ids();  // the parent goes on counting from the same start
     channel_forget_all_after_fork();
     rdma_forget_after_fork();
 }
@@ -25,6 +27,7 @@ void after_fork_in_child() noexcept {
 __attribute__((constructor)) void load_shim() noexcept {
     resolve_real_calls();
     load_settings();
+    wait::seed_wait_ids();
     ::pthread_atfork(nullptr, nullptr, after_fork_in_child);
     debug_log()
         .str("libl5pg " L5PG_VERSION " loaded, transport ")

@@ -111,9 +111,9 @@ bool ShmEnd::ready(Want want) noexcept {
     return want == Want::Read ? rx_.has_data() : tx_.free_bytes() > 0;
 }
 
-bool ShmEnd::arm(Want want) noexcept {
+bool ShmEnd::arm(Want want, uint64_t wait_id) noexcept {
     if (want == Want::Read)
-        rx_.arm();
+        rx_.arm(wait_id);
     else
         tx_.arm();
     return true;  // the caller's re-check decides

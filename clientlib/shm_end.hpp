@@ -19,7 +19,7 @@ class ShmEnd final : public transport::ChannelEnd {
     [[nodiscard]] bool can_peek() const noexcept override { return true; }
     [[nodiscard]] transport::IoResult peek(std::span<std::byte> out) noexcept override;
     [[nodiscard]] bool ready(transport::Want want) noexcept override;
-    [[nodiscard]] bool arm(transport::Want want) noexcept override;
+    [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) noexcept override;
     void disarm(transport::Want want) noexcept override;
     void on_socket_readable(int fd) noexcept override;
     void prepare_for_foreign_wait(int fd) noexcept override;

@@ -21,12 +21,15 @@ constexpr int64_t kDoorbellsPerOccasion = 4;
 }  // namespace
 
 ShmClientEnd::ShmClientEnd(shm::Segment segment, SegmentRegistry::Claim claim, int socket,
-                           ClientEndHost& host, Metrics& metrics)
+                           ClientEndHost& host, Metrics& metrics, pid_t client_pid,
+                           DoorbellCoalescer& coalescer)
     : segment_(std::move(segment)),
       claim_(std::move(claim)),
       socket_(socket),
       host_(host),
       metrics_(metrics),
+      client_pid_(client_pid),
+      coalescer_(coalescer),
       from_client_(segment_.header().c2s, segment_.c2s_data(), segment_.c2s_size()),
       to_client_(segment_.header().s2c, segment_.s2c_data(), segment_.s2c_size()) {}
 
@@ -60,6 +63,16 @@ void ShmClientEnd::wake_client() {
     metrics_.doorbell_sent();
     if (!wait::ring_doorbell(socket_))
         host_.client_departed("client socket gone (doorbell failed)");
+}
+
+void ShmClientEnd::wake_reader_if_waiting() {
+    uint64_t wait_id = wait::kUnnamedWait;
+    if (!to_client_.reader_needs_wakeup(wait_id))
+        return;
+    if (coalescer_.must_ring(client_pid_, wait_id))
+        wake_client();
+    else
+        metrics_.doorbell_coalesced();
 }
 
 void ShmClientEnd::on_socket_readable() {
@@ -149,8 +162,7 @@ void ShmClientEnd::commit(size_t n) {
     if (n == 0)
         return;  // nothing received into the reserved record: it stays unpublished
     to_client_.commit(n);
-    if (to_client_.reader_needs_wakeup())
-        wake_client();
+    wake_reader_if_waiting();
 }
 
 void ShmClientEnd::send(std::span<const std::byte> bytes) {
@@ -163,8 +175,7 @@ void ShmClientEnd::send(std::span<const std::byte> bytes) {
         }
         bytes = bytes.subspan(n);
     }
-    if (to_client_.reader_needs_wakeup())
-        wake_client();
+    wake_reader_if_waiting();
 }
 
 void ShmClientEnd::send_if_room(std::span<const std::byte> message) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "daemon/client_end.hpp"
+#include "daemon/doorbell_coalescer.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/segment_registry.hpp"
 #include "transport/shm/ring.hpp"
@@ -15,8 +16,10 @@ namespace l5pg::daemon {
 
 class ShmClientEnd final : public ClientEnd {
   public:
+    // `client_pid` (SO_PEERCRED) and the worker's `coalescer`: one doorbell per client wait.
     ShmClientEnd(shm::Segment segment, SegmentRegistry::Claim claim, int socket,
-                 ClientEndHost& host, Metrics& metrics);
+                 ClientEndHost& host, Metrics& metrics, pid_t client_pid,
+                 DoorbellCoalescer& coalescer);
 
     [[nodiscard]] bool polled() const noexcept override { return true; }
     void on_socket_readable() override;
@@ -45,6 +48,8 @@ class ShmClientEnd final : public ClientEnd {
 
   private:
     void wake_client();  // one doorbell byte
+    // After publishing: the doorbell if the client waits for it, once per named wait.
+    void wake_reader_if_waiting();
     void grant_doorbells(unsigned occasions) noexcept;
     [[nodiscard]] bool account_doorbells(size_t count);  // false: closed (doorbell flood)
     void answer_poke();
@@ -54,6 +59,8 @@ class ShmClientEnd final : public ClientEnd {
     const int socket_;              // the session's (Session owns it)
     ClientEndHost& host_;
     Metrics& metrics_;
+    const pid_t client_pid_;
+    DoorbellCoalescer& coalescer_;
     shm::RingReader from_client_;
     shm::RingWriter to_client_;
     bool ring_full_ = false;  // the server->client ring had no room

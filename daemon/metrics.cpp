@@ -118,6 +118,9 @@ void Metrics::startup_rejected() noexcept {
 void Metrics::doorbell_sent() noexcept {
     bump(doorbells_);
 }
+void Metrics::doorbell_coalesced() noexcept {
+    bump(doorbells_coalesced_);
+}
 void Metrics::worker_blocked() noexcept {
     bump(worker_blocks_);
 }
@@ -172,6 +175,10 @@ std::string Metrics::render() const {
            read(startup_rejected_));
     scalar(out, "l5pg_doorbells_total", "Shared-memory doorbell wake-ups sent to clients.",
            read(doorbells_));
+    scalar(out, "l5pg_doorbells_coalesced_total",
+           "Shared-memory doorbells not sent: the client's wait had been rung on another of its "
+           "sessions.",
+           read(doorbells_coalesced_));
     scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
            read(worker_blocks_));
     render_refusals(out);

@@ -284,7 +284,7 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
         return fmt::format("cannot attach the shared memory: {}{}{}", error.what,
                            error.err ? ": " : "", error.err ? std::strerror(error.err) : "");
     end = std::make_unique<ShmClientEnd>(std::move(*segment), std::move(*claim), client_.get(),
-                                         *this, metrics_);
+                                         *this, metrics_, peer_.pid, worker_.doorbells());
     return std::nullopt;
 }
 

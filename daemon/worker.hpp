@@ -22,6 +22,7 @@
 #include "config/config.hpp"
 #include "daemon/admin_console.hpp"
 #include "daemon/admission.hpp"
+#include "daemon/doorbell_coalescer.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/settings.hpp"
@@ -82,6 +83,8 @@ class Worker {
     [[nodiscard]] const Admission& admission() const noexcept { return settings_->admission; }
     [[nodiscard]] SegmentRegistry& segments() noexcept { return admission_state_.segments; }
     [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_state_.sessions; }
+    // The waits of SHM clients this worker rang for lately (one doorbell per client wait).
+    [[nodiscard]] DoorbellCoalescer& doorbells() noexcept { return doorbells_; }
     // This worker's admin console server (created on first use).
     [[nodiscard]] AdminConsole& admin_console();
     void note_activity() noexcept { activity_ = true; }
@@ -179,6 +182,7 @@ class Worker {
     EventPtr linger_timer_;  // polls lingering_ while it is not empty
 
     uint64_t next_id_;
+    DoorbellCoalescer doorbells_;                  // before the sessions, whose SHM ends use it
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "transport/io_result.hpp"
@@ -44,8 +45,10 @@ class ChannelEnd {
     // read() (Want::Read) or write() would not return WouldBlock now.
     [[nodiscard]] virtual bool ready(Want want) noexcept = 0;
     // Before blocking on the socket: sets our waiting flag. False: do not block (found
-    // ready while arming).
-    [[nodiscard]] virtual bool arm(Want want) noexcept = 0;
+    // ready while arming). `wait_id` names the wait (transport/wait/wait_id.hpp): one
+    // poll() arms all its ends under one name, so that the peer may ring only one of them;
+    // wait::kUnnamedWait elsewhere.
+    [[nodiscard]] virtual bool arm(Want want, uint64_t wait_id) noexcept = 0;
     // Takes the flag back when the re-check found the end ready. A doorbell the peer
     // already owes is drained later by on_socket_readable().
     virtual void disarm(Want want) noexcept = 0;

@@ -45,6 +45,11 @@ struct RingControl {
     alignas(kCacheLine) std::atomic<uint64_t> read_pos{0};  // consumer-owned
     // Consumer is (about to be) blocked waiting for data: producer rings the doorbell.
     alignas(kCacheLine) std::atomic<uint32_t> reader_waiting{0};
+    // The name of the wait that armed reader_waiting (transport/wait/wait_id.hpp), stored
+    // before the flag: a producer that finds several flags armed under one name may ring
+    // just one of them. 0: unnamed, ring. Written by the consumer; to the producer only a
+    // value to compare (an added field in the flag's padding: older peers leave it 0).
+    std::atomic<uint64_t> reader_wait_id{0};
     // Producer is (about to be) blocked waiting for space: consumer rings the doorbell.
     alignas(kCacheLine) std::atomic<uint32_t> writer_waiting{0};
 };
@@ -78,6 +83,8 @@ struct Header {
 static_assert(sizeof(Header) <= kHeaderSize);
 // Offsets documented in docs/wire-format.md (the Python test client relies on them too).
 static_assert(offsetof(Header, c2s) == 192 && offsetof(Header, s2c) == 384);
+static_assert(offsetof(RingControl, reader_waiting) == 64 &&
+              offsetof(RingControl, reader_wait_id) == 72 && sizeof(RingControl) == 192);
 static_assert(offsetof(Header, client_sole_cpu) == 576);
 static_assert(offsetof(Header, server_sole_cpu) == 640);
 static_assert(offsetof(Header, client_cpu) == 704);

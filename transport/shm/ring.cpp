@@ -37,11 +37,16 @@ bool RingWriter::empty() noexcept {
 
 // Dekker with RingReader::arm(): our store of the length word, fence, read of the flag;
 // the reader's flag store, fence, read of the length word. One of the two sees the other.
-bool RingWriter::reader_needs_wakeup() noexcept {
+bool RingWriter::reader_needs_wakeup(uint64_t& wait_id) noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (control_->reader_waiting.load(std::memory_order_relaxed) == 0)
         return false;
-    return control_->reader_waiting.exchange(0, std::memory_order_acq_rel) != 0;
+    if (control_->reader_waiting.exchange(0, std::memory_order_acq_rel) == 0)
+        return false;
+    // The flag we took was stored (release) after its name: this reads that name or the one
+    // of a later arming, whose wait includes this ring too.
+    wait_id = control_->reader_wait_id.load(std::memory_order_relaxed);
+    return true;
 }
 
 void RingWriter::arm() noexcept {
@@ -65,8 +70,10 @@ bool RingReader::writer_needs_wakeup() noexcept {
     return control_->writer_waiting.exchange(0, std::memory_order_acq_rel) != 0;
 }
 
-void RingReader::arm() noexcept {
-    control_->reader_waiting.store(1, std::memory_order_relaxed);
+void RingReader::arm(uint64_t wait_id) noexcept {
+    control_->reader_wait_id.store(wait_id, std::memory_order_relaxed);
+    // Release: a writer that takes the flag reads this name, not an older one.
+    control_->reader_waiting.store(1, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

@@ -50,8 +50,14 @@ class RingWriter {
     [[nodiscard]] bool empty() noexcept;  // reader has consumed everything published
 
     // After publishing: seq_cst fence, then if the reader armed reader_waiting, clear
-    // it and return true: the caller must ring the doorbell (see transport/wait/block.hpp).
-    [[nodiscard]] bool reader_needs_wakeup() noexcept;
+    // it and return true: the caller must ring the doorbell (see transport/wait/block.hpp),
+    // unless it already rang for the same named wait (`wait_id`, the name the reader armed
+    // the flag under; transport/wait/wait_id.hpp).
+    [[nodiscard]] bool reader_needs_wakeup(uint64_t& wait_id) noexcept;
+    [[nodiscard]] bool reader_needs_wakeup() noexcept {
+        uint64_t ignored = 0;
+        return reader_needs_wakeup(ignored);
+    }
     // Before blocking for space: arm writer_waiting (then re-check free_bytes()).
     void arm() noexcept;
     // Disarm; returns false if the reader already consumed the flag (a doorbell byte is
@@ -97,8 +103,10 @@ class RingReader {
     // After consuming: seq_cst fence, then if the writer armed writer_waiting, clear it
     // and return true: the caller must ring the doorbell.
     [[nodiscard]] bool writer_needs_wakeup() noexcept;
-    // Before blocking for data: arm reader_waiting (then re-check has_data()).
-    void arm() noexcept;
+    // Before blocking for data: arm reader_waiting (then re-check has_data()), under the
+    // name of the wait (kUnnamedWait: the writer rings in any case).
+    void arm(uint64_t wait_id) noexcept;
+    void arm() noexcept { arm(0); }
     bool disarm() noexcept;
 
     [[nodiscard]] uint64_t position() const noexcept { return read_pos_; }

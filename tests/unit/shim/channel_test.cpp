@@ -17,6 +17,7 @@
 #include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "tests/unit/shim/loopback_end.hpp"
+#include "transport/wait/wait_id.hpp"
 
 using namespace std::chrono_literals;
 using l5pg::shim::Channel;
@@ -292,7 +293,7 @@ TEST_CASE("channel poll support: revents follow the end's state", "[shim]") {
 
 TEST_CASE("channel poll support: arm and disarm set and take back the end's flags", "[shim]") {
     Connection c;
-    l5pg::shim::channel_arm(*c.ch, POLLIN | POLLOUT);
+    l5pg::shim::channel_arm(*c.ch, POLLIN | POLLOUT, l5pg::wait::kUnnamedWait);
     CHECK(c.end.armed(Want::Read));
     CHECK(c.end.armed(Want::Write));
     l5pg::shim::channel_disarm(*c.ch, POLLIN);

@@ -120,7 +120,7 @@ class LoopbackEnd final : public transport::ChannelEnd {
             return true;
         return want == Want::Read ? !inbound_.empty() : outbound_.size() < capacity_;
     }
-    bool arm(Want want) noexcept override {
+    bool arm(Want want, uint64_t) noexcept override {
         std::lock_guard lock(mutex_);
         (want == Want::Read ? read_armed_ : write_armed_) = true;
         return true;

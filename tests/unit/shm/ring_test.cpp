@@ -8,6 +8,7 @@
 #include "test_util.hpp"
 #include "transport/shm/layout.hpp"
 #include "transport/shm/ring.hpp"
+#include "transport/wait/wait_id.hpp"
 
 using namespace l5pg::shm;
 using l5pg::shm::test::pattern;
@@ -485,6 +486,20 @@ TEST_CASE("Ring: Dekker flags", "[shm][ring]") {
         p.writer.arm();
         CHECK(p.reader.writer_needs_wakeup());
         CHECK(p.writer.reader_needs_wakeup());
+    }
+    SECTION("the writer learns the name of the wait that armed the flag") {
+        uint64_t wait_id = 7;
+        p.reader.arm(0x1234'5678'9abc'def0ull);
+        CHECK(p.writer.reader_needs_wakeup(wait_id));
+        CHECK(wait_id == 0x1234'5678'9abc'def0ull);
+        // An unnamed arming after a named one: the writer must ring whatever it rang before.
+        p.reader.arm();
+        CHECK(p.writer.reader_needs_wakeup(wait_id));
+        CHECK(wait_id == l5pg::wait::kUnnamedWait);
+        // No flag, no name: the caller's variable is left alone.
+        wait_id = 7;
+        CHECK_FALSE(p.writer.reader_needs_wakeup(wait_id));
+        CHECK(wait_id == 7);
     }
     SECTION("arm, then re-check sees data published before") {
         put_record(p.writer, 8, 1);

@@ -1,0 +1,36 @@
+"""One doorbell per client wait (transport/wait/wait_id.hpp, daemon/doorbell_coalescer.hpp): a
+pgbench thread that blocks in one poll() over many SHM sessions arms them all under one wait
+name, and l5pgd rings only the first of them that answers; the others' answers are found when
+the woken thread looks at every ring. A doorbell skipped wrongly would leave the thread
+asleep with every one of its sessions waiting: pgbench would not finish its transactions.
+"""
+import pytest
+
+from tests.harness.client import pgbench, shm_target
+
+T = 300  # transactions per client
+ALWAYS_BLOCK = {"L5PG_SPIN_US": "0", "L5PG_YIELD_US": "0"}
+
+
+@pytest.mark.timeout(180)
+def test_one_thread_many_sessions_one_doorbell_per_wait(l5pgd, pgbench_db, shim):
+    sent0 = l5pgd.metric("l5pg_doorbells_total")
+    skipped0 = l5pgd.metric("l5pg_doorbells_coalesced_total")
+    r = pgbench(shm_target(l5pgd), ["-S", "-M", "prepared", "-c", 16, "-j", 1, "-t", T, "-n"],
+                env=ALWAYS_BLOCK)
+    assert r.processed == 16 * T and r.failed == 0, r.stdout
+    sent = l5pgd.metric("l5pg_doorbells_total") - sent0
+    skipped = l5pgd.metric("l5pg_doorbells_coalesced_total") - skipped0
+    # The thread blocks for every wait that finds no answer: doorbells end those waits, and
+    # answers that came in while it was woken but not yet running were not rung for.
+    assert sent > 0 and skipped > 0, (sent, skipped)
+
+
+@pytest.mark.timeout(180)
+def test_one_session_per_thread_rings_every_wait(l5pgd, pgbench_db, shim):
+    # A wait over one session has nobody to share a doorbell with.
+    skipped0 = l5pgd.metric("l5pg_doorbells_coalesced_total")
+    r = pgbench(shm_target(l5pgd), ["-S", "-M", "prepared", "-c", 2, "-j", 2, "-t", T, "-n"],
+                env=ALWAYS_BLOCK)
+    assert r.processed == 2 * T and r.failed == 0, r.stdout
+    assert l5pgd.metric("l5pg_doorbells_coalesced_total") == skipped0
