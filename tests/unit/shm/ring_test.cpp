@@ -492,7 +492,7 @@ TEST_CASE("Ring: Dekker flags", "[shm][ring]") {
         p.reader.arm(0x1234'5678'9abc'def0ull);
         CHECK(p.writer.reader_needs_wakeup(wait_id));
         CHECK(wait_id == 0x1234'5678'9abc'def0ull);
-        // An unnamed arming after a named one: the writer must ring whatever it rang before.
+        // An unnamed arming replaces the name: the writer rings whatever it rang before.
         p.reader.arm();
         CHECK(p.writer.reader_needs_wakeup(wait_id));
         CHECK(wait_id == l5pg::wait::kUnnamedWait);
