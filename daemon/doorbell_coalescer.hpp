@@ -8,7 +8,9 @@
 // client wait"). The worker remembers the last waits it rang for, by the client's pid (from
 // SO_PEERCRED, so one client cannot name another's waits) and the wait's name, and skips a
 // doorbell for a wait it has rung already: that wait has ended, or is about to, and its
-// thread looks at every ring when it wakes.
+// thread looks at every ring when it wakes. Clients whose pid l5pgd cannot see (another
+// pid namespace) all have pid 0; their names still start at a random number per process,
+// which nobody else can read, so one cannot silence another's doorbells.
 #pragma once
 
 #include <sys/types.h>
