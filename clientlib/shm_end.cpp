@@ -111,6 +111,8 @@ bool ShmEnd::ready(Want want) noexcept {
     return want == Want::Read ? rx_.has_data() : tx_.free_bytes() > 0;
 }
 
+// Only a wait for data carries the wait's name (RingControl::reader_wait_id): l5pgd rings a
+// client that waits for space when it consumes, once per arming, as before names existed.
 bool ShmEnd::arm(Want want, uint64_t wait_id) noexcept {
     if (want == Want::Read)
         rx_.arm(wait_id);
