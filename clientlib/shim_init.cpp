@@ -8,6 +8,7 @@
 #include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
+#include "clientlib/shm_end.hpp"
 #include "clientlib/upgrade.hpp"
 #include "l5pg_version.hpp"
 #include "transport/wait/wait_id.hpp"
@@ -20,6 +21,7 @@ namespace {
 void after_fork_in_child() noexcept {
     fd_mark_all_forked();
     wait::seed_wait_ids();  // the parent goes on counting from the same start
+    shm_forget_rung_waits_after_fork();
     channel_forget_all_after_fork();
     rdma_forget_after_fork();
 }

@@ -8,6 +8,7 @@
 #include "clientlib/settings.hpp"
 #include "transport/wait/cpu_hint.hpp"
 #include "transport/wait/doorbell.hpp"
+#include "transport/wait/rung_waits.hpp"
 #include "transport/wait/session_policy.hpp"
 
 namespace l5pg::shim {
@@ -17,8 +18,14 @@ namespace {
 wait::SoleCpuHint g_sole_cpu;
 // Each waiting thread's view of the CPUs it spins on (constant-initialized: no TLS guard).
 thread_local wait::CrowdingGauge t_crowding{wait::CrowdingGauge::RateCheck::On};
+// Process-wide: the blocks of l5pgd's workers rung by any of our threads.
+constinit wait::RungWaits g_rung_waits;
 
 }  // namespace
+
+void shm_forget_rung_waits_after_fork() noexcept {
+    g_rung_waits.forget();
+}
 
 using transport::IoResult;
 using transport::IoStatus;
@@ -59,7 +66,8 @@ IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
     }
     if (n == 0)
         return {0, IoStatus::WouldBlock};
-    if (tx_.reader_needs_wakeup())
+    uint64_t wait_id = wait::kUnnamedWait;
+    if (tx_.reader_needs_wakeup(wait_id) && g_rung_waits.must_ring(wait_id))
         ring(fd);
     return {n, IoStatus::Ok};
 }

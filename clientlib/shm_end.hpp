@@ -48,4 +48,7 @@ class ShmEnd final : public transport::ChannelEnd {
     bool poke_outstanding_ = false;  // a doorbell byte was requested and not yet drained
 };
 
+// In a forked child: forget which of l5pgd's waits the parent's threads rang.
+void shm_forget_rung_waits_after_fork() noexcept;
+
 }  // namespace l5pg::shim

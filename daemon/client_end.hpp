@@ -103,7 +103,9 @@ class ClientEnd {
     // ---- the worker about to block (polled ends)
     // Arms the client's wake-up of the worker; true when the end is ready already (then
     // the worker must not block). `input_wanted`: Session would forward input now.
-    [[nodiscard]] virtual bool arm_before_block(bool input_wanted) = 0;
+    // `wait_id` names this block of the worker (transport/wait/wait_id.hpp): a client
+    // process rings once per name, however many of its sessions the worker serves.
+    [[nodiscard]] virtual bool arm_before_block(bool input_wanted, uint64_t wait_id) = 0;
     virtual void disarm_after_block() = 0;
     // Publishes the worker's placement hint; true when the client is confined to that
     // same single CPU (transport/wait/cpu_hint.hpp).

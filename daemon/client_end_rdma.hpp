@@ -30,7 +30,7 @@ class RdmaClientEnd final : public QueuedClientEnd {
     void flush() override;
     [[nodiscard]] bool resume_output() override;
     // The endpoint arms every RDMA session (ServerEndpoint::prepare_to_block()).
-    [[nodiscard]] bool arm_before_block(bool) override { return false; }
+    [[nodiscard]] bool arm_before_block(bool, uint64_t) override { return false; }
     void disarm_after_block() override {}
     [[nodiscard]] bool shares_sole_cpu(uint32_t) noexcept override { return false; }
     void on_client_gone(bool) override;

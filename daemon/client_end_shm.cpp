@@ -46,6 +46,7 @@ void ShmClientEnd::grant_doorbells(unsigned occasions) noexcept {
 
 bool ShmClientEnd::account_doorbells(size_t count) {
     doorbells_received_ += count;
+    metrics_.doorbells_received(count);
     doorbell_credit_ -= static_cast<int64_t>(count);
     if (doorbell_credit_ >= 0)
         return true;
@@ -193,10 +194,10 @@ bool ShmClientEnd::resume_output() {
     return true;
 }
 
-bool ShmClientEnd::arm_before_block(bool input_wanted) {
+bool ShmClientEnd::arm_before_block(bool input_wanted, uint64_t wait_id) {
     if (host_.client_gone())  // nothing comes from the client; the upstream socket wakes us
         return input_wanted && from_client_.has_data();
-    from_client_.arm();
+    from_client_.arm(wait_id);
     // Re-arm writer_waiting too: the client may have taken the flag (and rung) for a
     // partial read that freed nothing, so the flag armed when the ring filled is gone.
     if (ring_full_)

@@ -37,7 +37,7 @@ class ShmClientEnd final : public ClientEnd {
     [[nodiscard]] bool output_queued() const noexcept override { return false; }
     [[nodiscard]] bool has_room() override { return !ring_full_; }
     [[nodiscard]] bool resume_output() override;
-    [[nodiscard]] bool arm_before_block(bool input_wanted) override;
+    [[nodiscard]] bool arm_before_block(bool input_wanted, uint64_t wait_id) override;
     void disarm_after_block() override;
     [[nodiscard]] bool shares_sole_cpu(uint32_t worker_sole_cpu) noexcept override;
     [[nodiscard]] uint32_t client_cpu() noexcept override;

@@ -22,7 +22,7 @@ class SocketClientEnd final : public QueuedClientEnd {
     void send_if_room(std::span<const std::byte> message) override;
     void flush() override;
     [[nodiscard]] bool resume_output() override { return false; }
-    [[nodiscard]] bool arm_before_block(bool) override { return false; }
+    [[nodiscard]] bool arm_before_block(bool, uint64_t) override { return false; }
     void disarm_after_block() override {}
     [[nodiscard]] bool shares_sole_cpu(uint32_t) noexcept override { return false; }
     void on_client_gone(bool may_still_read) override;

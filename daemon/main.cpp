@@ -22,6 +22,7 @@
 #include "daemon/server.hpp"
 #include "daemon/settings.hpp"
 #include "l5pg_version.hpp"
+#include "transport/wait/wait_id.hpp"
 
 namespace {
 
@@ -139,6 +140,9 @@ int main(int argc, char** argv) {
         return 0;
     }
     setup_logging(settings->config.logging.level);
+    // The workers name their blocks (Worker::arm_sessions); clients that talk to several
+    // daemons tell the names apart because each daemon starts at a random number.
+    l5pg::wait::seed_wait_ids();
     try {
         return run(std::move(settings), {options->config_path, options->overrides});
     } catch (const std::exception& e) {

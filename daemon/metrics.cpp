@@ -121,6 +121,9 @@ void Metrics::doorbell_sent() noexcept {
 void Metrics::doorbell_coalesced() noexcept {
     bump(doorbells_coalesced_);
 }
+void Metrics::doorbells_received(uint64_t n) noexcept {
+    bump(doorbells_received_, n);
+}
 void Metrics::worker_blocked() noexcept {
     bump(worker_blocks_);
 }
@@ -179,6 +182,9 @@ std::string Metrics::render() const {
            "Shared-memory doorbells not sent: the client's wait had been rung on another of its "
            "sessions.",
            read(doorbells_coalesced_));
+    scalar(out, "l5pg_doorbells_received_total",
+           "Shared-memory doorbell wake-ups clients wrote to l5pgd's workers.",
+           read(doorbells_received_));
     scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
            read(worker_blocks_));
     render_refusals(out);

@@ -45,7 +45,8 @@ class Metrics {
     void startup_rejected() noexcept;    // garbage / oversized startup packet
     void doorbell_sent() noexcept;       // SHM wake-ups written to clients
     void doorbell_coalesced() noexcept;  // ... not written: the client's wait was rung already
-    void worker_blocked() noexcept;      // a worker gave up spinning and blocked
+    void doorbells_received(uint64_t n) noexcept;  // SHM wake-ups clients wrote to a worker
+    void worker_blocked() noexcept;                // a worker gave up spinning and blocked
     void auth_failed(Transport t, AuthFailure reason) noexcept;
     void connection_refused(ConnectionRefusal reason) noexcept;
     // From forwarding a request to Postgres to its first answer byte, as l5pgd sees it.
@@ -62,7 +63,7 @@ class Metrics {
     //   l5pg_upgrades_total{result="accepted|declined"} counter
     //   l5pg_upstream_connect_failures_total, l5pg_startup_rejected_total,
     //   l5pg_doorbells_total, l5pg_doorbells_coalesced_total,
-    //   l5pg_worker_blocks_total                          counters
+    //   l5pg_doorbells_received_total, l5pg_worker_blocks_total   counters
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
     //   l5pg_upstream_round_trip_seconds{transport}       histogram
@@ -90,6 +91,7 @@ class Metrics {
     std::atomic<uint64_t> startup_rejected_{0};
     std::atomic<uint64_t> doorbells_{0};
     std::atomic<uint64_t> doorbells_coalesced_{0};
+    std::atomic<uint64_t> doorbells_received_{0};
     std::atomic<uint64_t> worker_blocks_{0};
     std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
         auth_failures_{};

@@ -168,12 +168,12 @@ uint32_t Session::client_cpu() noexcept {
     return end_->client_cpu();
 }
 
-bool Session::arm_before_block() {
+bool Session::arm_before_block(uint64_t wait_id) {
     if (state_ == SessionState::Closed)
         return false;
     // Client data that cannot go anywhere (Postgres's socket is full, or Postgres refuses
     // more) must not keep the worker awake: the upstream socket wakes us.
-    return end_->arm_before_block(!upstream_blocked_ && !upstream_refuses_);
+    return end_->arm_before_block(!upstream_blocked_ && !upstream_refuses_, wait_id);
 }
 
 void Session::disarm_after_block() {

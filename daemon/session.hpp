@@ -56,7 +56,7 @@ class Session final : public ClientEndHost {
     bool poll_channel();
     // Arms the client's wake-up of the worker before it blocks; returns true if data
     // arrived meanwhile (then the worker must not block).
-    bool arm_before_block();
+    bool arm_before_block(uint64_t wait_id);
     void disarm_after_block();
 
     // Publishes the worker's placement hint into an SHM session's header and tells whether

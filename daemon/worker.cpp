@@ -17,6 +17,7 @@
 #include "daemon/session.hpp"
 #include "transport/wait/block.hpp"
 #include "transport/wait/spin.hpp"
+#include "transport/wait/wait_id.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -400,11 +401,13 @@ class Worker::Sleep {
     Worker& w_;
 };
 
-// Arms every session's wake-up and re-checks; true when one is ready already.
+// Arms every session's wake-up under one name for this block and re-checks; true when one
+// is ready already.
 bool Worker::arm_sessions() {
+    const uint64_t wait_id = wait::next_wait_id();
     bool ready = false;
     for (Session* session : polled_)
-        ready = session->arm_before_block() || ready;
+        ready = session->arm_before_block(wait_id) || ready;
     if (!ready && rdma_endpoint_ && rdma_endpoint_->sessions() > 0) {
         // Arms every RDMA session's wait flag in its client's memory; blocking is only
         // safe once those WRITEs completed ("settled"), else we go round once more.

@@ -6,6 +6,8 @@
 // armed under a name (daemon/doorbell_coalescer.hpp): that one doorbell ends the whole wait,
 // and the woken thread looks at every ring before it sleeps again. Without names, a thread
 // waiting for 32 sessions got a doorbell from most of those that answered before it ran.
+// The same the other way: an l5pgd worker names each block, and a client process rings a
+// block once, whichever of its threads takes a flag first (transport/wait/rung_waits.hpp).
 //
 // Names are unique per process: counted up from a random start, which a forked child draws
 // anew (the parent's sessions are not the child's, but the child's new ones may be served by

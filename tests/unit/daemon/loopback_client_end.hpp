@@ -109,7 +109,7 @@ class LoopbackClientEnd final : public daemon::ClientEnd {
         full_ = false;
         return true;
     }
-    bool arm_before_block(bool input_wanted_now) override {
+    bool arm_before_block(bool input_wanted_now, uint64_t) override {
         return input_wanted_now && !in_.empty();
     }
     void disarm_after_block() override {}

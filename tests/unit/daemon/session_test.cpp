@@ -22,6 +22,7 @@
 #include "daemon/settings.hpp"
 #include "daemon/worker.hpp"
 #include "tests/unit/daemon/loopback_client_end.hpp"
+#include "transport/wait/wait_id.hpp"
 
 namespace l5pg::daemon {
 
@@ -389,9 +390,9 @@ TEST_CASE("session: the worker may block while Postgres's socket is full, not be
     h.log_in();
     h.end->deliver(query("select 1"));
     // Client data waiting and nothing blocking it: the worker must not sleep.
-    CHECK(h.session->arm_before_block());
+    CHECK(h.session->arm_before_block(l5pg::wait::kUnnamedWait));
     h.turn();
-    CHECK_FALSE(h.session->arm_before_block());  // forwarded: nothing to do
+    CHECK_FALSE(h.session->arm_before_block(l5pg::wait::kUnnamedWait));  // forwarded: nothing to do
 }
 
 TEST_CASE("session: Postgres's full socket stops the client's input until it drains", "[session]") {
@@ -405,7 +406,8 @@ TEST_CASE("session: Postgres's full socket stops the client's input until it dra
     }
     REQUIRE_FALSE(h.end->input_wanted);
     CHECK(h.end->pending_input() > 0);
-    CHECK_FALSE(h.session->arm_before_block());  // input waits for the upstream, not the worker
+    CHECK_FALSE(h.session->arm_before_block(
+        l5pg::wait::kUnnamedWait));  // input waits for the upstream, not the worker
     REQUIRE(h.turn_until(
         [&] {
             (void)h.pg.received();

@@ -75,7 +75,8 @@ TEST_CASE("zero-valued metrics render every label combination") {
     for (const char* name :
          {"l5pg_sessions_total", "l5pg_bytes_total", "l5pg_upgrades_total",
           "l5pg_upstream_connect_failures_total", "l5pg_startup_rejected_total",
-          "l5pg_doorbells_total", "l5pg_worker_blocks_total", "l5pg_session_errors_total"}) {
+          "l5pg_doorbells_total", "l5pg_doorbells_coalesced_total", "l5pg_doorbells_received_total",
+          "l5pg_worker_blocks_total", "l5pg_session_errors_total"}) {
         INFO(name);
         CHECK_THAT(text, Contains(std::string("# HELP ") + name + " "));
         CHECK(has_line(text, std::string("# TYPE ") + name + " counter"));
@@ -100,6 +101,9 @@ TEST_CASE("counters render their values") {
     m.doorbell_sent();
     m.doorbell_sent();
     m.doorbell_sent();
+    m.doorbell_coalesced();
+    m.doorbells_received(5);
+    m.doorbells_received(2);
     m.worker_blocked();
     const std::string text = m.render();
     CHECK(has_line(text, "l5pg_sessions_total{transport=\"tcp\"} 1"));
@@ -114,6 +118,8 @@ TEST_CASE("counters render their values") {
     CHECK(has_line(text, "l5pg_upstream_connect_failures_total 1"));
     CHECK(has_line(text, "l5pg_startup_rejected_total 1"));
     CHECK(has_line(text, "l5pg_doorbells_total 3"));
+    CHECK(has_line(text, "l5pg_doorbells_coalesced_total 1"));
+    CHECK(has_line(text, "l5pg_doorbells_received_total 7"));
     CHECK(has_line(text, "l5pg_worker_blocks_total 1"));
 }
 

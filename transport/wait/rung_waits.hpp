@@ -1,0 +1,55 @@
+// The waits of l5pgd's workers that a client process has rung already (the shim's half of
+// "one doorbell per wait"; daemon/doorbell_coalescer.hpp is l5pgd's half).
+//
+// Before a worker blocks, it arms every SHM session it serves under one name for that block
+// (Worker::arm_sessions). One doorbell byte ends the block, and the woken worker looks at
+// every ring before it blocks again. Without names, a pgbench with 64 clients on two workers
+// wrote 0.66 doorbells per transaction, about 20 per block of a worker (docs/performance.md,
+// "One doorbell per worker block"). With them, each client process rings a block once.
+//
+// Shared by every thread of the process, lock-free: a thread that does not find a name
+// records it and rings; one that finds it skips, because the thread that recorded the name
+// rings (or has rung) that same block. Two threads may both miss and both ring: harmless.
+// Overwriting a name that is still live only costs a doorbell more. Names are unique per
+// daemon and start at a random number in each, so names of different daemons do not meet.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/wait/wait_id.hpp"
+
+namespace l5pg::wait {
+
+class RungWaits {
+  public:
+    // True when the doorbell must be rung: the wait is unnamed, or nobody in this process
+    // rang it recently (it is then recorded as rung).
+    [[nodiscard]] bool must_ring(uint64_t wait_id) noexcept {
+        if (wait_id == kUnnamedWait)
+            return true;
+        // Relaxed: a name found only says that another thread rings this block; what the
+        // worker reads after waking is ordered by the flags, not by this table.
+        for (const std::atomic<uint64_t>& slot : slots_)
+            if (slot.load(std::memory_order_relaxed) == wait_id)
+                return false;
+        const size_t i = next_.fetch_add(1, std::memory_order_relaxed) % slots_.size();
+        slots_[i].store(wait_id, std::memory_order_relaxed);
+        return true;
+    }
+
+    // A forked child's sessions are its own: it rings for itself.
+    void forget() noexcept {
+        for (std::atomic<uint64_t>& slot : slots_)
+            slot.store(kUnnamedWait, std::memory_order_relaxed);
+    }
+
+  private:
+    // The blocks of a few workers (l5pgd has one per CPU by default) live at once.
+    std::array<std::atomic<uint64_t>, 8> slots_{};
+    std::atomic<size_t> next_{0};
+};
+
+}  // namespace l5pg::wait
