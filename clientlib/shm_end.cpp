@@ -67,8 +67,10 @@ IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
     if (n == 0)
         return {0, IoStatus::WouldBlock};
     uint64_t wait_id = wait::kUnnamedWait;
-    if (tx_.reader_needs_wakeup(wait_id) && g_rung_waits.must_ring(wait_id))
+    if (tx_.reader_needs_wakeup(wait_id) && !g_rung_waits.rung(wait_id)) {
         ring(fd);
+        g_rung_waits.remember(wait_id);
+    }
     return {n, IoStatus::Ok};
 }
 

@@ -7,11 +7,14 @@
 // wrote 0.66 doorbells per transaction, about 20 per block of a worker (docs/performance.md,
 // "One doorbell per worker block"). With them, each client process rings a block once.
 //
-// Shared by every thread of the process, lock-free: a thread that does not find a name
-// records it and rings; one that finds it skips, because the thread that recorded the name
-// rings (or has rung) that same block. Two threads may both miss and both ring: harmless.
-// Overwriting a name that is still live only costs a doorbell more. Names are unique per
-// daemon and start at a random number in each, so names of different daemons do not meet.
+// Shared by every thread of the process, lock-free. A thread records a name only after its
+// doorbell went out (the send() that wakes the worker has returned), so a thread that finds
+// the name knows the worker was woken for this block and skips. Recording first would let
+// it skip while the recorder, preempted before its send(), still holds the doorbell back
+// with every session on that worker asleep. Two threads may both miss and both ring:
+// harmless. Overwriting a name that is still live only costs a doorbell more. Names are
+// unique per daemon and start at a random number in each, so names of different daemons do
+// not meet.
 #pragma once
 
 #include <array>
@@ -25,19 +28,26 @@ namespace l5pg::wait {
 
 class RungWaits {
   public:
-    // True when the doorbell must be rung: the wait is unnamed, or nobody in this process
-    // rang it recently (it is then recorded as rung).
-    [[nodiscard]] bool must_ring(uint64_t wait_id) noexcept {
+    // True when a doorbell for this wait went out from this process recently (then none is
+    // needed). Unnamed waits never count as rung.
+    [[nodiscard]] bool rung(uint64_t wait_id) const noexcept {
         if (wait_id == kUnnamedWait)
-            return true;
-        // Relaxed: a name found only says that another thread rings this block; what the
-        // worker reads after waking is ordered by the flags, not by this table.
+            return false;
+        // Acquire, paired with remember(): a name found comes after the doorbell that went
+        // out for it (plain loads on x86). What the worker reads after waking is ordered by
+        // the flags, not by this table.
         for (const std::atomic<uint64_t>& slot : slots_)
-            if (slot.load(std::memory_order_relaxed) == wait_id)
-                return false;
+            if (slot.load(std::memory_order_acquire) == wait_id)
+                return true;
+        return false;
+    }
+
+    // After the doorbell for a wait went out.
+    void remember(uint64_t wait_id) noexcept {
+        if (wait_id == kUnnamedWait)
+            return;
         const size_t i = next_.fetch_add(1, std::memory_order_relaxed) % slots_.size();
-        slots_[i].store(wait_id, std::memory_order_relaxed);
-        return true;
+        slots_[i].store(wait_id, std::memory_order_release);
     }
 
     // A forked child's sessions are its own: it rings for itself.
