@@ -46,9 +46,11 @@ void ShmEnd::mark_broken(const char* what) noexcept {
     error_ = what;
 }
 
-void ShmEnd::ring(int fd) noexcept {
-    if (!wait::ring_doorbell(fd))
-        peer_closed_ = true;
+bool ShmEnd::ring(int fd) noexcept {
+    if (wait::ring_doorbell(fd))
+        return true;
+    peer_closed_ = true;
+    return false;
 }
 
 IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
@@ -67,10 +69,8 @@ IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
     if (n == 0)
         return {0, IoStatus::WouldBlock};
     uint64_t wait_id = wait::kUnnamedWait;
-    if (tx_.reader_needs_wakeup(wait_id) && !g_rung_waits.rung(wait_id)) {
-        ring(fd);
-        g_rung_waits.remember(wait_id);
-    }
+    if (tx_.reader_needs_wakeup(wait_id) && !g_rung_waits.rung(wait_id) && ring(fd))
+        g_rung_waits.remember(wait_id);  // after the doorbell went out (rung_waits.hpp)
     return {n, IoStatus::Ok};
 }
 

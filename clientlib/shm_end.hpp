@@ -38,7 +38,8 @@ class ShmEnd final : public transport::ChannelEnd {
     void mark_broken(const char* what) noexcept;
     // What read() and peek() report for an empty ring.
     [[nodiscard]] transport::IoResult nothing_to_read() noexcept;
-    void ring(int fd) noexcept;  // one doorbell byte; a failed write means the peer is gone
+    // One doorbell byte; false when it failed, which means the peer is gone.
+    bool ring(int fd) noexcept;
 
     shm::Segment segment_;
     shm::RingWriter tx_;             // client -> server
