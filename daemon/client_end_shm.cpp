@@ -206,8 +206,9 @@ bool ShmClientEnd::arm_before_block(bool input_wanted, uint64_t wait_id) {
     return (input_wanted && from_client_.has_data()) || (ring_full_ && to_client_.free_bytes() > 0);
 }
 
-// A false return means we consumed nothing we need: the doorbell byte that the client
-// wrote instead is drained by on_socket_readable().
+// A false return means the client took the flag: it rang (the byte is drained by
+// on_socket_readable()), or skipped because another of its threads rang this block
+// (transport/wait/rung_waits.hpp). Either way we poll every ring next.
 void ShmClientEnd::disarm_after_block() {
     (void)from_client_.disarm();
 }

@@ -183,7 +183,7 @@ std::string Metrics::render() const {
            "sessions.",
            read(doorbells_coalesced_));
     scalar(out, "l5pg_doorbells_received_total",
-           "Shared-memory doorbell wake-ups clients wrote to l5pgd's workers.",
+           "Shared-memory doorbell bytes clients wrote to l5pgd's workers (wake-ups, pokes).",
            read(doorbells_received_));
     scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
            read(worker_blocks_));

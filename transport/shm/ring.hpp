@@ -51,8 +51,8 @@ class RingWriter {
 
     // After publishing: seq_cst fence, then if the reader armed reader_waiting, clear
     // it and return true: the caller must ring the doorbell (see transport/wait/block.hpp),
-    // unless it already rang for the same named wait (`wait_id`, the name the reader armed
-    // the flag under; transport/wait/wait_id.hpp).
+    // unless it already rang for the same named wait (`wait_id`: the name the reader armed
+    // the flag under, or that of a later arming; transport/wait/wait_id.hpp).
     [[nodiscard]] bool reader_needs_wakeup(uint64_t& wait_id) noexcept;
     [[nodiscard]] bool reader_needs_wakeup() noexcept {
         uint64_t ignored = 0;

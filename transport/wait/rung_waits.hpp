@@ -8,13 +8,13 @@
 // "One doorbell per worker block"). With them, each client process rings a block once.
 //
 // Shared by every thread of the process, lock-free. A thread records a name only after its
-// doorbell went out (the send() that wakes the worker has returned), so a thread that finds
-// the name knows the worker was woken for this block and skips. Recording first would let
-// it skip while the recorder, preempted before its send(), still holds the doorbell back
-// with every session on that worker asleep. Two threads may both miss and both ring:
-// harmless. Overwriting a name that is still live only costs a doorbell more. Names are
-// unique per daemon and start at a random number in each, so names of different daemons do
-// not meet.
+// doorbell went out, so a name found means that this block of the worker ends (or has
+// ended: the worker then polls every ring before it blocks again). Recording first would
+// skip doorbells for a send() that then fails (no byte at all), and would let a thread
+// skip while the recorder, preempted before its send(), still holds the wake-up back. Two
+// threads may both miss and both ring: harmless. Overwriting a name that is still live (more
+// than 8 workers blocked at once) only costs a doorbell more. Names are unique per daemon
+// and start at a random number in each, so names of different daemons do not meet.
 #pragma once
 
 #include <array>
@@ -34,8 +34,8 @@ class RungWaits {
         if (wait_id == kUnnamedWait)
             return false;
         // Acquire, paired with remember(): a name found comes after the doorbell that went
-        // out for it (plain loads on x86). What the worker reads after waking is ordered by
-        // the flags, not by this table.
+        // out for it (plain loads on x86). Safety does not rest on it: what the worker reads
+        // after waking is ordered by the flags, not by this table.
         for (const std::atomic<uint64_t>& slot : slots_)
             if (slot.load(std::memory_order_acquire) == wait_id)
                 return true;
@@ -50,14 +50,15 @@ class RungWaits {
         slots_[i].store(wait_id, std::memory_order_release);
     }
 
-    // A forked child's sessions are its own: it rings for itself.
+    // In a forked child: its sessions are its own, and it rings for them itself. (Not
+    // needed for safety: any process's doorbell wakes the worker.)
     void forget() noexcept {
         for (std::atomic<uint64_t>& slot : slots_)
             slot.store(kUnnamedWait, std::memory_order_relaxed);
     }
 
   private:
-    // The blocks of a few workers (l5pgd has one per CPU by default) live at once.
+    // The blocks of the workers serving this process (l5pgd has one per CPU by default).
     std::array<std::atomic<uint64_t>, 8> slots_{};
     std::atomic<size_t> next_{0};
 };
