@@ -53,6 +53,10 @@ struct Connection {
         const auto r = end->write(app, std::as_bytes(std::span(bytes.data(), bytes.size())));
         REQUIRE(r.status == IoStatus::Ok);
     }
+    size_t send_then_doorbells(std::string_view bytes) {
+        send(bytes);
+        return doorbells();
+    }
     // Doorbell bytes waiting on l5pgd's side of the socket (drained).
     size_t doorbells() {
         char buf[64];
@@ -74,43 +78,35 @@ struct Connection {
 
 }  // namespace
 
+// The worker about to block: arms both sessions' client->server rings under one name.
+void worker_blocks(Connection& a, Connection& b, uint64_t name) {
+    a.reader->arm(name);
+    b.reader->arm(name);
+}
+
 TEST_CASE("ShmEnd: one doorbell per named block of a worker", "[shim][shm][doorbell]") {
     Connection a;
     Connection b;
     SECTION("sessions armed under one name: the first write rings, the second does not") {
-        const uint64_t block = l5pg::wait::next_wait_id();
-        a.reader->arm(block);
-        b.reader->arm(block);
-        a.send("query a");
-        b.send("query b");
-        CHECK(a.doorbells() == 1);
-        CHECK(b.doorbells() == 0);
+        worker_blocks(a, b, l5pg::wait::next_wait_id());
+        CHECK(a.send_then_doorbells("query a") == 1);
+        CHECK(b.send_then_doorbells("query b") == 0);
         // The worker's next block has a new name: it is rung again.
-        const uint64_t next = l5pg::wait::next_wait_id();
-        a.reader->arm(next);
-        b.reader->arm(next);
-        b.send("query b");
-        a.send("query a");
-        CHECK(b.doorbells() == 1);
-        CHECK(a.doorbells() == 0);
+        worker_blocks(a, b, l5pg::wait::next_wait_id());
+        CHECK(b.send_then_doorbells("query b") == 1);
+        CHECK(a.send_then_doorbells("query a") == 0);
     }
     SECTION("unnamed arms always ring") {
-        a.reader->arm(l5pg::wait::kUnnamedWait);
-        b.reader->arm(l5pg::wait::kUnnamedWait);
-        a.send("query a");
-        b.send("query b");
-        CHECK(a.doorbells() == 1);
-        CHECK(b.doorbells() == 1);
+        worker_blocks(a, b, l5pg::wait::kUnnamedWait);
+        CHECK(a.send_then_doorbells("query a") == 1);
+        CHECK(b.send_then_doorbells("query b") == 1);
     }
     SECTION("a doorbell that could not be sent does not count as rung") {
-        const uint64_t block = l5pg::wait::next_wait_id();
-        a.reader->arm(block);
-        b.reader->arm(block);
+        worker_blocks(a, b, l5pg::wait::next_wait_id());
         ::close(a.worker);  // a's session is gone: its doorbell fails (EPIPE)
         a.worker = -1;
         a.send("query a");
-        b.send("query b");
-        CHECK(b.doorbells() == 1);
+        CHECK(b.send_then_doorbells("query b") == 1);
     }
     SECTION("a write that finds the flag unarmed rings nobody") {
         a.send("query a");
