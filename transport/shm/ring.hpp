@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "transport/shm/layout.hpp"
+#include "transport/wait/wait_id.hpp"
 
 namespace l5pg::shm {
 
@@ -55,7 +56,7 @@ class RingWriter {
     // the flag under, or that of a later arming; transport/wait/wait_id.hpp).
     [[nodiscard]] bool reader_needs_wakeup(uint64_t& wait_id) noexcept;
     [[nodiscard]] bool reader_needs_wakeup() noexcept {
-        uint64_t ignored = 0;
+        uint64_t ignored = wait::kUnnamedWait;
         return reader_needs_wakeup(ignored);
     }
     // Before blocking for space: arm writer_waiting (then re-check free_bytes()).
@@ -106,7 +107,7 @@ class RingReader {
     // Before blocking for data: arm reader_waiting (then re-check has_data()), under the
     // name of the wait (kUnnamedWait: the writer rings in any case).
     void arm(uint64_t wait_id) noexcept;
-    void arm() noexcept { arm(0); }
+    void arm() noexcept { arm(wait::kUnnamedWait); }
     bool disarm() noexcept;
 
     [[nodiscard]] uint64_t position() const noexcept { return read_pos_; }
