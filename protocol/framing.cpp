@@ -1,7 +1,5 @@
 #include "protocol/framing.hpp"
 
-#include <algorithm>
-
 #include "protocol/wire.hpp"
 
 namespace l5pg::protocol {
@@ -28,28 +26,38 @@ MessageHeaderParse parse_message_header(std::span<const std::byte> buf,
     return result;
 }
 
-void MessageBoundaryTracker::feed(std::span<const std::byte> bytes) noexcept {
-    while (!bytes.empty() && !broken_) {
-        if (body_left_ > 0) {
-            const size_t skip = static_cast<size_t>(std::min<uint64_t>(body_left_, bytes.size()));
-            body_left_ -= skip;
-            bytes = bytes.subspan(skip);
-            continue;
-        }
-        const size_t take = std::min(kMessageHeaderSize - header_have_, bytes.size());
-        std::copy_n(bytes.begin(), take, header_ + header_have_);
-        header_have_ += take;
-        bytes = bytes.subspan(take);
-        if (header_have_ < kMessageHeaderSize)
-            return;
-        header_have_ = 0;
-        // No upper bound here: Postgres's messages are as long as Postgres says.
-        const MessageHeaderParse parse =
-            parse_message_header({header_, kMessageHeaderSize}, UINT32_MAX);
-        if (parse.status == ParseStatus::Ok)
-            body_left_ = parse.header.length - 4;
-        else
-            broken_ = true;
+MessageView next_message(std::span<const std::byte> buf, uint32_t max_length) noexcept {
+    MessageView view;
+    const MessageHeaderParse header = parse_message_header(buf, max_length);
+    view.status = header.status;
+    if (header.status != ParseStatus::Ok)
+        return view;
+    if (buf.size() < header.header.total_size()) {
+        view.status = ParseStatus::NeedMore;
+        return view;
+    }
+    view.type = header.header.type;
+    view.body = buf.subspan(kMessageHeaderSize, header.header.length - 4);
+    return view;
+}
+
+MessageView MessageBuffer::next(uint32_t max_length) noexcept {
+    const MessageView view = next_message(rest(), max_length);
+    if (view.status == ParseStatus::Ok)
+        parsed_ += view.total_size();
+    return view;
+}
+
+void MessageBoundaryTracker::end_header() noexcept {
+    header_have_ = 0;
+    // No upper bound here: Postgres's messages are as long as Postgres says.
+    const MessageHeaderParse parse =
+        parse_message_header({header_, kMessageHeaderSize}, UINT32_MAX);
+    if (parse.status == ParseStatus::Ok) {
+        body_left_ = parse.header.length - 4;
+        body_fresh_ = true;
+    } else {
+        broken_ = true;
     }
 }
 

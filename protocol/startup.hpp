@@ -49,6 +49,7 @@ enum class StartupKind { Startup, SslRequest, GssEncRequest, CancelRequest, L5Up
 struct CancelKey {
     uint32_t backend_pid = 0;
     uint32_t secret = 0;
+    friend bool operator==(const CancelKey&, const CancelKey&) = default;
 };
 
 struct StartupPacket {

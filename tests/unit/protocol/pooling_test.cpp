@@ -1,0 +1,222 @@
+// The protocol pieces of session pooling: the tracker's walk (where a Terminate begins, the
+// ReadyForQuery status), the server greeting l5pgd keeps, and the reset's strict answer.
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "protocol/backend_messages.hpp"
+#include "protocol/framing.hpp"
+#include "protocol/pool_reset.hpp"
+#include "protocol/server_greeting.hpp"
+#include "protocol/wire.hpp"
+
+using namespace l5pg::protocol;
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes message(char type, std::string_view body) {
+    Bytes out(kMessageHeaderSize + body.size());
+    out[0] = std::byte{static_cast<unsigned char>(type)};
+    write_be32(out.data() + 1, static_cast<uint32_t>(4 + body.size()));
+    std::memcpy(out.data() + kMessageHeaderSize, body.data(), body.size());
+    return out;
+}
+
+Bytes concat(std::initializer_list<Bytes> parts) {
+    Bytes out;
+    for (const Bytes& p : parts)
+        out.insert(out.end(), p.begin(), p.end());
+    return out;
+}
+
+Bytes cstrings(std::initializer_list<std::string_view> parts) {
+    Bytes out;
+    for (std::string_view p : parts) {
+        for (char c : p)
+            out.push_back(std::byte{static_cast<unsigned char>(c)});
+        out.push_back(std::byte{0});
+    }
+    return out;
+}
+
+std::string text(const Bytes& b) {
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+// What Postgres 15 answers a trusted StartupMessage with.
+Bytes plain_greeting() {
+    BackendWriter w;
+    w.authentication_ok();
+    w.parameter_status("server_version", "15.8");
+    w.parameter_status("application_name", "psql");
+    w.backend_key_data(4242, 0xdeadbeef);
+    w.ready_for_query('I');
+    return w.take();
+}
+
+// The exact answer to PoolReset(nonce).request(), optionally with `extra` in front.
+Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
+    const std::string value = fmt::format("l5pgd-reset-{:016x}", nonce);
+    BackendWriter w;
+    w.command_complete("DISCARD ALL");
+    w.parameter_status("application_name", "psql");
+    w.ready_for_query('I');
+    w.row_description({"?column?"});
+    w.data_row({value});
+    w.command_complete("SELECT 1");
+    w.ready_for_query('I');
+    return concat({before, w.take()});
+}
+
+}  // namespace
+
+TEST_CASE("walk: stops in front of a Terminate at any split, and counts what went before") {
+    const Bytes stream =
+        concat({message('Q', text(cstrings({"select 1"}))), message('S', ""), message('X', "")});
+    const size_t terminate_at = stream.size() - kMessageHeaderSize;
+    for (size_t split = 0; split <= stream.size(); ++split) {
+        MessageBoundaryTracker tracker;
+        std::string types;
+        auto on_message = [&](char type, size_t) {
+            if (type == 'X')
+                return false;
+            types += type;
+            return true;
+        };
+        const size_t first = tracker.walk(std::span(stream).first(split), on_message);
+        if (split <= terminate_at) {
+            CHECK(first == split);
+            const size_t second = tracker.walk(std::span(stream).subspan(split), on_message);
+            CHECK(split + second == terminate_at);
+        } else {
+            CHECK(first == terminate_at);
+        }
+        CHECK(types == "QS");
+        CHECK(tracker.at_boundary());
+    }
+}
+
+TEST_CASE("walk: the ReadyForQuery status, also when the status byte comes alone") {
+    const Bytes stream =
+        concat({message('Z', "T"), message('C', text(cstrings({"COMMIT"}))), message('Z', "I")});
+    for (size_t split = 0; split <= stream.size(); ++split) {
+        MessageBoundaryTracker tracker;
+        tracker.feed(std::span(stream).first(split));
+        tracker.feed(std::span(stream).subspan(split));
+        CHECK(tracker.ready_status() == 'I');
+    }
+    MessageBoundaryTracker tracker;
+    tracker.feed(message('Z', "E"));
+    CHECK(tracker.ready_status() == 'E');
+}
+
+TEST_CASE("next_message: whole messages only, bounds checked") {
+    const Bytes m = message('S', text(cstrings({"a", "b"})));
+    CHECK(next_message(std::span(m).first(4)).status == ParseStatus::NeedMore);
+    CHECK(next_message(std::span(m).first(m.size() - 1)).status == ParseStatus::NeedMore);
+    const MessageView whole = next_message(m);
+    REQUIRE(whole.status == ParseStatus::Ok);
+    CHECK(whole.type == 'S');
+    CHECK(whole.total_size() == m.size());
+    Bytes bad = m;
+    write_be32(bad.data() + 1, 3);
+    CHECK(next_message(bad).status == ParseStatus::Invalid);
+}
+
+TEST_CASE("GreetingReader: a plain greeting, byte by byte, and the client's own key") {
+    const Bytes greeting = plain_greeting();
+    GreetingReader reader;
+    GreetingReader::Status status = GreetingReader::Status::NeedMore;
+    for (size_t i = 0; i < greeting.size(); ++i) {
+        status = reader.feed(std::span(greeting).subspan(i, 1));
+        if (i + 1 < greeting.size())
+            REQUIRE(status == GreetingReader::Status::NeedMore);
+    }
+    REQUIRE(status == GreetingReader::Status::Complete);
+    CHECK(reader.greeting().key == CancelKey{4242, 0xdeadbeef});
+    CHECK(reader.rest().empty());
+    // Rebuilt with another key, the greeting is the same but for the key.
+    const Bytes rebuilt = reader.greeting().build({7, 9});
+    CHECK(rebuilt.size() == greeting.size());
+    CHECK(text(rebuilt).find("server_version") != std::string::npos);
+    CHECK(rebuilt != greeting);
+    CHECK(reader.greeting().build({4242, 0xdeadbeef}) == greeting);
+}
+
+TEST_CASE("GreetingReader: bytes after the ReadyForQuery are the client's") {
+    const Bytes after = message('C', text(cstrings({"SELECT 1"})));
+    GreetingReader reader;
+    CHECK(reader.feed(concat({plain_greeting(), after})) == GreetingReader::Status::Complete);
+    CHECK(Bytes(reader.rest().begin(), reader.rest().end()) == after);
+}
+
+TEST_CASE("GreetingReader: anything but the plain greeting is not pooled, and kept whole") {
+    Bytes password_request = message('R', "");
+    password_request.resize(kMessageHeaderSize + 4);
+    write_be32(password_request.data() + 1, 8);
+    write_be32(password_request.data() + kMessageHeaderSize, 10);  // SASL
+    BackendWriter fatal;
+    fatal.error("FATAL", "3D000", "database \"nope\" does not exist");
+    Bytes long_key = message('K', std::string(12, 'k'));  // protocol 3.2's longer secret
+    BackendWriter ok;
+    ok.authentication_ok();
+    for (const Bytes& answer : {password_request, fatal.take(), concat({ok.bytes(), long_key}),
+                                concat({ok.bytes(), message('Z', "I")}) /* no key */}) {
+        GreetingReader reader;
+        CHECK(reader.feed(answer) == GreetingReader::Status::NotPoolable);
+        CHECK(reader.take_bytes() == answer);
+    }
+    GreetingReader huge;
+    const Bytes big = message('S', std::string(GreetingReader::kMaxSize, 'x'));
+    CHECK(huge.feed(concat({ok.bytes(), big})) == GreetingReader::Status::NotPoolable);
+}
+
+TEST_CASE("PoolReset: the exact answer, in any pieces, updates the parameters") {
+    const uint64_t nonce = 0x0123456789abcdefULL;
+    PoolReset reset(nonce);
+    const Bytes request = reset.request();
+    CHECK(text(request).find("DISCARD ALL") != std::string::npos);
+    CHECK(text(request).find("l5pgd-reset-0123456789abcdef") != std::string::npos);
+    ServerGreeting greeting;
+    greeting.set_parameter("application_name", "evil");
+    const Bytes answer = reset_answer(nonce);
+    PoolReset::Status status = PoolReset::Status::NeedMore;
+    for (size_t i = 0; i < answer.size(); i += 7)
+        status = reset.feed(std::span(answer).subspan(i, std::min<size_t>(7, answer.size() - i)),
+                            greeting);
+    CHECK(status == PoolReset::Status::Done);
+    REQUIRE(greeting.parameters.size() == 1);
+    CHECK(greeting.parameters[0].second == "psql");
+}
+
+TEST_CASE("PoolReset: output still due to the previous client fails the reset") {
+    const uint64_t nonce = 42;
+    ServerGreeting greeting;
+    BackendWriter smuggled;  // the answer to a DISCARD ALL the client slipped past the count
+    smuggled.command_complete("DISCARD ALL");
+    smuggled.ready_for_query('I');
+    CHECK(PoolReset(nonce).feed(reset_answer(nonce, smuggled.take()), greeting) ==
+          PoolReset::Status::Failed);
+    // Another nonce's answer: a replay of an earlier reset.
+    CHECK(PoolReset(nonce).feed(reset_answer(43), greeting) == PoolReset::Status::Failed);
+    // Anything after the answer.
+    PoolReset trailing(nonce);
+    CHECK(trailing.feed(concat({reset_answer(nonce), message('N', "")}), greeting) ==
+          PoolReset::Status::Failed);
+    // Inside a transaction the reset errors out.
+    BackendWriter error;
+    error.error("ERROR", "25001", "DISCARD ALL cannot run inside a transaction block");
+    error.ready_for_query('T');
+    CHECK(PoolReset(nonce).feed(error.take(), greeting) == PoolReset::Status::Failed);
+}
