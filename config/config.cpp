@@ -18,9 +18,9 @@ namespace l5pg::config {
 
 namespace {
 
-constexpr std::string_view kSections[] = {"listen", "metrics", "upstream", "workers",
-                                          "shm",    "rdma",    "limits",   "logging",
-                                          "auth",   "tls",     "admin"};
+constexpr std::string_view kSections[] = {"listen",  "metrics", "upstream", "workers",
+                                          "shm",     "rdma",    "limits",   "pool",
+                                          "logging", "auth",    "tls",      "admin"};
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -208,6 +208,14 @@ TlsMode get_tls_mode(const YAML::Node& node, const std::string& key) {
     fail(key, "must be one of disable, allow, require (got " + describe(node) + ")");
 }
 
+PoolMode get_pool_mode(const YAML::Node& node, const std::string& key) {
+    const std::string value = get_string(node, key);
+    for (PoolMode m : {PoolMode::None, PoolMode::Session})
+        if (value == to_string(m))
+            return m;
+    fail(key, "must be one of none, session (got " + describe(node) + ")");
+}
+
 using Setter = std::function<void(Config&, const YAML::Node&, const std::string&)>;
 
 // One entry per YAML key; the dotted key doubles as the override name.
@@ -283,6 +291,11 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          }},
         {"limits.drain_timeout_ms",
          [](Config& c, N n, K k) { c.limits.drain_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"pool.mode", [](Config& c, N n, K k) { c.pool.mode = get_pool_mode(n, k); }},
+        {"pool.max_idle",
+         [](Config& c, N n, K k) { c.pool.max_idle = get_uint<unsigned>(n, k, 0); }},
+        {"pool.idle_timeout_ms",
+         [](Config& c, N n, K k) { c.pool.idle_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
         {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
         {"auth.local", [](Config& c, N n, K k) { c.auth.local = get_auth_method(n, k, true); }},
         {"auth.tcp", [](Config& c, N n, K k) { c.auth.tcp = get_auth_method(n, k, false); }},
@@ -512,6 +525,16 @@ std::string_view to_string(AuthMethod m) noexcept {
             return "passthrough";
         case AuthMethod::Reject:
             return "reject";
+    }
+    return "?";
+}
+
+std::string_view to_string(PoolMode m) noexcept {
+    switch (m) {
+        case PoolMode::None:
+            return "none";
+        case PoolMode::Session:
+            return "session";
     }
     return "?";
 }

@@ -115,6 +115,19 @@ struct AuthConfig {
     bool upstream_authenticates = false;
 };
 
+enum class PoolMode {
+    None,     // one new server connection per client session, closed when it ends
+    Session,  // a clean client's server connection is reset and kept for the next client
+};
+[[nodiscard]] std::string_view to_string(PoolMode m) noexcept;
+
+// Server-connection pooling (daemon/upstream_pool.hpp); never for auth passthrough.
+struct PoolConfig {
+    PoolMode mode = PoolMode::None;
+    unsigned max_idle = 20;                 // idle server connections, all workers together
+    uint32_t idle_timeout_ms = 600 * 1000;  // an idle server connection is closed after this
+};
+
 struct LoggingConfig {
     std::string level = "info";  // trace, debug, info, warn, error, critical, off
 };
@@ -148,6 +161,7 @@ struct Config {
     RdmaConfig rdma;
     MetricsConfig metrics;
     LimitsConfig limits;
+    PoolConfig pool;
     LoggingConfig logging;
     AuthConfig auth;
     TlsConfig tls;

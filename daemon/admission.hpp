@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "config/config.hpp"
+#include "daemon/cancel_keys.hpp"
 #include "daemon/ident_map.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
@@ -48,6 +49,7 @@ struct AdmissionState {
     StartupLimiter startup;     // its caps follow reloads (StartupLimiter::set_caps)
     SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
+    CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
 };
 
 // A client the acceptor let in, on its way to a worker.

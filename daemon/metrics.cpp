@@ -127,6 +127,15 @@ void Metrics::doorbells_received(uint64_t n) noexcept {
 void Metrics::worker_blocked() noexcept {
     bump(worker_blocks_);
 }
+void Metrics::pool_returned() noexcept {
+    bump(pool_returned_);
+}
+void Metrics::pool_reused() noexcept {
+    bump(pool_reused_);
+}
+void Metrics::pool_idle_changed(int64_t delta) noexcept {
+    pool_idle_.fetch_add(delta, std::memory_order_relaxed);
+}
 void Metrics::auth_failed(Transport t, AuthFailure reason) noexcept {
     bump(auth_failures_[idx(t)][static_cast<size_t>(reason)]);
 }
@@ -187,6 +196,16 @@ std::string Metrics::render() const {
            read(doorbells_received_));
     scalar(out, "l5pg_worker_blocks_total", "Times a worker stopped spinning and blocked.",
            read(worker_blocks_));
+    scalar(out, "l5pg_pool_returned_total",
+           "Server connections kept for the next client after their client left (pool.mode).",
+           read(pool_returned_));
+    scalar(out, "l5pg_pool_reused_total",
+           "Client sessions served by a kept server connection instead of a new one.",
+           read(pool_reused_));
+    header(out, "l5pg_pool_idle_connections", "gauge",
+           "Server connections kept idle for the next client now.");
+    fmt::format_to(std::back_inserter(out), "l5pg_pool_idle_connections {}\n",
+                   pool_idle_.load(std::memory_order_relaxed));
     render_refusals(out);
     render_round_trips(out);
     header(out, "l5pg_build_info", "gauge", "l5pgd's version (the value is always 1).");

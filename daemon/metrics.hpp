@@ -47,6 +47,11 @@ class Metrics {
     void doorbell_coalesced() noexcept;  // ... not written: the client's wait was rung already
     void doorbells_received(uint64_t n) noexcept;  // SHM wake-ups clients wrote to a worker
     void worker_blocked() noexcept;                // a worker gave up spinning and blocked
+    // Session pool (upstream_pool.hpp): a server connection kept after its client left, given
+    // to a new client, and the change in how many are kept idle now.
+    void pool_returned() noexcept;
+    void pool_reused() noexcept;
+    void pool_idle_changed(int64_t delta) noexcept;
     void auth_failed(Transport t, AuthFailure reason) noexcept;
     void connection_refused(ConnectionRefusal reason) noexcept;
     // From forwarding a request to Postgres to its first answer byte, as l5pgd sees it.
@@ -64,6 +69,8 @@ class Metrics {
     //   l5pg_upstream_connect_failures_total, l5pg_startup_rejected_total,
     //   l5pg_doorbells_total, l5pg_doorbells_coalesced_total,
     //   l5pg_doorbells_received_total, l5pg_worker_blocks_total   counters
+    //   l5pg_pool_returned_total, l5pg_pool_reused_total          counters
+    //   l5pg_pool_idle_connections                                gauge
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
     //   l5pg_upstream_round_trip_seconds{transport}       histogram
@@ -93,6 +100,9 @@ class Metrics {
     std::atomic<uint64_t> doorbells_coalesced_{0};
     std::atomic<uint64_t> doorbells_received_{0};
     std::atomic<uint64_t> worker_blocks_{0};
+    std::atomic<uint64_t> pool_returned_{0};
+    std::atomic<uint64_t> pool_reused_{0};
+    std::atomic<int64_t> pool_idle_{0};
     std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
         auth_failures_{};
     std::array<std::atomic<uint64_t>, kConnectionRefusalCount> refusals_{};

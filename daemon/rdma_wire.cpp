@@ -2,17 +2,18 @@
 
 #include <event2/listener.h>
 #include <netinet/in.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
 
 #include "daemon/log_limiter.hpp"
+#include "daemon/secure_random.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -24,14 +25,7 @@ constexpr timeval kAcceptPause{0, 100 * 1000};
 
 rdma::WireToken random_token() {
     rdma::WireToken token{};
-    size_t have = 0;
-    while (have < token.size()) {
-        const ssize_t n = ::getrandom(token.data() + have, token.size() - have, 0);
-        if (n > 0)
-            have += static_cast<size_t>(n);
-        else if (errno != EINTR)
-            throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
-    }
+    fill_secure_random(std::as_writable_bytes(std::span(token)));
     return token;
 }
 

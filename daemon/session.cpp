@@ -100,7 +100,11 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->client_gone_ && self->state_ == SessionState::Forwarding) {
+    if (self->reset_) {
+        self->close(self->departure_reason_ +
+                    "; the server connection's reset was not answered "
+                    "in time: closed, not kept");
+    } else if (self->client_gone_ && self->state_ == SessionState::Forwarding) {
         // Not everything reached Postgres (an error), or Postgres is still busy with it
         // (closing the upstream now changes nothing for the backend).
         self->departure_error_ = self->departure_error_ || !self->upstream_shut_;

@@ -21,6 +21,7 @@
 
 #include "daemon/admission.hpp"
 #include "daemon/byte_queue.hpp"
+#include "daemon/cancel_keys.hpp"
 #include "daemon/client_auth.hpp"
 #include "daemon/client_end.hpp"
 #include "daemon/client_stream.hpp"
@@ -30,6 +31,8 @@
 #include "daemon/unique_fd.hpp"
 #include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
+#include "protocol/pool_reset.hpp"
+#include "protocol/server_greeting.hpp"
 #include "protocol/startup.hpp"
 #include "transport/rdma/channel/hello.hpp"
 #include "transport/rdma/channel/offer.hpp"
@@ -139,10 +142,29 @@ class Session final : public ClientEndHost {
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
     void connect_upstream();
+    void watch_upstream();  // the upstream socket's events, once upstream_ is set
     void on_upstream_connected();
     void fail_upstream_connect(int err);  // err 0: timeout
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
+
+    // session pooling (session_pool.cpp, upstream_pool.hpp)
+    [[nodiscard]] bool pool_applies(const protocol::StartupPacket& packet) const;
+    // Takes a kept server connection for this client's StartupMessage, if there is one.
+    [[nodiscard]] bool adopt_idle_upstream();
+    void read_greeting();
+    void greet_client();
+    void give_up_pooling(std::vector<std::byte> received);
+    // A CancelRequest with a key l5pgd gave out goes to Postgres with the backend's key.
+    void translate_cancel_key(const protocol::StartupPacket& packet);
+    // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
+    [[nodiscard]] size_t before_terminate(std::span<const std::byte> data);
+    void note_forwarded(std::span<const std::byte> sent, size_t walked);
+    void note_from_upstream(std::span<const std::byte> bytes);
+    [[nodiscard]] bool can_return_to_pool() const;
+    [[nodiscard]] bool start_pool_reset();
+    void read_reset_answer();
+    void return_to_pool();
 
     // departure (session_depart.cpp)
     [[nodiscard]] bool drain_client_data();
@@ -244,6 +266,22 @@ class Session final : public ClientEndHost {
     std::vector<std::byte> startup_;  // private copy of the startup packet being read
     protocol::MessageBoundaryTracker from_upstream_;  // where Postgres's messages end
     ByteQueue to_upstream_;  // bytes l5pgd itself sends Postgres: the startup packet
+
+    // session pooling (session_pool.cpp): pooled_ sessions greet their client themselves,
+    // hold back its Terminate and count requests against answers, so that a clean client's
+    // server connection can be reset and kept.
+    bool pooled_ = false;
+    std::string pool_key_;                                       // the StartupMessage's bytes
+    std::unique_ptr<protocol::GreetingReader> greeting_reader_;  // until a new backend's 'Z'
+    protocol::ServerGreeting greeting_;  // the server connection's, kept with it
+    CancelKeys::Lease cancel_lease_;     // the key the client got in place of the backend's
+    protocol::MessageBoundaryTracker from_client_;  // the client's messages forwarded
+    protocol::MessageBoundaryTracker walked_;       // before_terminate()'s walk, until sent
+    uint64_t walked_requests_ = 0;                  // ... and the requests in it
+    uint64_t requests_ = 0;    // Query, Sync and FunctionCall forwarded: each gets one 'Z'
+    uint64_t readies_ = 0;     // ReadyForQuery from Postgres (the greeting's not counted)
+    bool terminated_ = false;  // the client sent Terminate, which Postgres did not get
+    std::unique_ptr<protocol::PoolReset> reset_;  // running after a clean departure
 
     RdmaPhase rdma_phase_ = RdmaPhase::None;
     bool wire_offered_ = false;  // wire_token_ is registered with the WireRegistry

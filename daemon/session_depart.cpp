@@ -88,17 +88,21 @@ void Session::continue_departure() {
             finish_departure("");
         return;
     }
+    if (reset_)
+        return;  // the server connection's reset for the pool runs (session_pool.cpp)
     if (!upstream_shut_) {
         if (!drain_client_data() || state_ == SessionState::Closed)
             return;  // the upstream socket is full: on_upstream_writable() resumes
-        // Everything is in Postgres's socket: let it read to the end, then EOF.
-        (void)::shutdown(upstream_.get(), SHUT_WR);
-        upstream_shut_ = true;
         // Nothing more can come from the client: an RDMA end frees its channel, and the
         // session leaves the polling loop (a peer-closed channel would keep the worker
         // from ever blocking).
         end_->on_input_done();
         set_polled(false);
+        if (can_return_to_pool() && start_pool_reset())
+            return;
+        // Everything is in Postgres's socket: let it read to the end, then EOF.
+        (void)::shutdown(upstream_.get(), SHUT_WR);
+        upstream_shut_ = true;
         update_upstream_reading();
     }
     if (upstream_eof_)

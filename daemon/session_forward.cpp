@@ -136,11 +136,23 @@ bool Session::forward_client_to_upstream() {
         std::span<const std::byte> data;
         if (end_->peek(data) != IoStatus::Ok)
             break;
+        size_t forwardable = data.size();
+        if (pooled_) {
+            // The client's Terminate, and anything after it, stays here.
+            forwardable = terminated_ ? 0 : before_terminate(data);
+            if (forwardable == 0) {
+                terminated_ = true;
+                end_->consume(data.size());
+                continue;
+            }
+        }
         // Sent straight from the end (for SHM: from shared memory, which the kernel copies;
-        // we never parse it).
+        // only a pooled session walks it, for message types and lengths).
         const ssize_t n =
-            ::send(upstream_.get(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+            ::send(upstream_.get(), data.data(), forwardable, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
+            if (pooled_)
+                note_forwarded(data.first(static_cast<size_t>(n)), forwardable);
             end_->consume(static_cast<size_t>(n));
             count_bytes(Direction::ClientToServer, static_cast<uint64_t>(n));
             moved = true;
@@ -166,13 +178,19 @@ void Session::discard_client_input() {
 }
 
 void Session::on_upstream_readable() {
-    if (discarding_output())
+    if (reset_)
+        read_reset_answer();
+    else if (discarding_output())
         discard_upstream();
     else
         read_upstream();
 }
 
 void Session::read_upstream() {
+    if (greeting_reader_ && state_ == SessionState::Forwarding) {
+        read_greeting();
+        return;
+    }
     for (int i = 0; i < kUpstreamReadsPerWakeup && state_ == SessionState::Forwarding &&
                     upstream_.valid() && !upstream_eof_;
          ++i) {
@@ -182,7 +200,7 @@ void Session::read_upstream() {
         const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
         const int err = errno;
         if (n > 0) {
-            from_upstream_.feed(space.first(static_cast<size_t>(n)));
+            note_from_upstream(space.first(static_cast<size_t>(n)));
             end_->commit(static_cast<size_t>(n));
             count_bytes(Direction::ServerToClient, static_cast<uint64_t>(n));
             set_awaiting_upstream(false);

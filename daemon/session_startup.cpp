@@ -209,12 +209,15 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
         case StartupKind::CancelRequest:
             // Postgres checks the cancel key itself; no role is involved.
             startup_slot_.release();
+            translate_cancel_key(packet);
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
         case StartupKind::Startup:
             startup_slot_.release();
-            if (admit_startup(packet))
+            if (admit_startup(packet)) {
+                pooled_ = pool_applies(packet);
                 begin_upstream({startup_.data(), length}, /*cancel=*/false);
+            }
             return;
     }
 }
@@ -412,9 +415,18 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
 
 void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel) {
     cancel_request_ = cancel;
+    enter(SessionState::Connecting);
+    if (pooled_) {
+        pool_key_.assign(reinterpret_cast<const char*>(first_bytes.data()), first_bytes.size());
+        if (adopt_idle_upstream()) {
+            startup_.clear();
+            on_upstream_connected();
+            return;
+        }
+        greeting_reader_ = std::make_unique<protocol::GreetingReader>();
+    }
     to_upstream_.append(first_bytes);
     startup_.clear();
-    enter(SessionState::Connecting);
     upstream_deadline_ = std::chrono::steady_clock::now() +
                          std::chrono::milliseconds(worker_.config().upstream.connect_timeout_ms);
     upstream_retry_delay_ = kFirstConnectRetry;
@@ -444,11 +456,7 @@ void Session::connect_upstream() {
         return;
     }
     upstream_ = std::move(attempt.fd);
-    event_base* base = worker_.base();
-    upstream_read_.reset(
-        event_new(base, upstream_.get(), EV_READ | EV_PERSIST, upstream_read_cb, this));
-    upstream_write_.reset(
-        event_new(base, upstream_.get(), EV_WRITE | EV_PERSIST, upstream_write_cb, this));
+    watch_upstream();
     if (attempt.in_progress) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             upstream_deadline_ - std::chrono::steady_clock::now());
@@ -457,6 +465,14 @@ void Session::connect_upstream() {
         return;
     }
     on_upstream_connected();
+}
+
+void Session::watch_upstream() {
+    event_base* base = worker_.base();
+    upstream_read_.reset(
+        event_new(base, upstream_.get(), EV_READ | EV_PERSIST, upstream_read_cb, this));
+    upstream_write_.reset(
+        event_new(base, upstream_.get(), EV_WRITE | EV_PERSIST, upstream_write_cb, this));
 }
 
 void Session::on_upstream_connected() {
@@ -471,6 +487,8 @@ void Session::on_upstream_connected() {
         counted_ = true;
         metrics_.session_opened(transport_);
         update_upstream_reading();
+        if (pooled_ && !greeting_reader_)
+            greet_client();  // a kept server connection: Postgres says nothing now
     } else {
         // Postgres reads the cancel key and closes; we close after handing it over.
         finish_after_upstream_flush("cancel request forwarded");

@@ -65,7 +65,8 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       admission_state_(admission_state),
       base_(make_worker_base()),
       rdma_shared_(rdma),
-      next_id_(uint64_t{index} << 48) {
+      next_id_(uint64_t{index} << 48),
+      upstream_pool_(base_.get(), metrics) {
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -89,6 +90,8 @@ void Worker::refresh_settings() {
     settings_generation_ = generation;
     spin_policy_ = spin_policy(settings_->config.shm);
     idle_ = IdleStretch{};
+    if (settings_->config.pool.mode == config::PoolMode::None)
+        upstream_pool_.clear();
     spdlog::debug("worker {}: new settings (spin {} us, yield {} us)", index_,
                   settings_->config.shm.spin_us, settings_->config.shm.yield_us);
 }
@@ -477,7 +480,14 @@ void Worker::run() {
     spdlog::debug("worker {} stopped", index_);
 }
 
+size_t Worker::pool_max_idle() const noexcept {
+    const config::Config& cfg = settings_->config;
+    const size_t workers = std::max(1u, cfg.workers.count);
+    return (cfg.pool.max_idle + workers - 1) / workers;
+}
+
 void Worker::close_all(std::string_view reason) {
+    upstream_pool_.clear();
     std::vector<Session*> all;
     all.reserve(sessions_.size());
     for (auto& [raw, owned] : sessions_)

@@ -27,6 +27,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/settings.hpp"
 #include "daemon/unique_fd.hpp"
+#include "daemon/upstream_pool.hpp"
 #include "transport/rdma/channel/server.hpp"
 #include "transport/rdma/device.hpp"
 #include "transport/wait/adaptive_spin.hpp"
@@ -85,6 +86,12 @@ class Worker {
     [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_state_.sessions; }
     // The waits of SHM clients this worker rang for lately (one doorbell per client wait).
     [[nodiscard]] DoorbellCoalescer& doorbells() noexcept { return doorbells_; }
+    // Server connections kept for the next client (pool.mode), and the keys their clients
+    // hold in place of the backends' own (shared by all workers).
+    [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
+    [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
+    // How many idle server connections this worker keeps: its share of pool.max_idle.
+    [[nodiscard]] size_t pool_max_idle() const noexcept;
     // This worker's admin console server (created on first use).
     [[nodiscard]] AdminConsole& admin_console();
     void note_activity() noexcept { activity_ = true; }
@@ -183,6 +190,7 @@ class Worker {
 
     uint64_t next_id_;
     DoorbellCoalescer doorbells_;                  // before the sessions, whose SHM ends use it
+    UpstreamPool upstream_pool_;                   // after base_, which must outlive its events
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop

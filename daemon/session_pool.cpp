@@ -1,0 +1,248 @@
+// Session pooling (pool.mode: session; upstream_pool.hpp says what is kept and when).
+//
+// A pooled session differs from a plain one in four places only:
+//   1. Start: a kept server connection for the same StartupMessage is adopted, or a new one
+//      is opened and l5pgd reads its greeting itself (protocol/server_greeting.hpp). Either
+//      way the client gets AuthenticationOk, the ParameterStatus reports and a
+//      BackendKeyData with a key of l5pgd's (cancel_keys.hpp), never the backend's.
+//   2. Forwarding: the client's messages are walked as they go (one step per message) to
+//      count the requests that Postgres answers with a ReadyForQuery, and to hold back its
+//      Terminate, which would end the backend.
+//   3. Departure: if the client sent Terminate, Postgres answered every request and is idle
+//      outside a transaction, the connection is reset (protocol/pool_reset.hpp) instead of
+//      shut; otherwise the session ends as a plain one does (session_depart.cpp).
+//   4. Reset answered exactly: the connection goes to the worker's pool. Anything else, or
+//      no answer within limits.drain_timeout_ms, closes it.
+// The client's key is withdrawn before the reset: from then on it cancels nothing.
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/secure_random.hpp"
+#include "daemon/session.hpp"
+#include "daemon/worker.hpp"
+#include "protocol/wire.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+constexpr size_t kControlChunk = 8 * 1024;  // greeting and reset answers are small
+
+bool is_request(char type) noexcept {
+    return type == 'Q' || type == 'S' || type == 'F';  // Query, Sync, FunctionCall
+}
+
+// One recv() of a short answer from Postgres into `chunk`: its bytes, or nothing for now
+// (EAGAIN: empty and not ended), or the end of the connection (EOF or an error).
+struct ControlRead {
+    std::span<const std::byte> bytes;
+    bool ended = false;
+};
+ControlRead read_control(int fd, std::span<std::byte> chunk) {
+    for (;;) {
+        const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
+        if (n > 0)
+            return {chunk.first(static_cast<size_t>(n)), false};
+        if (n < 0 && errno == EINTR)
+            continue;
+        return {{}, !(n < 0 && errno == EAGAIN)};
+    }
+}
+
+}  // namespace
+
+// Not for the admin console (not Postgres), replication connections, or where l5pgd does
+// not establish who the client is (passthrough: Postgres authenticates each connection, and
+// a kept one would let the next client skip that).
+bool Session::pool_applies(const protocol::StartupPacket& packet) const {
+    if (worker_.config().pool.mode != config::PoolMode::Session || admin_)
+        return false;
+    const Admission& admission = worker_.admission();
+    const config::AuthMethod method = peer_.local ? admission.auth.local : admission.auth.tcp;
+    if (method == config::AuthMethod::Passthrough)
+        return false;
+    for (const auto& [key, value] : packet.parameters)
+        if (key == "replication")
+            return false;
+    return true;
+}
+
+bool Session::adopt_idle_upstream() {
+    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_key_);
+    if (!idle)
+        return false;
+    metrics_.pool_reused();
+    upstream_ = std::move(idle->fd);
+    greeting_ = std::move(idle->greeting);
+    spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
+                  greeting_.key.backend_pid);
+    watch_upstream();
+    return true;
+}
+
+// A new backend's answer to the StartupMessage, copied out of the socket and parsed.
+void Session::read_greeting() {
+    std::array<std::byte, kControlChunk> chunk;
+    for (;;) {
+        const ControlRead read = read_control(upstream_.get(), chunk);
+        if (read.ended) {
+            // Postgres left mid-greeting: the client gets what it sent (a FATAL, typically),
+            // then the EOF, as a plain session would.
+            give_up_pooling(greeting_reader_->take_bytes());
+            read_upstream();
+            return;
+        }
+        if (read.bytes.empty())
+            return;
+        switch (greeting_reader_->feed(read.bytes)) {
+            case protocol::GreetingReader::Status::NeedMore:
+                continue;
+            case protocol::GreetingReader::Status::NotPoolable:
+                give_up_pooling(greeting_reader_->take_bytes());
+                return;
+            case protocol::GreetingReader::Status::Complete: {
+                greeting_ = greeting_reader_->greeting();
+                const std::vector<std::byte> rest(greeting_reader_->rest().begin(),
+                                                  greeting_reader_->rest().end());
+                greeting_reader_.reset();
+                greet_client();
+                if (!rest.empty()) {  // answers to what a pipelining client sent already
+                    note_from_upstream(rest);
+                    send_to_client(rest);
+                }
+                return;
+            }
+        }
+    }
+}
+
+void Session::greet_client() {
+    cancel_lease_ = worker_.cancel_keys().issue(greeting_.key);
+    const std::vector<std::byte> greeting = greeting_.build(cancel_lease_.key());
+    from_upstream_.feed(greeting);
+    send_to_client(greeting);
+    set_awaiting_upstream(false);
+}
+
+// Postgres asked for a password, refused, or said something else we do not keep: the
+// client gets it as it came, and the session is a plain one from here on.
+void Session::give_up_pooling(std::vector<std::byte> received) {
+    spdlog::debug("session {}: not pooled: the server's greeting is not a plain one", id_);
+    pooled_ = false;
+    greeting_reader_.reset();
+    note_from_upstream(received);
+    send_to_client(received);
+    set_awaiting_upstream(false);
+}
+
+void Session::translate_cancel_key(const protocol::StartupPacket& packet) {
+    const std::optional<protocol::CancelKey> backend =
+        worker_.cancel_keys().backend_for(packet.cancel);
+    if (!backend || startup_.size() < protocol::kCancelRequestLength)
+        return;  // not one of ours: Postgres checks it as it is
+    protocol::write_be32(startup_.data() + 8, backend->backend_pid);
+    protocol::write_be32(startup_.data() + 12, backend->secret);
+}
+
+size_t Session::before_terminate(std::span<const std::byte> data) {
+    walked_ = from_client_;
+    walked_requests_ = 0;
+    return walked_.walk(data, [this](char type, size_t) {
+        walked_requests_ += is_request(type) ? 1 : 0;
+        return type != 'X';
+    });
+}
+
+// `sent` begins what before_terminate() walked (`walked` bytes of it).
+void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
+    if (sent.size() == walked) {
+        from_client_ = walked_;
+        requests_ += walked_requests_;
+        return;
+    }
+    (void)from_client_.walk(sent, [this](char type, size_t) {
+        requests_ += is_request(type) ? 1 : 0;
+        return true;
+    });
+}
+
+void Session::note_from_upstream(std::span<const std::byte> bytes) {
+    (void)from_upstream_.walk(bytes, [this](char type, size_t) {
+        readies_ += type == 'Z' ? 1 : 0;
+        return true;
+    });
+}
+
+// The client said goodbye after everything it sent, Postgres answered all of it and waits
+// outside a transaction, and nothing else is under way on the connection. (A socket client
+// whose EOF might be a half-close reads no more after a Terminate: the reset's answer never
+// goes to it, see on_upstream_readable().)
+bool Session::can_return_to_pool() const {
+    return pooled_ && terminated_ && !greeting_reader_ && upstream_.valid() && !upstream_refuses_ &&
+           !upstream_eof_ && !upstream_shut_ && to_upstream_.empty() &&
+           finish_when_ == FinishWhen::Open && !from_client_.broken() && requests_ == readies_ &&
+           from_upstream_.at_boundary() && from_upstream_.ready_status() == 'I' &&
+           worker_.config().pool.mode == config::PoolMode::Session && worker_.pool_max_idle() > 0;
+}
+
+// False if the reset could not be sent at once (the socket is nearly empty here: Postgres
+// answered everything): the session then ends as a plain one.
+bool Session::start_pool_reset() {
+    cancel_lease_ = CancelKeys::Lease();  // the client's key cancels nothing from now on
+    reset_ = std::make_unique<protocol::PoolReset>(secure_random64());
+    const std::vector<std::byte> request = reset_->request();
+    const ssize_t n =
+        ::send(upstream_.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(request.size())) {
+        reset_.reset();
+        return false;
+    }
+    update_upstream_reading();
+    return true;
+}
+
+void Session::read_reset_answer() {
+    std::array<std::byte, kControlChunk> chunk;
+    for (;;) {
+        const ControlRead read = read_control(upstream_.get(), chunk);
+        if (read.ended) {
+            close(departure_reason_ + "; Postgres closed the server connection during its reset");
+            return;
+        }
+        if (read.bytes.empty())
+            return;
+        switch (reset_->feed(read.bytes, greeting_)) {
+            case protocol::PoolReset::Status::NeedMore:
+                continue;
+            case protocol::PoolReset::Status::Failed:
+                spdlog::info(
+                    "session {}: the reset of backend pid {} was not answered as "
+                    "expected; the server connection is closed, not kept",
+                    id_, greeting_.key.backend_pid);
+                close(departure_reason_ + "; server connection reset failed");
+                return;
+            case protocol::PoolReset::Status::Done:
+                return_to_pool();
+                return;
+        }
+    }
+}
+
+void Session::return_to_pool() {
+    upstream_read_.reset();
+    upstream_write_.reset();
+    metrics_.pool_returned();
+    const auto pid = greeting_.key.backend_pid;
+    worker_.upstream_pool().park(
+        std::move(pool_key_), UpstreamPool::Idle{std::move(upstream_), std::move(greeting_)},
+        worker_.pool_max_idle(), std::chrono::milliseconds(worker_.config().pool.idle_timeout_ms));
+    close(fmt::format("{}; server connection (backend pid {}) kept for the next client",
+                      departure_reason_, pid));
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,114 @@
+#include "daemon/upstream_pool.hpp"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+
+#include <spdlog/spdlog.h>
+
+namespace l5pg::daemon {
+namespace {
+
+// Terminate: the backend ends without logging an unexpected EOF.
+void say_terminate(int fd) {
+    constexpr std::array<std::byte, 5> kTerminate{std::byte{'X'}, std::byte{0}, std::byte{0},
+                                                  std::byte{0}, std::byte{4}};
+    (void)::send(fd, kTerminate.data(), kTerminate.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+}  // namespace
+
+UpstreamPool::UpstreamPool(event_base* base, Metrics& metrics)
+    : base_(base), metrics_(metrics), expiry_timer_(evtimer_new(base, expiry_cb, this)) {}
+
+UpstreamPool::~UpstreamPool() {
+    clear();
+}
+
+std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
+    const auto found = std::find_if(entries_.begin(), entries_.end(),
+                                    [&](const Entry& e) { return e.startup == startup; });
+    if (found == entries_.end())
+        return std::nullopt;
+    Idle idle = std::move(found->idle);
+    entries_.erase(found);  // its watch event goes first, then nothing refers to the fd
+    metrics_.pool_idle_changed(-1);
+    arm_expiry();
+    return idle;
+}
+
+void UpstreamPool::park(std::string startup, Idle idle, size_t max_idle,
+                        std::chrono::milliseconds idle_timeout) {
+    while (!entries_.empty() && entries_.size() >= max_idle)
+        drop(std::prev(entries_.end()));
+    if (max_idle == 0) {
+        say_terminate(idle.fd.get());
+        return;
+    }
+    entries_.push_front(
+        Entry{std::move(startup), std::move(idle), clock::now() + idle_timeout, {}});
+    Entry& entry = entries_.front();
+    entry.watch.reset(
+        event_new(base_, entry.idle.fd.get(), EV_READ | EV_PERSIST, readable_cb, this));
+    event_add(entry.watch.get(), nullptr);
+    metrics_.pool_idle_changed(1);
+    arm_expiry();
+}
+
+void UpstreamPool::clear() {
+    while (!entries_.empty())
+        drop(entries_.begin());
+    if (expiry_timer_)
+        evtimer_del(expiry_timer_.get());
+}
+
+UpstreamPool::Entries::iterator UpstreamPool::drop(Entries::iterator at) {
+    say_terminate(at->idle.fd.get());
+    metrics_.pool_idle_changed(-1);
+    return entries_.erase(at);
+}
+
+// An idle backend has nothing to say: any byte (a FATAL before an administrator's
+// termination) or EOF means it is gone or going.
+void UpstreamPool::readable_cb(int fd, short, void* arg) {
+    auto* self = static_cast<UpstreamPool*>(arg);
+    const auto found = std::find_if(self->entries_.begin(), self->entries_.end(),
+                                    [fd](const Entry& e) { return e.idle.fd.get() == fd; });
+    if (found == self->entries_.end())
+        return;
+    spdlog::debug("pooled server connection (backend pid {}) closed: Postgres ended it",
+                  found->idle.greeting.key.backend_pid);
+    self->drop(found);
+    self->arm_expiry();
+}
+
+void UpstreamPool::expiry_cb(int, short, void* arg) {
+    auto* self = static_cast<UpstreamPool*>(arg);
+    self->expire();
+    self->arm_expiry();
+}
+
+void UpstreamPool::expire() {
+    const auto now = clock::now();
+    for (auto it = entries_.begin(); it != entries_.end();)
+        it = it->deadline <= now ? drop(it) : std::next(it);
+}
+
+// One timer for the earliest deadline (a reload may have changed the timeout, so the list's
+// order by age is not an order by deadline).
+void UpstreamPool::arm_expiry() {
+    if (entries_.empty()) {
+        evtimer_del(expiry_timer_.get());
+        return;
+    }
+    const auto earliest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& a, const Entry& b) { return a.deadline < b.deadline; });
+    const auto left = std::max(clock::duration::zero(), earliest->deadline - clock::now());
+    const timeval tv = to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(left) +
+                                  std::chrono::milliseconds(1));
+    evtimer_add(expiry_timer_.get(), &tv);
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,73 @@
+// Server connections kept for the next client (pool.mode: session), like PgBouncer's
+// session pooling. When a client leaves cleanly -- it sent Terminate, Postgres answered
+// everything it asked and is idle outside a transaction -- its session resets the server
+// connection (protocol/pool_reset.hpp) and parks it here with the greeting Postgres gave it
+// (protocol/server_greeting.hpp). A later client whose StartupMessage is byte for byte the
+// same, and who passed l5pgd's own client check, takes it: the backend's start-up, its
+// catalog caches and its first touches of shared buffers are paid once, not per client.
+//
+// One pool per worker: a connection's events belong to that worker's event base. An idle
+// connection is closed (after a Terminate) when it has been idle for pool.idle_timeout_ms,
+// when pool.max_idle would be exceeded (the oldest goes), when Postgres sends anything or
+// closes it (a backend terminated by an administrator, an idle_session_timeout), at
+// shutdown, and when a reload sets pool.mode to none.
+#pragma once
+
+#include <chrono>
+#include <list>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "daemon/event_ptr.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/unique_fd.hpp"
+#include "protocol/server_greeting.hpp"
+
+namespace l5pg::daemon {
+
+class UpstreamPool {
+  public:
+    using clock = std::chrono::steady_clock;
+    struct Idle {
+        UniqueFd fd;
+        protocol::ServerGreeting greeting;
+    };
+
+    UpstreamPool(event_base* base, Metrics& metrics);
+    ~UpstreamPool();
+    UpstreamPool(const UpstreamPool&) = delete;
+    UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+    // The most recently parked connection for `startup` (a StartupMessage's bytes).
+    [[nodiscard]] std::optional<Idle> take(std::string_view startup);
+    // Keeps `idle` for clients sending `startup` for `idle_timeout`, closing the oldest
+    // connections beyond `max_idle` (0 keeps none).
+    void park(std::string startup, Idle idle, size_t max_idle,
+              std::chrono::milliseconds idle_timeout);
+    // Closes every idle connection.
+    void clear();
+    [[nodiscard]] size_t size() const noexcept { return entries_.size(); }
+
+  private:
+    struct Entry {
+        std::string startup;
+        Idle idle;
+        clock::time_point deadline;
+        EventPtr watch;  // readable: Postgres spoke or left
+    };
+    using Entries = std::list<Entry>;  // newest first
+
+    static void readable_cb(int fd, short what, void* arg);
+    static void expiry_cb(int fd, short what, void* arg);
+    Entries::iterator drop(Entries::iterator at);
+    void expire();
+    void arm_expiry();
+
+    event_base* base_;
+    Metrics& metrics_;
+    Entries entries_;
+    EventPtr expiry_timer_;
+};
+
+}  // namespace l5pg::daemon

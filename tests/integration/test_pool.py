@@ -1,0 +1,731 @@
+"""Server-connection pooling in session mode (`pool.mode: session`, opt-in).
+
+What these tests hold l5pgd to:
+
+- Reuse: a client that leaves cleanly (Terminate) with its server connection idle gives that
+  connection back; the next client with a byte-identical StartupMessage that passes l5pgd's
+  client check gets it (same pg_backend_pid()), over the Unix socket, SHM and TCP.
+- Nothing of a session survives into the next one: SET values, SET ROLE, temp tables,
+  prepared statements, held cursors, LISTEN, session advisory locks.
+- A client that leaves inside a transaction, mid-query or by dying gives nothing back: its
+  backend ends and its open transaction is rolled back, as with a direct connection.
+- Different roles, databases or startup parameters never share a server connection, and a
+  client refused by l5pgd's client check never gets one.
+- Cancel: a pooled client gets a BackendKeyData of l5pgd's own, which cancels its query on a
+  fresh and on a reused backend; a previous client's key no longer cancels anything.
+- Never pooled: `auth.local: passthrough`, the admin console, the default configuration.
+- Metrics (l5pg_pool_idle_connections, l5pg_pool_returned_total, l5pg_pool_reused_total),
+  pool.idle_timeout_ms, pool.max_idle, reloading pool.mode to none, pgbench run twice.
+
+Pools are per worker thread: every l5pgd here runs with one worker, each test its own.
+Waits are generous (WAIT) and only wait for a state; no test asserts how fast anything is.
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.harness import paths, pgwire
+from tests.harness.cancel import stop_process, wait_for_backend
+from tests.harness.client import (PYTHON, make_target, pgbench, popen, psql, psql_cmd, run,
+                                  run_python_json, unix_target)
+from tests.harness.l5pgd import L5pgd, harness_auth_overrides
+from tests.harness.waiting import wait_for
+
+WAIT = 15  # seconds: an upper bound for anything l5pgd or Postgres does in the background
+
+IDLE = "l5pg_pool_idle_connections"
+RETURNED = "l5pg_pool_returned_total"
+REUSED = "l5pg_pool_reused_total"
+
+OTHER_ROLE = "l5pg_pool_role"
+OTHER_DB = "l5pg_pool_db"
+
+CANCEL_REQUEST_CODE = 80877102
+
+
+# -- daemons ---------------------------------------------------------------------------------
+
+class Daemons:
+    """Starts l5pgds for one test, each in a directory of its own, and stops them afterwards.
+    The fixture is named `l5pgd` (shadowing the session-wide one in this module) so that
+    conftest's report hook appends their log tails to a failure."""
+
+    def __init__(self, workdir, cluster):
+        self.workdir = workdir
+        self.cluster = cluster
+        self.started = []  # every l5pgd asked for, for the log tails
+        self.running = []  # those that came up
+
+    def start(self, pool="session", extra=(), workers=1, auth=None, ident_rules=None,
+              config_file=None):
+        """pool: -o pool.mode=<pool> (None: not set). auth: auth -o overrides instead of the
+        harness's (ident map root -> postgres); ident_rules: that map with other lines."""
+        base = Path(tempfile.mkdtemp(prefix="pool-", dir=self.workdir))  # short: socket path limit
+        os.chmod(base, 0o755)  # one test connects as another OS user
+        if ident_rules is not None:
+            auth = harness_auth_overrides(base, ident_rules)
+        overrides = ([f"pool.mode={pool}"] if pool else []) + list(extra)
+        d = L5pgd(base, self.cluster, workers=workers, extra_overrides=overrides,
+                  auth_overrides=auth, config_file=config_file)
+        self.started.append(d)
+        d.start()
+        self.running.append(d)
+        return d
+
+    def log_tail(self, n=30):
+        return "\n".join(f"--- {d.log_path} ---\n{d.log_tail(n)}" for d in self.started)
+
+    def stop_all(self):
+        died = [d for d in self.running if not d.alive()]
+        for d in self.running:
+            d.stop()
+        if died:
+            pytest.fail("l5pgd died during the test\n" + "\n".join(d.log_tail(40) for d in died),
+                        pytrace=False)
+
+
+@pytest.fixture
+def l5pgd(workdir, cluster, l5pgd_binary):
+    daemons = Daemons(workdir, cluster)
+    yield daemons
+    daemons.stop_all()
+
+
+@pytest.fixture(scope="module")
+def other_role_and_db(cluster):
+    """A second login role and a second database on the session's cluster."""
+    if cluster.sql(f"select count(*) from pg_roles where rolname = '{OTHER_ROLE}'") == "0":
+        cluster.sql(f"create role {OTHER_ROLE} login")
+    if cluster.sql(f"select count(*) from pg_database where datname = '{OTHER_DB}'") == "0":
+        cluster.sql(f"create database {OTHER_DB}")
+
+
+def transport_target(request, d, transport):
+    if transport == "shm":
+        request.getfixturevalue("shim")
+    return make_target(transport, d)
+
+
+# -- metrics and backends --------------------------------------------------------------------
+
+def pool_metric(d, name):
+    """The metric summed over its label sets (it has none; a per-worker label would not
+    change the sum)."""
+    return sum(v for (n, _), v in d.metrics().items() if n == name)
+
+
+def wait_pool(d, name, predicate, what, timeout=WAIT):
+    try:
+        wait_for(lambda: predicate(pool_metric(d, name)), timeout, f"{name} {what}", interval=0.05)
+    except AssertionError as e:
+        raise AssertionError(f"{e} (it is {pool_metric(d, name)})") from None
+
+
+def wait_idle(d, n, timeout=WAIT):
+    """Until exactly n server connections are idle: a departed client's connection has been
+    reset and kept (or closed)."""
+    wait_pool(d, IDLE, lambda v: v == n, f"== {n}", timeout)
+
+
+def backend_alive(cluster, pid):
+    """Asked directly of the cluster, never through l5pgd."""
+    return cluster.sql(f"select count(*) from pg_stat_activity where pid = {pid}") == "1"
+
+
+def wait_backend_gone(cluster, pid, timeout=WAIT):
+    wait_for(lambda: not backend_alive(cluster, pid), timeout, f"backend {pid} to exit",
+             interval=0.05)
+
+
+def new_app():
+    """An application_name of this test's own, so its clients share no pool with others."""
+    return f"pool-{uuid.uuid4().hex[:10]}"
+
+
+# -- psql ------------------------------------------------------------------------------------
+
+def psql_lines(target, *sqls, app, env=None, check=True):
+    """Runs the statements in one psql session (quiet: only rows are printed), which then
+    leaves with Terminate. Returns its output lines (the CompletedProcess if check=False)."""
+    args = []
+    for sql in sqls:
+        args += ["-c", sql]
+    r = run(psql_cmd("-q", *args), target, env={"PGAPPNAME": app, **(env or {})}, check=check)
+    return r.stdout.splitlines() if check else r
+
+
+def backend_pid(target, *setup, app, env=None):
+    """pg_backend_pid() of a psql session that first runs `setup`."""
+    return int(psql_lines(target, *setup, "select pg_backend_pid()", app=app, env=env)[-1])
+
+
+# -- the protocol by hand (Unix socket) ------------------------------------------------------
+
+def raw_connect(d, app):
+    """A logged-in session over l5pgd's Unix socket: (socket, the 8 bytes of its
+    BackendKeyData: process id and secret key as l5pgd sent them)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(60)
+    s.connect(str(d.socket_path))
+    s.sendall(pgwire.startup_packet(application_name=app))
+    msgs = pgwire.read_until_ready(s)
+    errors = [pgwire.parse_fields(body) for t, body in msgs if t == "E"]
+    assert not errors, errors
+    keys = [body[:8] for t, body in msgs if t == "K"]
+    assert len(keys) == 1, f"expected one BackendKeyData: {[t for t, _ in msgs]}"
+    return s, keys[0]
+
+
+def send_query(s, sql):
+    body = sql.encode() + b"\0"
+    s.sendall(b"Q" + struct.pack("!I", len(body) + 4) + body)
+
+
+def read_result(s):
+    """Reads up to ReadyForQuery: (rows as lists of str, ErrorResponse fields or None)."""
+    rows, error = [], None
+    while True:
+        t, body = pgwire.read_message(s)
+        if t == "D":
+            (ncols,) = struct.unpack("!h", body[:2])
+            pos, row = 2, []
+            for _ in range(ncols):
+                (n,) = struct.unpack("!i", body[pos:pos + 4])
+                pos += 4
+                row.append(None if n < 0 else body[pos:pos + n].decode())
+                pos += max(n, 0)
+            rows.append(row)
+        elif t == "E":
+            error = pgwire.parse_fields(body)
+        elif t == "Z":
+            return rows, error
+
+
+def raw_pid(s):
+    send_query(s, "select pg_backend_pid()")
+    rows, error = read_result(s)
+    assert error is None, error
+    return int(rows[0][0])
+
+
+def send_cancel(d, key):
+    """A CancelRequest with `key` to l5pgd's Unix socket; returns once l5pgd has closed
+    that connection (it has dealt with the request)."""
+    c = socket.socket(socket.AF_UNIX)
+    c.settimeout(WAIT)
+    c.connect(str(d.socket_path))
+    c.sendall(struct.pack("!II", 16, CANCEL_REQUEST_CODE) + key)
+    assert pgwire.at_eof(c, WAIT), "l5pgd kept the cancel connection open"
+    c.close()
+
+
+# -- reuse -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("transport", ["unix", "shm", "tcp"])
+def test_next_identical_client_gets_the_same_backend(l5pgd, request, transport):
+    d = l5pgd.start()
+    target = transport_target(request, d, transport)
+    app = new_app()
+    sessions = d.metric("l5pg_sessions_total", transport=transport)
+    first = backend_pid(target, app=app)
+    wait_idle(d, 1)
+    second = backend_pid(target, app=app)
+    assert second == first, "the second client got a new backend instead of the kept one"
+    assert d.metric("l5pg_sessions_total", transport=transport) == sessions + 2, \
+        f"the clients did not go over {transport}"
+
+
+def test_metrics_count_returned_and_reused(l5pgd):
+    d = l5pgd.start()
+    target = unix_target(d)
+    app = new_app()
+    assert (pool_metric(d, IDLE), pool_metric(d, RETURNED), pool_metric(d, REUSED)) == (0, 0, 0)
+    backend_pid(target, app=app)
+    wait_idle(d, 1)
+    wait_pool(d, RETURNED, lambda v: v == 1, "== 1")
+    assert pool_metric(d, REUSED) == 0
+    backend_pid(target, app=app)
+    wait_pool(d, RETURNED, lambda v: v == 2, "== 2")
+    wait_idle(d, 1)
+    assert pool_metric(d, REUSED) == 1
+    text = d.metrics_text()
+    for name in (IDLE, RETURNED, REUSED):
+        assert f"# HELP {name} " in text and f"# TYPE {name} " in text, name
+
+
+# Statements that leave session state behind, and what the next client on the same backend
+# must see instead.
+STATE_CASES = {
+    "set": (["set work_mem = '77MB'"], ["show work_mem"], "4MB"),
+    "set_role": (["set role pg_monitor"], ["select current_user"], "postgres"),
+    "temp_table": (["create temp table pool_tmp (i int)"],
+                   ["select to_regclass('pg_temp.pool_tmp') is null"], "t"),
+    "prepared_statement": (["prepare p as select 1"], ["prepare p as select 2", "execute p"], "2"),
+    "held_cursor": (["declare c cursor with hold for select 1"],
+                    ["declare c cursor with hold for select 2", "fetch c"], "2"),
+    "listen": (["listen pool_chan"], ["select count(*) from pg_listening_channels()"], "0"),
+    "advisory_lock": (["select pg_advisory_lock(42)"],
+                      ["select count(*) from pg_locks where locktype = 'advisory' "
+                       "and pid = pg_backend_pid()"], "0"),
+}
+
+
+@pytest.mark.parametrize("case", list(STATE_CASES))
+def test_no_session_state_survives(l5pgd, case):
+    setup, check, expected = STATE_CASES[case]
+    d = l5pgd.start()
+    target = unix_target(d)
+    app = new_app()
+    first = backend_pid(target, *setup, app=app)
+    wait_idle(d, 1)
+    lines = psql_lines(target, "select pg_backend_pid()", *check, app=app)
+    assert int(lines[0]) == first, "not reused: this case would prove nothing"
+    assert lines[-1] == expected, f"{case} survived into the next session: {lines}"
+
+
+def test_advisory_lock_free_for_others_once_its_client_left(l5pgd, cluster):
+    d = l5pgd.start()
+    target = unix_target(d)
+    app = new_app()
+    first = backend_pid(target, "select pg_advisory_lock(4242)", app=app)
+    wait_idle(d, 1)
+    assert backend_alive(cluster, first)
+    # Directly on the cluster: the lock is free although the backend that took it lives on.
+    assert cluster.sql("select pg_try_advisory_lock(4242)") == "t"
+    assert backend_pid(target, app=app) == first, "the kept backend was not reused"
+
+
+# -- clients that give nothing back ----------------------------------------------------------
+
+def rows_tagged(cluster, tag):
+    return int(cluster.sql(f"select count(*) from pool_tx where note = '{tag}'"))
+
+
+@pytest.mark.parametrize("state", ["open", "failed"])
+def test_client_leaving_inside_a_transaction_gives_nothing_back(l5pgd, cluster, state):
+    cluster.sql("create table if not exists pool_tx (note text)")
+    d = l5pgd.start()
+    target = unix_target(d)
+    app, tag = new_app(), uuid.uuid4().hex
+    sqls = ["begin", f"insert into pool_tx values ('{tag}')", "select pg_backend_pid()"]
+    if state == "failed":
+        sqls.append("select 1/0")
+    r = psql_lines(target, *sqls, app=app, check=False)
+    assert (r.returncode != 0) == (state == "failed"), r.stderr
+    first = int(r.stdout.splitlines()[-1])
+    wait_backend_gone(cluster, first)
+    assert rows_tagged(cluster, tag) == 0, "the open transaction was committed"
+    assert pool_metric(d, RETURNED) == 0
+    assert pool_metric(d, IDLE) == 0
+    assert backend_pid(target, app=app) != first
+
+
+def test_client_leaving_mid_query_gives_nothing_back(l5pgd, cluster):
+    """Query, then Terminate at once, without waiting for the answer."""
+    d = l5pgd.start()
+    app = new_app()
+    s, _ = raw_connect(d, app)
+    first = raw_pid(s)
+    send_query(s, "select pg_sleep(1)")
+    pgwire.terminate(s)
+    s.close()
+    wait_backend_gone(cluster, first)
+    assert pool_metric(d, RETURNED) == 0
+    assert pool_metric(d, IDLE) == 0
+    s, _ = raw_connect(d, app)
+    assert raw_pid(s) != first
+    pgwire.terminate(s)
+    s.close()
+
+
+@pytest.mark.timeout(60)
+def test_killed_client_gives_nothing_back(l5pgd, cluster):
+    cluster.sql("create table if not exists pool_tx (note text)")
+    d = l5pgd.start()
+    target = unix_target(d)
+    app, tag = new_app(), uuid.uuid4().hex
+    p = popen(psql_cmd("-q", "-f", "-"), target, env={"PGAPPNAME": app}, text=True,
+              stdin=subprocess.PIPE)
+    try:
+        p.stdin.write(f"begin;\ninsert into pool_tx values ('{tag}');\nselect pg_sleep(600);\n")
+        p.stdin.flush()  # stdin stays open: psql waits for more script
+        first = wait_for_backend(cluster, app)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        wait_backend_gone(cluster, first)
+    finally:
+        stop_process(p)
+    assert rows_tagged(cluster, tag) == 0
+    assert pool_metric(d, RETURNED) == 0
+    assert backend_pid(target, app=app) != first
+
+
+# -- who may share ---------------------------------------------------------------------------
+
+# How the second client's startup differs from the first's (libpq environment), and what it
+# must then see as `current_user current_database() application_name`.
+DIFFERENT = {
+    "application_name": ({"PGAPPNAME": "{app}-other"}, "postgres postgres {app}-other"),
+    "role": ({"PGUSER": OTHER_ROLE}, f"{OTHER_ROLE} postgres {{app}}"),
+    "database": ({"PGDATABASE": OTHER_DB}, f"postgres {OTHER_DB} {{app}}"),
+}
+
+
+@pytest.mark.parametrize("differs_in", list(DIFFERENT))
+def test_different_startup_never_shares(l5pgd, other_role_and_db, differs_in):
+    d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", OTHER_ROLE)])
+    target = unix_target(d)
+    app = new_app()
+    env, identity = DIFFERENT[differs_in]
+    env = {k: v.format(app=app) for k, v in env.items()}
+    first = backend_pid(target, app=app)
+    wait_idle(d, 1)
+    lines = psql_lines(target, "select pg_backend_pid()",
+                       "select current_user || ' ' || current_database() || ' ' "
+                       "|| current_setting('application_name')", app=app, env=env)
+    assert lines[1] == identity.format(app=app)
+    assert int(lines[0]) != first, f"a client with another {differs_in} got the kept backend"
+    assert pool_metric(d, REUSED) == 0
+    # Both are kept, each for clients like its own.
+    wait_idle(d, 2)
+    assert backend_pid(target, app=app) == first
+
+
+# Run as another OS user: sends the StartupMessage given in hex to l5pgd's Unix socket and
+# prints the first answer (ErrorResponse's SQLSTATE, or the message type).
+STARTUP_PROBE = r"""
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(sys.argv[1])
+s.sendall(bytes.fromhex(sys.argv[2]))
+def recv(n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(buf)
+        buf += chunk
+    return buf
+head = recv(5)
+body = recv(struct.unpack("!I", head[1:])[0] - 4)
+out = {"type": chr(head[0])}
+if out["type"] == "E":
+    fields = {p[:1].decode(): p[1:].decode() for p in body.split(b"\0") if p}
+    out.update(sqlstate=fields.get("C"), message=fields.get("M"))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connects as OS user nobody: needs root")
+def test_client_failing_the_check_never_gets_a_kept_backend(l5pgd):
+    """The ident map lets root use role postgres, not nobody: nobody's byte-identical
+    StartupMessage is refused, and the kept backend stays for root."""
+    d = l5pgd.start()
+    app = new_app()
+    s, _ = raw_connect(d, app)
+    first = raw_pid(s)
+    pgwire.terminate(s)
+    s.close()
+    wait_idle(d, 1)
+    startup = pgwire.startup_packet(application_name=app)
+    r = subprocess.run([PYTHON, "-c", STARTUP_PROBE, str(d.socket_path), startup.hex()],
+                       user="nobody", capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out.get("sqlstate") == "28000", out
+    assert pool_metric(d, REUSED) == 0
+    assert pool_metric(d, IDLE) == 1
+    s, _ = raw_connect(d, app)
+    assert raw_pid(s) == first
+    pgwire.terminate(s)
+    s.close()
+
+
+# -- cancel ----------------------------------------------------------------------------------
+
+BACKEND_KEY_SCRIPT = r"""
+import json, psycopg
+with psycopg.connect("", autocommit=True) as conn:
+    real = conn.execute("select pg_backend_pid()").fetchone()[0]
+    print(json.dumps({"key_pid": conn.info.backend_pid, "real_pid": real}))
+"""
+
+
+def test_client_gets_a_backend_key_of_its_own(l5pgd):
+    d = l5pgd.start()
+    out, _ = run_python_json(unix_target(d), BACKEND_KEY_SCRIPT, env={"PGAPPNAME": new_app()})
+    assert out["key_pid"] != out["real_pid"], \
+        f"the client got the backend's own key: {out}"
+
+
+# psycopg2: prints its backend's pid and the pid of its key, then runs pg_sleep(30) and
+# cancels it (PQcancel) once a line arrives on stdin; prints the outcome and leaves cleanly.
+CANCEL_SCRIPT = r"""
+import json, sys, threading, psycopg2, psycopg2.extensions
+conn = psycopg2.connect("")
+conn.autocommit = True
+cur = conn.cursor()
+cur.execute("select pg_backend_pid()")
+print(json.dumps({"real_pid": cur.fetchone()[0], "key_pid": conn.get_backend_pid()}), flush=True)
+def canceller():
+    sys.stdin.readline()
+    conn.cancel()
+threading.Thread(target=canceller, daemon=True).start()
+out = {}
+try:
+    cur.execute("select pg_sleep(30)")
+    out["result"] = "completed"
+except psycopg2.extensions.QueryCanceledError as e:
+    out["result"], out["message"] = "canceled", str(e)
+except Exception as e:
+    out["result"], out["message"] = type(e).__name__, str(e)
+cur.execute("select 5")
+out["after"] = cur.fetchone()[0]
+conn.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+def cancel_own_sleep(d, cluster, app):
+    """Runs CANCEL_SCRIPT through l5pgd's Unix socket; returns (pids, outcome)."""
+    p = popen([PYTHON, "-c", CANCEL_SCRIPT], unix_target(d), env={"PGAPPNAME": app}, text=True,
+              stdin=subprocess.PIPE)
+    try:
+        line = p.stdout.readline()
+        if not line:
+            pytest.fail(f"the cancel script ended early: {p.communicate(timeout=WAIT)[1]}")
+        pids = json.loads(line)
+        wait_for_backend(cluster, app)
+        p.stdin.write("cancel\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=WAIT)
+        assert p.returncode == 0, err
+        return pids, json.loads(out.strip().splitlines()[-1])
+    finally:
+        stop_process(p)
+
+
+@pytest.mark.timeout(90)
+def test_pqcancel_works_on_fresh_and_reused_session(l5pgd, cluster):
+    d = l5pgd.start()
+    app = new_app()
+    for attempt in ("fresh", "reused"):
+        pids, out = cancel_own_sleep(d, cluster, app)
+        if attempt == "fresh":
+            first = pids["real_pid"]
+            wait_idle(d, 1)
+        else:
+            assert pids["real_pid"] == first, "the second session was not reused"
+        assert pids["key_pid"] != pids["real_pid"], pids
+        assert out["result"] == "canceled", (attempt, out)
+        assert "canceling statement due to user request" in out["message"]
+        assert out["after"] == 5
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+def test_psql_sigint_cancels_on_a_reused_session(l5pgd, cluster, request, transport):
+    d = l5pgd.start()
+    target = transport_target(request, d, transport)
+    app = new_app()
+    first = backend_pid(target, app=app)
+    wait_idle(d, 1)
+    p = popen(psql_cmd("-c", "select pg_sleep(30)"), target, env={"PGAPPNAME": app}, text=True)
+    try:
+        assert wait_for_backend(cluster, app) == first, "not reused"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=WAIT)
+        assert p.returncode != 0
+        assert "canceling statement due to user request" in err, err
+    finally:
+        stop_process(p)
+
+
+@pytest.mark.timeout(90)
+def test_previous_clients_key_does_not_cancel_the_next_client(l5pgd, cluster):
+    d = l5pgd.start()
+    app = new_app()
+    s1, old_key = raw_connect(d, app)
+    first = raw_pid(s1)
+    pgwire.terminate(s1)
+    s1.close()
+    wait_idle(d, 1)
+
+    s2, key = raw_connect(d, app)
+    try:
+        assert raw_pid(s2) == first, "not reused"
+        assert key != old_key, "the next client got the previous client's key"
+        # The old key, while the reused backend runs the next client's statement: nothing.
+        send_query(s2, "select pg_sleep(3)")
+        assert wait_for_backend(cluster, app) == first
+        send_cancel(d, old_key)
+        rows, error = read_result(s2)
+        assert error is None, f"the previous client's key canceled the next client: {error}"
+        assert rows == [[""]]
+        # The next client's own key does cancel (the request path works).
+        send_query(s2, "select pg_sleep(30)")
+        wait_for_backend(cluster, app)
+        send_cancel(d, key)
+        rows, error = read_result(s2)
+        assert error is not None and error.get("C") == "57014", error
+        pgwire.terminate(s2)
+    finally:
+        s2.close()
+
+
+# -- never pooled ----------------------------------------------------------------------------
+
+def assert_not_kept(d, cluster, target, app):
+    """Two successive clients: the first's backend ends, the second gets another one."""
+    first = backend_pid(target, app=app)
+    wait_backend_gone(cluster, first)
+    assert backend_pid(target, app=app) != first
+    assert pool_metric(d, RETURNED) == 0
+    assert pool_metric(d, IDLE) == 0
+
+
+def test_default_configuration_does_not_pool(l5pgd, cluster):
+    d = l5pgd.start(pool=None)
+    assert_not_kept(d, cluster, unix_target(d), new_app())
+
+
+def test_passthrough_never_pools(l5pgd, cluster):
+    """auth.local=passthrough: l5pgd never identified the client, so it hands out nothing.
+    (The test cluster trusts local connections; l5pgd only needs the operator's word.)"""
+    d = l5pgd.start(auth=["auth.local=passthrough", "auth.upstream_authenticates=true"])
+    assert_not_kept(d, cluster, unix_target(d), new_app())
+
+
+def test_admin_console_is_never_pooled(l5pgd):
+    d = l5pgd.start()
+    target = unix_target(d)
+    app = new_app()
+    first = backend_pid(target, app=app)
+    wait_idle(d, 1)
+    for _ in range(2):
+        out = psql(target, "show version", dbname="l5pgd", env={"PGAPPNAME": app})
+        assert out.startswith("l5pgd "), out
+    wait_for(lambda: sum(d.metric("l5pg_sessions_active", transport=t)
+                         for t in ("unix", "shm", "tcp")) == 0, WAIT, "the console sessions to end")
+    assert pool_metric(d, RETURNED) == 1
+    assert pool_metric(d, REUSED) == 0
+    assert pool_metric(d, IDLE) == 1
+    assert backend_pid(target, app=app) == first
+
+
+# -- settings --------------------------------------------------------------------------------
+
+def test_idle_timeout_closes_idle_backend(l5pgd, cluster):
+    d = l5pgd.start(extra=["pool.idle_timeout_ms=300"])
+    target = unix_target(d)
+    app = new_app()
+    first = backend_pid(target, app=app)
+    wait_pool(d, RETURNED, lambda v: v == 1, "== 1")
+    wait_idle(d, 0)
+    wait_backend_gone(cluster, first)
+    assert backend_pid(target, app=app) != first
+
+
+@pytest.mark.timeout(90)
+def test_max_idle_caps_idle_backends(l5pgd, cluster):
+    d = l5pgd.start(extra=["pool.max_idle=1"])
+    target = unix_target(d)
+    app = new_app()
+    clients = [popen(psql_cmd("-q", "-f", "-"), target, env={"PGAPPNAME": app}, text=True,
+                     stdin=subprocess.PIPE) for _ in range(3)]
+    try:
+        for p in clients:
+            p.stdin.write("select pg_backend_pid();\n")
+            p.stdin.flush()
+        wait_for(lambda: cluster.sql("select count(*) from pg_stat_activity "
+                                     f"where application_name = '{app}'") == "3",
+                 WAIT, "3 clients connected at once")
+        for p in clients:
+            p.stdin.close()  # all three leave together
+        pids = []
+        for p in clients:
+            out, err = p.stdout.read(), p.stderr.read()  # tiny: no pipe fills up
+            assert p.wait(timeout=WAIT) == 0, err
+            pids.append(int(out.strip()))
+    finally:
+        for p in clients:
+            stop_process(p)
+    assert len(set(pids)) == 3, pids
+
+    def alive():
+        return [pid for pid in pids if backend_alive(cluster, pid)]
+
+    wait_for(lambda: pool_metric(d, IDLE) == 1 and len(alive()) == 1, WAIT,
+             f"one idle backend kept, the others closed ({pool_metric(d, IDLE)} idle, "
+             f"alive {alive()})")
+    time.sleep(1)  # and it stays so
+    assert pool_metric(d, IDLE) == 1
+    assert len(alive()) == 1, alive()
+
+
+def test_reload_to_none_closes_idle_backends(l5pgd, cluster):
+    base = Path(tempfile.mkdtemp(prefix="poolcfg-", dir=l5pgd.workdir))
+    config = base / "l5pgd.yaml"
+    config.write_text("pool:\n  mode: session\n")
+    d = l5pgd.start(pool=None, config_file=config)
+    target = unix_target(d)
+    app = new_app()
+    first = backend_pid(target, app=app)
+    wait_idle(d, 1)
+
+    config.write_text("pool:\n  mode: none\n")
+    log = d.reload()
+    assert "reload: pool.mode: session -> none" in log, log
+    wait_idle(d, 0)
+    wait_backend_gone(cluster, first)
+    # And nothing is kept any more.
+    second = backend_pid(target, app=app)
+    assert second != first
+    wait_backend_gone(cluster, second)
+    assert pool_metric(d, IDLE) == 0
+
+
+# -- robustness ------------------------------------------------------------------------------
+
+def test_backend_terminated_while_idle_is_not_handed_out(l5pgd, cluster):
+    """pg_terminate_backend() of a kept backend: the next client gets a working session on
+    another backend, not the dead one's FATAL."""
+    d = l5pgd.start()
+    target = unix_target(d)
+    app = new_app()
+    first = backend_pid(target, app=app)
+    wait_idle(d, 1)
+    assert cluster.sql(f"select pg_terminate_backend({first})") == "t"
+    wait_backend_gone(cluster, first)
+    try:
+        wait_idle(d, 0, timeout=5)  # l5pgd may notice now, or only when it hands one out
+    except AssertionError:
+        pass
+    assert backend_pid(target, app=app) != first
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("transport", ["unix", "shm"])
+def test_pgbench_twice_reuses_backends(l5pgd, pgbench_db, request, transport):
+    """pgbench -M prepared prepares the same statement names in every session: the second run
+    fails unless each kept backend was reset."""
+    d = l5pgd.start()
+    target = transport_target(request, d, transport)
+    args = ["-S", "-M", "prepared", "-c", 4, "-j", 2, "-t", 200, "-n"]
+    first = pgbench(target, args)
+    assert (first.processed, first.failed) == (800, 0), first.stdout
+    wait_pool(d, IDLE, lambda v: v >= 4, ">= 4")
+    reused = pool_metric(d, REUSED)
+    second = pgbench(target, args)
+    assert (second.processed, second.failed) == (800, 0), second.stdout
+    assert pool_metric(d, REUSED) >= reused + 4
