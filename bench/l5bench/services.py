@@ -24,9 +24,10 @@ def shared_buffers_mb():
 
 def bench_postgres_settings(max_clients):
     """Settings appended to the harness cluster's postgresql.auto.conf (read last, so they win).
-    Every client may be connected directly while PgBouncer keeps a full idle pool."""
+    Every client may be connected directly while PgBouncer and l5pgd each keep a full idle
+    pool."""
     return ("\n# l5bench\n"
-            f"max_connections = {max(200, 2 * max_clients + 20)}\n"
+            f"max_connections = {max(200, 3 * max_clients + 30)}\n"
             f"shared_buffers = {shared_buffers_mb()}MB\n")
 
 
@@ -57,9 +58,9 @@ class Services:
         self.cluster.add_settings(bench_postgres_settings(self.max_clients))
         self.cluster.start()
         have = int(self.cluster.sql("SHOW max_connections"))
-        if have < 2 * self.max_clients + 10:
+        if have < 3 * self.max_clients + 30:
             raise RuntimeError(f"Postgres max_connections is {have}, need at least "
-                               f"{2 * self.max_clients + 10} for {self.max_clients} clients")
+                               f"{3 * self.max_clients + 30} for {self.max_clients} clients")
 
     def init_pgbench(self):
         self.log(f"pgbench -i -s {self.scale}")
@@ -70,8 +71,10 @@ class Services:
         self.cluster.sql("CHECKPOINT")
 
     def start_l5pgd(self):
+        # Server connections kept between cells, as PgBouncer's session pool keeps them.
         self.l5pgd = L5pgd(self.work_dir / "l5pgd", self.cluster, workers=self.l5pgd_workers,
-                           extra_overrides=["logging.level=info",
+                           extra_overrides=["logging.level=info", "pool.mode=session",
+                                            f"pool.max_idle={self.max_clients + 8}",
                                             *rdma_overrides(rdma_device_kind())])
         self.log(f"starting l5pgd (port {self.l5pgd.port}, {self.l5pgd_workers} workers)")
         self.l5pgd.start()
