@@ -111,14 +111,15 @@ void Session::continue_departure() {
 
 // True once everything the client published has been handed to the upstream socket. A
 // socket end reads what is still in the socket (the kernel hands it out before it reports
-// EOF or ECONNRESET) until it has nothing more.
+// EOF or ECONNRESET) until it has nothing more -- or up to a Terminate (pooled sessions):
+// nothing after it counts, and the client need not close first.
 bool Session::drain_client_data() {
     if (upstream_refuses_)
         return true;  // Postgres closed its end: nothing more can reach it
     flush_upstream();
     (void)forward_client_to_upstream();
     return state_ == SessionState::Forwarding && !upstream_blocked_ && to_upstream_.empty() &&
-           end_->input_exhausted();
+           (terminated_ || end_->input_exhausted());
 }
 
 void Session::discard_upstream() {

@@ -141,8 +141,13 @@ bool Session::forward_client_to_upstream() {
             // The client's Terminate, and anything after it, stays here.
             forwardable = terminated_ ? 0 : before_terminate(data);
             if (forwardable == 0) {
-                terminated_ = true;
                 end_->consume(data.size());
+                if (!terminated_) {
+                    // Postgres would close the connection now; so does l5pgd, once the
+                    // backend is reset (session_depart.cpp, session_pool.cpp).
+                    terminated_ = true;
+                    client_departed("client sent Terminate");
+                }
                 continue;
             }
         }

@@ -583,6 +583,28 @@ def test_previous_clients_key_does_not_cancel_the_next_client(l5pgd, cluster):
         s2.close()
 
 
+def test_terminate_closes_the_client_connection_and_keeps_the_backend(l5pgd):
+    """Postgres closes a connection after Terminate; so does l5pgd, for a client that waits
+    for that instead of closing first, and it keeps the backend all the same."""
+    d = l5pgd.start()
+    app = new_app()
+    s, _ = raw_connect(d, app)
+    try:
+        first = raw_pid(s)
+        pgwire.terminate(s)
+        s.settimeout(WAIT)
+        assert s.recv(1) == b"", "l5pgd did not close the connection after Terminate"
+    finally:
+        s.close()
+    wait_idle(d, 1)
+    s2, _ = raw_connect(d, app)
+    try:
+        assert raw_pid(s2) == first, "the backend was not kept"
+        pgwire.terminate(s2)
+    finally:
+        s2.close()
+
+
 # -- never pooled ----------------------------------------------------------------------------
 
 def assert_not_kept(d, cluster, target, app):
