@@ -50,8 +50,7 @@ struct AdminConsole::Connection {
     bool closing = false;            // end once `out` is written
 };
 
-AdminConsole::AdminConsole(event_base* base, const SessionDirectory& sessions)
-    : base_(base), sessions_(sessions) {}
+AdminConsole::AdminConsole(event_base* base, AdminView view) : base_(base), view_(view) {}
 
 AdminConsole::~AdminConsole() = default;
 
@@ -155,7 +154,7 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
     if (type == 'Q') {
         const auto* text = reinterpret_cast<const char*>(body.data());
         const std::string_view sql(text, std::find(text, text + body.size(), '\0') - text);
-        answer_admin_query(sql, sessions_, out);
+        answer_admin_query(sql, view_, out);
     } else if (type == 'X') {
         go_on = false;
     } else if (type == 'S') {  // Sync: the end of a refused extended-protocol exchange

@@ -17,15 +17,15 @@
 #include <span>
 #include <vector>
 
+#include "daemon/admin_query.hpp"
 #include "daemon/event_ptr.hpp"
-#include "daemon/session_directory.hpp"
 #include "daemon/unique_fd.hpp"
 
 namespace l5pg::daemon {
 
 class AdminConsole {
   public:
-    AdminConsole(event_base* base, const SessionDirectory& sessions);
+    AdminConsole(event_base* base, AdminView view);
     ~AdminConsole();
     AdminConsole(const AdminConsole&) = delete;
     AdminConsole& operator=(const AdminConsole&) = delete;
@@ -47,7 +47,7 @@ class AdminConsole {
     void drop(Connection& c);
 
     event_base* base_;
-    const SessionDirectory& sessions_;
+    const AdminView view_;
     std::map<const Connection*, std::unique_ptr<Connection>> connections_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <ctime>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,6 +75,21 @@ void show_sessions(const SessionDirectory& sessions, protocol::BackendWriter& ou
     out.command_complete(fmt::format("SHOW {}", records.size()));
 }
 
+// Per database and role: the sessions admitted now (all transports, pooled or not) and the
+// server connections the workers keep idle for them.
+void show_pools(AdminView view, protocol::BackendWriter& out) {
+    std::map<PoolDirectory::Key, std::pair<uint64_t, uint64_t>> rows;  // sessions, idle
+    for (const auto& record : view.sessions.snapshot())
+        ++rows[{record->database, record->role}].first;
+    for (const auto& [key, idle] : view.pools.snapshot())
+        rows[key].second += idle;
+    out.row_description({"database", "role", "sessions", "idle_server_connections"});
+    for (const auto& [key, counts] : rows)
+        out.data_row(
+            {key.first, key.second, std::to_string(counts.first), std::to_string(counts.second)});
+    out.command_complete(fmt::format("SHOW {}", rows.size()));
+}
+
 void show_rows(std::string_view column, const std::vector<std::string>& rows,
                protocol::BackendWriter& out) {
     out.row_description({column});
@@ -84,17 +100,19 @@ void show_rows(std::string_view column, const std::vector<std::string>& rows,
 
 }  // namespace
 
-void answer_admin_query(std::string_view sql, const SessionDirectory& sessions,
-                        protocol::BackendWriter& out, AdminClock clock) {
+void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendWriter& out,
+                        AdminClock clock) {
     const std::string command = normalize(sql);
     if (command.empty()) {
         out.empty_query_response();
     } else if (command == "show sessions" || command == "show clients") {
-        show_sessions(sessions, out, clock);
+        show_sessions(view.sessions, out, clock);
+    } else if (command == "show pools") {
+        show_pools(view, out);
     } else if (command == "show version") {
         show_rows("version", {"l5pgd " L5PG_VERSION}, out);
     } else if (command == "show help") {
-        show_rows("command", {"SHOW SESSIONS", "SHOW VERSION", "SHOW HELP"}, out);
+        show_rows("command", {"SHOW SESSIONS", "SHOW POOLS", "SHOW VERSION", "SHOW HELP"}, out);
     } else {
         out.error("ERROR", "0A000",
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",

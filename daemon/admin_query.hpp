@@ -2,6 +2,7 @@
 // backend messages out. Pure of I/O, so unit tests drive it directly.
 //
 //   SHOW SESSIONS   who is connected (also SHOW CLIENTS, as in PgBouncer)
+//   SHOW POOLS      per database and role: sessions now, server connections kept idle
 //   SHOW VERSION    l5pgd's version
 //   SHOW HELP       these commands
 //
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <string_view>
 
+#include "daemon/pool_directory.hpp"
 #include "daemon/session_directory.hpp"
 #include "protocol/backend_messages.hpp"
 
@@ -20,9 +22,15 @@ struct AdminClock {
     std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
 };
 
+// What the console reads: the admitted sessions and the kept server connections.
+struct AdminView {
+    const SessionDirectory& sessions;
+    const PoolDirectory& pools;
+};
+
 // Appends the answer to `sql`, ending with ReadyForQuery. An unknown command is an ERROR
 // (SQLSTATE 0A000) naming SHOW HELP; the session goes on.
-void answer_admin_query(std::string_view sql, const SessionDirectory& sessions,
-                        protocol::BackendWriter& out, AdminClock clock = {});
+void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendWriter& out,
+                        AdminClock clock = {});
 
 }  // namespace l5pg::daemon

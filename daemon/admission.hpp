@@ -12,6 +12,7 @@
 #include "daemon/ident_map.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
+#include "daemon/pool_directory.hpp"
 #include "daemon/segment_registry.hpp"
 #include "daemon/session_directory.hpp"
 #include "daemon/startup_limiter.hpp"
@@ -50,6 +51,7 @@ struct AdmissionState {
     SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
+    PoolDirectory pools;        // the server connections kept idle, for the admin console
 };
 
 // A client the acceptor let in, on its way to a worker.

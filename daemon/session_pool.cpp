@@ -238,9 +238,10 @@ void Session::return_to_pool() {
     upstream_write_.reset();
     metrics_.pool_returned();
     const auto pid = greeting_.key.backend_pid;
-    worker_.upstream_pool().park(
-        std::move(pool_key_), UpstreamPool::Idle{std::move(upstream_), std::move(greeting_)},
-        worker_.pool_max_idle(), std::chrono::milliseconds(worker_.config().pool.idle_timeout_ms));
+    worker_.upstream_pool().park(std::move(pool_key_), {record_->database, record_->role},
+                                 UpstreamPool::Idle{std::move(upstream_), std::move(greeting_)},
+                                 worker_.pool_max_idle(),
+                                 std::chrono::milliseconds(worker_.config().pool.idle_timeout_ms));
     close(fmt::format("{}; server connection (backend pid {}) kept for the next client",
                       departure_reason_, pid));
 }

@@ -19,8 +19,11 @@ void say_terminate(int fd) {
 
 }  // namespace
 
-UpstreamPool::UpstreamPool(event_base* base, Metrics& metrics)
-    : base_(base), metrics_(metrics), expiry_timer_(evtimer_new(base, expiry_cb, this)) {}
+UpstreamPool::UpstreamPool(event_base* base, Metrics& metrics, PoolDirectory& directory)
+    : base_(base),
+      metrics_(metrics),
+      directory_(directory),
+      expiry_timer_(evtimer_new(base, expiry_cb, this)) {}
 
 UpstreamPool::~UpstreamPool() {
     clear();
@@ -32,13 +35,13 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
     if (found == entries_.end())
         return std::nullopt;
     Idle idle = std::move(found->idle);
+    count(*found, -1);
     entries_.erase(found);  // its watch event goes first, then nothing refers to the fd
-    metrics_.pool_idle_changed(-1);
     arm_expiry();
     return idle;
 }
 
-void UpstreamPool::park(std::string startup, Idle idle, size_t max_idle,
+void UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle, size_t max_idle,
                         std::chrono::milliseconds idle_timeout) {
     while (!entries_.empty() && entries_.size() >= max_idle)
         drop(std::prev(entries_.end()));
@@ -46,13 +49,13 @@ void UpstreamPool::park(std::string startup, Idle idle, size_t max_idle,
         say_terminate(idle.fd.get());
         return;
     }
-    entries_.push_front(
-        Entry{std::move(startup), std::move(idle), clock::now() + idle_timeout, {}});
+    entries_.push_front(Entry{
+        std::move(startup), std::move(owner), std::move(idle), clock::now() + idle_timeout, {}});
     Entry& entry = entries_.front();
     entry.watch.reset(
         event_new(base_, entry.idle.fd.get(), EV_READ | EV_PERSIST, readable_cb, this));
     event_add(entry.watch.get(), nullptr);
-    metrics_.pool_idle_changed(1);
+    count(entry, 1);
     arm_expiry();
 }
 
@@ -65,8 +68,13 @@ void UpstreamPool::clear() {
 
 UpstreamPool::Entries::iterator UpstreamPool::drop(Entries::iterator at) {
     say_terminate(at->idle.fd.get());
-    metrics_.pool_idle_changed(-1);
+    count(*at, -1);
     return entries_.erase(at);
+}
+
+void UpstreamPool::count(const Entry& entry, int64_t delta) {
+    metrics_.pool_idle_changed(delta);
+    directory_.change(entry.owner, delta);
 }
 
 // An idle backend has nothing to say: any byte (a FATAL before an administrator's

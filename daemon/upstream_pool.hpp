@@ -21,6 +21,7 @@
 
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/pool_directory.hpp"
 #include "daemon/unique_fd.hpp"
 #include "protocol/server_greeting.hpp"
 
@@ -34,16 +35,17 @@ class UpstreamPool {
         protocol::ServerGreeting greeting;
     };
 
-    UpstreamPool(event_base* base, Metrics& metrics);
+    // `directory` (shared by the workers) learns what this pool keeps, for SHOW POOLS.
+    UpstreamPool(event_base* base, Metrics& metrics, PoolDirectory& directory);
     ~UpstreamPool();
     UpstreamPool(const UpstreamPool&) = delete;
     UpstreamPool& operator=(const UpstreamPool&) = delete;
 
     // The most recently parked connection for `startup` (a StartupMessage's bytes).
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
-    // Keeps `idle` for clients sending `startup` for `idle_timeout`, closing the oldest
-    // connections beyond `max_idle` (0 keeps none).
-    void park(std::string startup, Idle idle, size_t max_idle,
+    // Keeps `idle`, a connection of `owner` (database, role), for clients sending `startup`
+    // for `idle_timeout`, closing the oldest connections beyond `max_idle` (0 keeps none).
+    void park(std::string startup, PoolDirectory::Key owner, Idle idle, size_t max_idle,
               std::chrono::milliseconds idle_timeout);
     // Closes every idle connection.
     void clear();
@@ -52,6 +54,7 @@ class UpstreamPool {
   private:
     struct Entry {
         std::string startup;
+        PoolDirectory::Key owner;
         Idle idle;
         clock::time_point deadline;
         EventPtr watch;  // readable: Postgres spoke or left
@@ -61,11 +64,13 @@ class UpstreamPool {
     static void readable_cb(int fd, short what, void* arg);
     static void expiry_cb(int fd, short what, void* arg);
     Entries::iterator drop(Entries::iterator at);
+    void count(const Entry& entry, int64_t delta);
     void expire();
     void arm_expiry();
 
     event_base* base_;
     Metrics& metrics_;
+    PoolDirectory& directory_;
     Entries entries_;
     EventPtr expiry_timer_;
 };

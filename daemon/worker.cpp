@@ -66,7 +66,7 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       base_(make_worker_base()),
       rdma_shared_(rdma),
       next_id_(uint64_t{index} << 48),
-      upstream_pool_(base_.get(), metrics) {
+      upstream_pool_(base_.get(), metrics, admission_state.pools) {
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -219,7 +219,8 @@ void Worker::adopt_handed_over() {
 
 AdminConsole& Worker::admin_console() {
     if (!admin_console_)
-        admin_console_ = std::make_unique<AdminConsole>(base_.get(), admission_state_.sessions);
+        admin_console_ = std::make_unique<AdminConsole>(
+            base_.get(), AdminView{admission_state_.sessions, admission_state_.pools});
     return *admin_console_;
 }
 

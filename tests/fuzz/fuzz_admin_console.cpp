@@ -43,6 +43,16 @@ const l5pg::daemon::SessionDirectory& directory() {
     return sessions;
 }
 
+const l5pg::daemon::PoolDirectory& pools() {
+    static l5pg::daemon::PoolDirectory idle;
+    static const bool filled = [] {
+        idle.change({"app", "alice"}, 2);
+        return true;
+    }();
+    (void)filled;
+    return idle;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -60,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             l5pg::protocol::BackendWriter out;
             l5pg::daemon::answer_admin_query(
                 std::string_view(reinterpret_cast<const char*>(body.data()), body.size()),
-                directory(), out);
+                l5pg::daemon::AdminView{directory(), pools()}, out);
             check_framing(out.bytes());
         }
         in = in.subspan(total);

@@ -76,6 +76,16 @@ SEEDS = {
         "show": message(b"Q", b"SHOW SESSIONS;\0") + message(b"Q", b"  show   version \0"),
         "other": message(b"Q", b"select 1\0") + message(b"Q", b"\0") + message(b"Q", b"SHOW HELP"),
     },
+    "pool_protocol": {
+        "greeting": b"\x07" + message(b"R", struct.pack("!I", 0))
+        + message(b"S", b"server_version\x0015.8\0") + message(b"K", struct.pack("!II", 42, 7))
+        + message(b"Z", b"I"),
+        "reset_answer": b"\x03" + message(b"C", b"DISCARD ALL\0") + message(b"Z", b"I")
+        + message(b"T", b"\0\x01?column?\0" + b"\0" * 18)
+        + message(b"D", b"\0\x01" + struct.pack("!I", 28) + b"l5pgd-reset-0000000000000000")
+        + message(b"C", b"SELECT 1\0") + message(b"Z", b"I"),
+        "terminate": b"\x01" + message(b"Q", b"select 1\0") + message(b"X", b""),
+    },
     "ident_map": {
         "rules": b"# comment\nalice postgres\n1000 app\n  bob  writer # tail\n",
     },

@@ -645,6 +645,19 @@ def test_admin_console_is_never_pooled(l5pgd):
     assert backend_pid(target, app=app) == first
 
 
+def test_show_pools_lists_kept_backends(l5pgd):
+    """The admin console's SHOW POOLS: per database and role, the sessions now and the
+    server connections kept idle."""
+    d = l5pgd.start()
+    target = unix_target(d)
+    backend_pid(target, app=new_app())
+    wait_idle(d, 1)
+    rows = psql(target, "show pools", dbname="l5pgd").splitlines()
+    # The console's own session is listed too (database l5pgd), with nothing kept for it.
+    assert "postgres|postgres|0|1" in rows, rows
+    assert "l5pgd|postgres|1|0" in rows, rows
+
+
 # -- settings --------------------------------------------------------------------------------
 
 def test_idle_timeout_closes_idle_backend(l5pgd, cluster):

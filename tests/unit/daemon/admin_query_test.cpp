@@ -33,9 +33,10 @@ std::vector<Message> split(const std::vector<std::byte>& bytes) {
     return out;
 }
 
-std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions) {
+std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions,
+                         const PoolDirectory& pools = PoolDirectory()) {
     protocol::BackendWriter out;
-    answer_admin_query(sql, sessions, out);
+    answer_admin_query(sql, AdminView{sessions, pools}, out);
     return split(out.bytes());
 }
 
@@ -79,5 +80,36 @@ TEST_CASE("admin console: unknown commands are errors, empty queries are empty")
     CHECK(unknown[0].body.find("SHOW HELP") != std::string::npos);
     CHECK(types(ask(" ; ", sessions)) == "IZ");
     CHECK(types(ask("show version", sessions)) == "TDCZ");
-    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDCZ");
+    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDCZ");
+}
+
+TEST_CASE(
+    "admin console: SHOW POOLS counts sessions and idle server connections per "
+    "database and role") {
+    SessionDirectory sessions;
+    for (uint64_t id : {1, 2}) {
+        auto r = std::make_shared<SessionRecord>();
+        r->id = id;
+        r->database = "app";
+        r->role = "alice";
+        sessions.add(std::move(r));
+    }
+    PoolDirectory pools;
+    pools.change({"app", "alice"}, 3);
+    pools.change({"app", "alice"}, -1);
+    pools.change({"crm", "bob"}, 1);
+    pools.change({"old", "carol"}, 1);
+    pools.change({"old", "carol"}, -1);  // gone again: not listed
+    const auto m = ask("show pools", sessions, pools);
+    REQUIRE(types(m) == "TDDCZ");
+    CHECK(m[1].body.find("app") != std::string::npos);
+    CHECK(m[1].body.find("alice") != std::string::npos);
+    // DataRow: 4 columns, each a 4-byte length and the text: "2" sessions, "2" idle.
+    CHECK(m[1].body.substr(m[1].body.size() - 10) == std::string("\0\0\0\x01"
+                                                                 "2"
+                                                                 "\0\0\0\x01"
+                                                                 "2",
+                                                                 10));
+    CHECK(m[2].body.find("crm") != std::string::npos);
+    CHECK(m[3].body == std::string("SHOW 2") + '\0');
 }

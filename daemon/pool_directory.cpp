@@ -1,0 +1,18 @@
+#include "daemon/pool_directory.hpp"
+
+namespace l5pg::daemon {
+
+void PoolDirectory::change(const Key& key, int64_t delta) {
+    const std::lock_guard lock(mutex_);
+    uint64_t& idle = idle_[key];
+    idle = delta < 0 && idle < static_cast<uint64_t>(-delta) ? 0 : idle + delta;
+    if (idle == 0)
+        idle_.erase(key);
+}
+
+std::map<PoolDirectory::Key, uint64_t> PoolDirectory::snapshot() const {
+    const std::lock_guard lock(mutex_);
+    return idle_;
+}
+
+}  // namespace l5pg::daemon
