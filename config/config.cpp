@@ -296,6 +296,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.pool.max_idle = get_uint<unsigned>(n, k, 0); }},
         {"pool.idle_timeout_ms",
          [](Config& c, N n, K k) { c.pool.idle_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"pool.server_lifetime_ms",
+         [](Config& c, N n, K k) { c.pool.server_lifetime_ms = get_uint<uint32_t>(n, k, 1); }},
         {"logging.level", [](Config& c, N n, K k) { c.logging.level = get_log_level(n, k); }},
         {"auth.local", [](Config& c, N n, K k) { c.auth.local = get_auth_method(n, k, true); }},
         {"auth.tcp", [](Config& c, N n, K k) { c.auth.tcp = get_auth_method(n, k, false); }},

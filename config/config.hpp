@@ -124,8 +124,9 @@ enum class PoolMode {
 // Server-connection pooling (daemon/upstream_pool.hpp); never for auth passthrough.
 struct PoolConfig {
     PoolMode mode = PoolMode::None;
-    unsigned max_idle = 20;                 // idle server connections, all workers together
-    uint32_t idle_timeout_ms = 600 * 1000;  // an idle server connection is closed after this
+    unsigned max_idle = 20;                     // idle server connections, all workers together
+    uint32_t idle_timeout_ms = 600 * 1000;      // an idle server connection is closed after this
+    uint32_t server_lifetime_ms = 3600 * 1000;  // ... and one whose backend is this old
 };
 
 struct LoggingConfig {

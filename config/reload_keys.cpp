@@ -72,6 +72,7 @@ const std::vector<KeyRule>& rules() {
         {"pool.mode", L, [](C c) { return text(to_string(c.pool.mode)); }},
         {"pool.max_idle", L, [](C c) { return text(c.pool.max_idle); }},
         {"pool.idle_timeout_ms", L, [](C c) { return text(c.pool.idle_timeout_ms); }},
+        {"pool.server_lifetime_ms", L, [](C c) { return text(c.pool.server_lifetime_ms); }},
         {"auth.local", L, [](C c) { return text(to_string(c.auth.local)); }},
         {"auth.tcp", L, [](C c) { return text(to_string(c.auth.tcp)); }},
         {"auth.ident_file", L, [](C c) { return quoted(c.auth.ident_file); }},

@@ -5,6 +5,12 @@
 #include "daemon/secure_random.hpp"
 
 namespace l5pg::daemon {
+namespace {
+
+// Longer than any window asked about (cancelled_within()).
+constexpr std::chrono::seconds kCancelMemory{60};
+
+}  // namespace
 
 CancelKeys::Lease::Lease(Lease&& other) noexcept
     : keys_(std::exchange(other.keys_, nullptr)), key_(other.key_) {}
@@ -36,12 +42,22 @@ CancelKeys::Lease CancelKeys::issue(protocol::CancelKey backend) {
     }
 }
 
-std::optional<protocol::CancelKey> CancelKeys::backend_for(protocol::CancelKey client_key) const {
+std::optional<protocol::CancelKey> CancelKeys::backend_for(protocol::CancelKey client_key) {
     const std::lock_guard lock(mutex_);
     const auto found = backends_.find(pack(client_key));
     if (found == backends_.end())
         return std::nullopt;
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(cancelled_, [now](const auto& e) { return now - e.second > kCancelMemory; });
+    cancelled_[pack(found->second)] = now;
     return found->second;
+}
+
+bool CancelKeys::cancelled_within(protocol::CancelKey backend,
+                                  std::chrono::steady_clock::duration window) const {
+    const std::lock_guard lock(mutex_);
+    const auto found = cancelled_.find(pack(backend));
+    return found != cancelled_.end() && std::chrono::steady_clock::now() - found->second <= window;
 }
 
 size_t CancelKeys::size() const {

@@ -8,6 +8,7 @@
 // to any worker.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -42,8 +43,14 @@ class CancelKeys {
     // out now) standing for `backend` until the lease ends.
     [[nodiscard]] Lease issue(protocol::CancelKey backend);
     // The backend `client_key` stands for, if it is a key l5pgd gave out and still holds.
-    [[nodiscard]] std::optional<protocol::CancelKey> backend_for(
-        protocol::CancelKey client_key) const;
+    // Each answer is remembered as a cancel on its way to that backend (see below).
+    [[nodiscard]] std::optional<protocol::CancelKey> backend_for(protocol::CancelKey client_key);
+    // Whether a cancel for `backend` was let through within `window`. Postgres delivers a
+    // cancel asynchronously (a process of its own signals the backend), so one a client
+    // sent just before it left may land after the backend was reset: such a backend is not
+    // kept, or the cancel could hit the next client's query.
+    [[nodiscard]] bool cancelled_within(protocol::CancelKey backend,
+                                        std::chrono::steady_clock::duration window) const;
     [[nodiscard]] size_t size() const;
 
   private:
@@ -54,6 +61,9 @@ class CancelKeys {
 
     mutable std::mutex mutex_;
     std::unordered_map<uint64_t, protocol::CancelKey> backends_;  // client key -> backend key
+    // Backend key -> when a cancel for it was last let through; entries older than a minute
+    // are dropped as new ones come.
+    std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> cancelled_;
 };
 
 }  // namespace l5pg::daemon

@@ -127,7 +127,8 @@ IoStatus ShmClientEnd::peek(std::span<const std::byte>& data) {
     return IoStatus::Ok;
 }
 
-// Sent straight from shared memory by the session: the kernel copied it, we never parsed it.
+// Sent straight from shared memory by the session (the kernel copied it), or for a pooled
+// session from its own copy, which it walks: the ring itself is never parsed.
 void ShmClientEnd::consume(size_t n) {
     from_client_.consume(n);
     if (from_client_.writer_needs_wakeup())

@@ -158,10 +158,12 @@ class Session final : public ClientEndHost {
     // A CancelRequest with a key l5pgd gave out goes to Postgres with the backend's key.
     void translate_cancel_key(const protocol::StartupPacket& packet);
     // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
+    [[nodiscard]] std::span<const std::byte> copy_client_chunk(std::span<const std::byte> data);
     [[nodiscard]] size_t before_terminate(std::span<const std::byte> data);
     void note_forwarded(std::span<const std::byte> sent, size_t walked);
     void note_from_upstream(std::span<const std::byte> bytes);
     [[nodiscard]] bool can_return_to_pool() const;
+    [[nodiscard]] bool pool_wanted() const;  // pool.mode session, with room for one
     [[nodiscard]] bool start_pool_reset();
     void read_reset_answer();
     void return_to_pool();
@@ -275,11 +277,23 @@ class Session final : public ClientEndHost {
     std::unique_ptr<protocol::GreetingReader> greeting_reader_;  // until a new backend's 'Z'
     protocol::ServerGreeting greeting_;  // the server connection's, kept with it
     CancelKeys::Lease cancel_lease_;     // the key the client got in place of the backend's
-    protocol::MessageBoundaryTracker from_client_;  // the client's messages forwarded
-    protocol::MessageBoundaryTracker walked_;       // before_terminate()'s walk, until sent
-    uint64_t walked_requests_ = 0;                  // ... and the requests in it
-    uint64_t requests_ = 0;    // Query, Sync and FunctionCall forwarded: each gets one 'Z'
-    uint64_t readies_ = 0;     // ReadyForQuery from Postgres (the greeting's not counted)
+    // What the client's messages forwarded so far say about the server connection.
+    struct ClientWalk {
+        protocol::MessageBoundaryTracker tracker;
+        // Query, Sync, FunctionCall: each answered by one 'Z' -- unless Postgres skips it
+        // (after an error until Sync, a Sync in COPY IN); then the counts never meet and
+        // the backend is not kept.
+        uint64_t requests = 0;
+        // Extended-protocol messages since the last Sync: an implicit transaction (a
+        // suspended portal, an unsynced Execute) may be open although the last 'Z' said 'I'.
+        bool unsynced = false;
+        void see(char type) noexcept;
+    };
+    ClientWalk from_client_;               // what went to Postgres
+    ClientWalk walked_;                    // before_terminate()'s walk, until it is sent
+    std::vector<std::byte> client_chunk_;  // the client's bytes, copied to be walked and sent
+    uint64_t readies_ = 0;  // ReadyForQuery from Postgres (the greeting's not counted)
+    std::chrono::steady_clock::time_point upstream_born_;  // when the backend started
     bool terminated_ = false;  // the client sent Terminate, which Postgres did not get
     std::unique_ptr<protocol::PoolReset> reset_;  // running after a clean departure
 

@@ -100,6 +100,9 @@ void Session::continue_departure() {
         set_polled(false);
         if (can_return_to_pool() && start_pool_reset())
             return;
+        if (terminated_)  // held back for the pool: Postgres gets it after all
+            (void)::send(upstream_.get(), protocol::kTerminateMessage.data(),
+                         protocol::kTerminateMessage.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         // Everything is in Postgres's socket: let it read to the end, then EOF.
         (void)::shutdown(upstream_.get(), SHUT_WR);
         upstream_shut_ = true;

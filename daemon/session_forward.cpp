@@ -1,7 +1,8 @@
 // Forwarding phase: bytes between the client's end (client_end.hpp: socket, SHM rings or
 // RDMA channel) and the upstream Postgres socket, with backpressure in both directions,
 // written once for every transport. Nothing is parsed here beyond where Postgres's
-// messages end (for a FATAL at shutdown).
+// messages end (for a FATAL at shutdown) and, for pooled sessions, the types of the
+// client's messages (session_pool.cpp).
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -138,21 +139,24 @@ bool Session::forward_client_to_upstream() {
             break;
         size_t forwardable = data.size();
         if (pooled_) {
-            // The client's Terminate, and anything after it, stays here.
-            forwardable = terminated_ ? 0 : before_terminate(data);
-            if (forwardable == 0) {
+            if (terminated_) {  // nothing after a Terminate counts
                 end_->consume(data.size());
-                if (!terminated_) {
-                    // Postgres would close the connection now; so does l5pgd, once the
-                    // backend is reset (session_depart.cpp, session_pool.cpp).
-                    terminated_ = true;
-                    client_departed("client sent Terminate");
-                }
-                continue;
+                break;
+            }
+            data = copy_client_chunk(data);
+            forwardable = before_terminate(data);
+            if (forwardable == 0) {
+                // The client's Terminate, which Postgres must not see. Postgres would close
+                // the connection now; so does l5pgd, once the backend is reset
+                // (session_depart.cpp, session_pool.cpp).
+                end_->consume(data.size());
+                terminated_ = true;
+                client_departed("client sent Terminate");
+                break;
             }
         }
-        // Sent straight from the end (for SHM: from shared memory, which the kernel copies;
-        // only a pooled session walks it, for message types and lengths).
+        // Sent straight from the end (for SHM: from shared memory, which the kernel copies),
+        // or for a pooled session from the copy it walked.
         const ssize_t n =
             ::send(upstream_.get(), data.data(), forwardable, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {

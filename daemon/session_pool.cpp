@@ -33,9 +33,8 @@ namespace {
 
 constexpr size_t kControlChunk = 8 * 1024;  // greeting and reset answers are small
 
-bool is_request(char type) noexcept {
-    return type == 'Q' || type == 'S' || type == 'F';  // Query, Sync, FunctionCall
-}
+// A cancel let through this recently may still be on its way (CancelKeys::cancelled_within).
+constexpr std::chrono::seconds kCancelSettles{5};
 
 // One recv() of a short answer from Postgres into `chunk`: its bytes, or nothing for now
 // (EAGAIN: empty and not ended), or the end of the connection (EOF or an error).
@@ -79,6 +78,7 @@ bool Session::adopt_idle_upstream() {
     metrics_.pool_reused();
     upstream_ = std::move(idle->fd);
     greeting_ = std::move(idle->greeting);
+    upstream_born_ = idle->born;
     spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
                   greeting_.key.backend_pid);
     watch_upstream();
@@ -107,6 +107,7 @@ void Session::read_greeting() {
                 return;
             case protocol::GreetingReader::Status::Complete: {
                 greeting_ = greeting_reader_->greeting();
+                upstream_born_ = std::chrono::steady_clock::now();
                 const std::vector<std::byte> rest(greeting_reader_->rest().begin(),
                                                   greeting_reader_->rest().end());
                 greeting_reader_.reset();
@@ -149,12 +150,43 @@ void Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     protocol::write_be32(startup_.data() + 12, backend->secret);
 }
 
+void Session::ClientWalk::see(char type) noexcept {
+    switch (type) {
+        case 'Q':  // Query
+        case 'F':  // FunctionCall
+            ++requests;
+            break;
+        case 'S':  // Sync
+            ++requests;
+            unsynced = false;
+            break;
+        case 'P':  // Parse, Bind, Execute, Describe, Close, Flush
+        case 'B':
+        case 'E':
+        case 'D':
+        case 'C':
+        case 'H':
+            unsynced = true;
+            break;
+        default:  // CopyData, CopyDone, CopyFail belong to the request that began the COPY
+            break;
+    }
+}
+
+// Walks a copy of the client's bytes, never the shared memory or buffer they came from:
+// a client that rewrote its ring between our walk and send() would make the counts lie.
+std::span<const std::byte> Session::copy_client_chunk(std::span<const std::byte> data) {
+    client_chunk_.assign(data.begin(), data.end());
+    return client_chunk_;
+}
+
 size_t Session::before_terminate(std::span<const std::byte> data) {
     walked_ = from_client_;
-    walked_requests_ = 0;
-    return walked_.walk(data, [this](char type, size_t) {
-        walked_requests_ += is_request(type) ? 1 : 0;
-        return type != 'X';
+    return walked_.tracker.walk(data, [this](char type, size_t) {
+        if (type == 'X')
+            return false;
+        walked_.see(type);
+        return true;
     });
 }
 
@@ -162,11 +194,10 @@ size_t Session::before_terminate(std::span<const std::byte> data) {
 void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
     if (sent.size() == walked) {
         from_client_ = walked_;
-        requests_ += walked_requests_;
         return;
     }
-    (void)from_client_.walk(sent, [this](char type, size_t) {
-        requests_ += is_request(type) ? 1 : 0;
+    (void)from_client_.tracker.walk(sent, [this](char type, size_t) {
+        from_client_.see(type);
         return true;
     });
 }
@@ -183,11 +214,20 @@ void Session::note_from_upstream(std::span<const std::byte> bytes) {
 // whose EOF might be a half-close reads no more after a Terminate: the reset's answer never
 // goes to it, see on_upstream_readable().)
 bool Session::can_return_to_pool() const {
-    return pooled_ && terminated_ && !greeting_reader_ && upstream_.valid() && !upstream_refuses_ &&
-           !upstream_eof_ && !upstream_shut_ && to_upstream_.empty() &&
-           finish_when_ == FinishWhen::Open && !from_client_.broken() && requests_ == readies_ &&
-           from_upstream_.at_boundary() && from_upstream_.ready_status() == 'I' &&
-           worker_.config().pool.mode == config::PoolMode::Session && worker_.pool_max_idle() > 0;
+    const bool connection_clean = pooled_ && terminated_ && !greeting_reader_ &&
+                                  upstream_.valid() && !upstream_refuses_ && !upstream_eof_ &&
+                                  !upstream_shut_ && to_upstream_.empty() &&
+                                  finish_when_ == FinishWhen::Open;
+    const bool backend_idle = !from_client_.tracker.broken() && !from_client_.unsynced &&
+                              from_client_.requests == readies_ && from_upstream_.at_boundary() &&
+                              from_upstream_.ready_status() == 'I';
+    return connection_clean && backend_idle && pool_wanted() &&
+           !worker_.cancel_keys().cancelled_within(greeting_.key, kCancelSettles);
+}
+
+bool Session::pool_wanted() const {
+    return worker_.config().pool.mode == config::PoolMode::Session &&
+           worker_.pool_limits().max_idle > 0;
 }
 
 // False if the reset could not be sent at once (the socket is nearly empty here: Postgres
@@ -233,17 +273,23 @@ void Session::read_reset_answer() {
     }
 }
 
+// A reload may have turned pooling off while the reset ran.
 void Session::return_to_pool() {
+    if (!pool_wanted()) {
+        close(departure_reason_ + "; server connection closed (pooling is off now)");
+        return;
+    }
     upstream_read_.reset();
     upstream_write_.reset();
-    metrics_.pool_returned();
     const auto pid = greeting_.key.backend_pid;
-    worker_.upstream_pool().park(std::move(pool_key_), {record_->database, record_->role},
-                                 UpstreamPool::Idle{std::move(upstream_), std::move(greeting_)},
-                                 worker_.pool_max_idle(),
-                                 std::chrono::milliseconds(worker_.config().pool.idle_timeout_ms));
-    close(fmt::format("{}; server connection (backend pid {}) kept for the next client",
-                      departure_reason_, pid));
+    const bool kept = worker_.upstream_pool().park(
+        std::move(pool_key_), {record_->database, record_->role},
+        UpstreamPool::Idle{std::move(upstream_), std::move(greeting_), upstream_born_},
+        worker_.pool_limits());
+    if (kept)
+        metrics_.pool_returned();
+    close(fmt::format("{}; server connection (backend pid {}) {}", departure_reason_, pid,
+                      kept ? "kept for the next client" : "closed: its lifetime is over"));
 }
 
 }  // namespace l5pg::daemon

@@ -3,7 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <array>
+#include <cerrno>
 
 #include <spdlog/spdlog.h>
 
@@ -12,9 +12,16 @@ namespace {
 
 // Terminate: the backend ends without logging an unexpected EOF.
 void say_terminate(int fd) {
-    constexpr std::array<std::byte, 5> kTerminate{std::byte{'X'}, std::byte{0}, std::byte{0},
-                                                  std::byte{0}, std::byte{4}};
-    (void)::send(fd, kTerminate.data(), kTerminate.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    const auto& bye = protocol::kTerminateMessage;
+    (void)::send(fd, bye.data(), bye.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// An idle backend says nothing: a byte (the FATAL of pg_terminate_backend(), of a shutdown)
+// or EOF means it is gone, even if this loop has not seen the readiness event yet.
+bool quiet(int fd) {
+    std::byte probe;
+    const ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 }  // namespace
@@ -30,33 +37,41 @@ UpstreamPool::~UpstreamPool() {
 }
 
 std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
-    const auto found = std::find_if(entries_.begin(), entries_.end(),
-                                    [&](const Entry& e) { return e.startup == startup; });
-    if (found == entries_.end())
-        return std::nullopt;
-    Idle idle = std::move(found->idle);
-    count(*found, -1);
-    entries_.erase(found);  // its watch event goes first, then nothing refers to the fd
+    std::optional<Idle> taken;
+    for (auto it = entries_.begin(); it != entries_.end() && !taken;) {
+        if (it->startup != startup) {
+            ++it;
+        } else if (!quiet(it->idle.fd.get())) {
+            it = drop(it);
+        } else {
+            taken = std::move(it->idle);
+            count(*it, -1);
+            entries_.erase(it);  // its watch event goes first, then nothing refers to the fd
+        }
+    }
     arm_expiry();
-    return idle;
+    return taken;
 }
 
-void UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle, size_t max_idle,
-                        std::chrono::milliseconds idle_timeout) {
-    while (!entries_.empty() && entries_.size() >= max_idle)
-        drop(std::prev(entries_.end()));
-    if (max_idle == 0) {
+bool UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle,
+                        const Limits& limits) {
+    const auto now = clock::now();
+    const clock::time_point deadline =
+        std::min(now + limits.idle_timeout, idle.born + limits.server_lifetime);
+    if (limits.max_idle == 0 || deadline <= now) {
         say_terminate(idle.fd.get());
-        return;
+        return false;
     }
-    entries_.push_front(Entry{
-        std::move(startup), std::move(owner), std::move(idle), clock::now() + idle_timeout, {}});
+    while (entries_.size() >= limits.max_idle)
+        drop(std::prev(entries_.end()));
+    entries_.push_front(Entry{std::move(startup), std::move(owner), std::move(idle), deadline, {}});
     Entry& entry = entries_.front();
     entry.watch.reset(
         event_new(base_, entry.idle.fd.get(), EV_READ | EV_PERSIST, readable_cb, this));
     event_add(entry.watch.get(), nullptr);
     count(entry, 1);
     arm_expiry();
+    return true;
 }
 
 void UpstreamPool::clear() {

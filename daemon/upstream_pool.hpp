@@ -8,9 +8,12 @@
 //
 // One pool per worker: a connection's events belong to that worker's event base. An idle
 // connection is closed (after a Terminate) when it has been idle for pool.idle_timeout_ms,
-// when pool.max_idle would be exceeded (the oldest goes), when Postgres sends anything or
-// closes it (a backend terminated by an administrator, an idle_session_timeout), at
-// shutdown, and when a reload sets pool.mode to none.
+// when its backend has lived pool.server_lifetime_ms (so that what Postgres checks only at
+// connection time -- pg_hba.conf, CONNECT privileges, NOLOGIN, a renamed role -- applies
+// again), when pool.max_idle would be exceeded (the oldest goes), when Postgres sends
+// anything or closes it (a backend terminated by an administrator, an
+// idle_session_timeout), at shutdown, and when a reload sets pool.mode to none or points
+// upstream.* elsewhere.
 #pragma once
 
 #include <chrono>
@@ -33,6 +36,12 @@ class UpstreamPool {
     struct Idle {
         UniqueFd fd;
         protocol::ServerGreeting greeting;
+        clock::time_point born;  // when the backend was started (pool.server_lifetime_ms)
+    };
+    struct Limits {
+        size_t max_idle = 0;  // this pool's share of pool.max_idle; 0 keeps none
+        std::chrono::milliseconds idle_timeout{};
+        std::chrono::milliseconds server_lifetime{};
     };
 
     // `directory` (shared by the workers) learns what this pool keeps, for SHOW POOLS.
@@ -41,12 +50,15 @@ class UpstreamPool {
     UpstreamPool(const UpstreamPool&) = delete;
     UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-    // The most recently parked connection for `startup` (a StartupMessage's bytes).
+    // The most recently parked connection for `startup` (a StartupMessage's bytes) whose
+    // backend is still there.
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
-    // Keeps `idle`, a connection of `owner` (database, role), for clients sending `startup`
-    // for `idle_timeout`, closing the oldest connections beyond `max_idle` (0 keeps none).
-    void park(std::string startup, PoolDirectory::Key owner, Idle idle, size_t max_idle,
-              std::chrono::milliseconds idle_timeout);
+    // Keeps `idle`, a connection of `owner` (database, role), for clients sending `startup`,
+    // until it has been idle for `limits.idle_timeout` or its backend has lived for
+    // `limits.server_lifetime`; the oldest go beyond `limits.max_idle`. False if it was
+    // closed instead (no room, or its lifetime is over).
+    [[nodiscard]] bool park(std::string startup, PoolDirectory::Key owner, Idle idle,
+                            const Limits& limits);
     // Closes every idle connection.
     void clear();
     [[nodiscard]] size_t size() const noexcept { return entries_.size(); }

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -86,11 +87,16 @@ void Worker::refresh_settings() {
     const uint64_t generation = store_.generation();
     if (generation == settings_generation_)
         return;
-    settings_ = store_.current();
+    const SettingsPtr previous = std::exchange(settings_, store_.current());
     settings_generation_ = generation;
     spin_policy_ = spin_policy(settings_->config.shm);
     idle_ = IdleStretch{};
-    if (settings_->config.pool.mode == config::PoolMode::None)
+    // Kept backends belong to the server they were opened on (a reload after a failover
+    // points upstream.* at the new primary).
+    const config::UpstreamConfig& was = previous->config.upstream;
+    const config::UpstreamConfig& now = settings_->config.upstream;
+    if (settings_->config.pool.mode == config::PoolMode::None || was.host != now.host ||
+        was.port != now.port || was.unix_socket_dir != now.unix_socket_dir)
         upstream_pool_.clear();
     spdlog::debug("worker {}: new settings (spin {} us, yield {} us)", index_,
                   settings_->config.shm.spin_us, settings_->config.shm.yield_us);
@@ -481,10 +487,12 @@ void Worker::run() {
     spdlog::debug("worker {} stopped", index_);
 }
 
-size_t Worker::pool_max_idle() const noexcept {
-    const config::Config& cfg = settings_->config;
-    const size_t workers = std::max(1u, cfg.workers.count);
-    return (cfg.pool.max_idle + workers - 1) / workers;
+UpstreamPool::Limits Worker::pool_limits() const noexcept {
+    const config::PoolConfig& pool = settings_->config.pool;
+    const size_t workers = std::max(1u, settings_->config.workers.count);
+    return {(pool.max_idle + workers - 1) / workers,
+            std::chrono::milliseconds(pool.idle_timeout_ms),
+            std::chrono::milliseconds(pool.server_lifetime_ms)};
 }
 
 void Worker::close_all(std::string_view reason) {

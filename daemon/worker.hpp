@@ -90,8 +90,8 @@ class Worker {
     // hold in place of the backends' own (shared by all workers).
     [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
-    // How many idle server connections this worker keeps: its share of pool.max_idle.
-    [[nodiscard]] size_t pool_max_idle() const noexcept;
+    // What this worker's pool keeps: its share of pool.max_idle, and for how long.
+    [[nodiscard]] UpstreamPool::Limits pool_limits() const noexcept;
     // This worker's admin console server (created on first use).
     [[nodiscard]] AdminConsole& admin_console();
     void note_activity() noexcept { activity_ = true; }

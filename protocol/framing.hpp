@@ -2,10 +2,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace l5pg::protocol {
@@ -14,6 +16,9 @@ namespace l5pg::protocol {
 // for a few message types (PG_LARGE_MESSAGE_LIMIT).
 inline constexpr uint32_t kMaxMessageLength = 0x3fffffff;
 inline constexpr size_t kMessageHeaderSize = 5;
+// The frontend's Terminate message: 'X', length 4.
+inline constexpr std::array<std::byte, kMessageHeaderSize> kTerminateMessage{
+    std::byte{'X'}, std::byte{0}, std::byte{0}, std::byte{0}, std::byte{4}};
 
 enum class ParseStatus { Ok, NeedMore, Invalid };
 
@@ -61,7 +66,10 @@ class MessageBuffer {
         return std::span<const std::byte>(bytes_).subspan(parsed_);
     }
     // Everything appended, handed out or not.
-    [[nodiscard]] std::vector<std::byte> take() noexcept { return std::move(bytes_); }
+    [[nodiscard]] std::vector<std::byte> take() noexcept {
+        parsed_ = 0;
+        return std::exchange(bytes_, {});
+    }
 
   private:
     std::vector<std::byte> bytes_;

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <set>
 #include <utility>
 
@@ -25,6 +26,19 @@ TEST_CASE("CancelKeys: a client's key stands for its backend while the lease las
     }
     CHECK_FALSE(keys.backend_for(client).has_value());
     CHECK(keys.size() == 0);
+}
+
+TEST_CASE("CancelKeys: a cancel let through is remembered for its backend") {
+    CancelKeys keys;
+    const CancelKey backend{4242, 0xdeadbeef};
+    CancelKeys::Lease lease = keys.issue(backend);
+    CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(5)));
+    CHECK_FALSE(keys.backend_for({lease.key().backend_pid, lease.key().secret + 1}).has_value());
+    CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(5)));  // a wrong key
+    CHECK(keys.backend_for(lease.key()) == backend);
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(5)));
+    CHECK_FALSE(keys.cancelled_within({4242, 1}, std::chrono::seconds(5)));
+    CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(-1)));
 }
 
 TEST_CASE("CancelKeys: every key out is different, and assigning a lease withdraws the old") {
