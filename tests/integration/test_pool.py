@@ -769,7 +769,9 @@ def test_max_idle_caps_idle_backends(l5pgd, cluster):
     assert len(alive()) == 1, alive()
 
 
-def test_reload_to_none_closes_idle_backends(l5pgd, cluster):
+def start_from_file_with_one_kept(l5pgd):
+    """An l5pgd configured by a file (pool.mode session) that keeps one backend:
+    (daemon, its config file, target, application_name, the kept backend's pid)."""
     base = Path(tempfile.mkdtemp(prefix="poolcfg-", dir=l5pgd.workdir))
     config = base / "l5pgd.yaml"
     config.write_text("pool:\n  mode: session\n")
@@ -778,7 +780,11 @@ def test_reload_to_none_closes_idle_backends(l5pgd, cluster):
     app = new_app()
     first = backend_pid(target, app=app)
     wait_idle(d, 1)
+    return d, config, target, app, first
 
+
+def test_reload_to_none_closes_idle_backends(l5pgd, cluster):
+    d, config, target, app, first = start_from_file_with_one_kept(l5pgd)
     config.write_text("pool:\n  mode: none\n")
     log = d.reload()
     assert "reload: pool.mode: session -> none" in log, log
@@ -793,14 +799,7 @@ def test_reload_to_none_closes_idle_backends(l5pgd, cluster):
 
 def test_reload_pointing_upstream_elsewhere_closes_idle_backends(l5pgd, cluster):
     """Kept backends belong to the server they were opened on (a failover reload)."""
-    base = Path(tempfile.mkdtemp(prefix="poolcfg-", dir=l5pgd.workdir))
-    config = base / "l5pgd.yaml"
-    config.write_text("pool:\n  mode: session\n")
-    d = l5pgd.start(pool=None, config_file=config)
-    target = unix_target(d)
-    app = new_app()
-    first = backend_pid(target, app=app)
-    wait_idle(d, 1)
+    d, config, target, app, first = start_from_file_with_one_kept(l5pgd)
     # The same server over TCP instead of its Unix socket: a change all the same.
     config.write_text(f"pool:\n  mode: session\nupstream:\n  host: {cluster.host}\n")
     d.reload()
