@@ -113,6 +113,11 @@ struct AuthConfig {
     // The operator's statement that pg_hba.conf makes Postgres authenticate l5pgd's
     // upstream connections (md5/scram-sha-256, no peer/trust): required by passthrough.
     bool upstream_authenticates = false;
+
+    // The rule for a client: auth.local for Unix-socket and SHM, auth.tcp for TCP and RDMA.
+    [[nodiscard]] AuthMethod method_for(bool local_client) const noexcept {
+        return local_client ? local : tcp;
+    }
 };
 
 enum class PoolMode {

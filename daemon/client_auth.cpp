@@ -33,7 +33,7 @@ AuthVerdict check_peer(const IdentMap& ident, const AuthRequest& request) {
 
 AuthVerdict check_client(const config::AuthConfig& cfg, const IdentMap& ident,
                          const AuthRequest& request) {
-    const config::AuthMethod method = request.local ? cfg.local : cfg.tcp;
+    const config::AuthMethod method = cfg.method_for(request.local);
     const std::string_view rule = request.local ? "auth.local" : "auth.tcp";
     if (method == config::AuthMethod::Reject)
         return refuse(AuthFailure::Rejected,

@@ -122,6 +122,8 @@ class Session final : public ClientEndHost {
     // admin.database: served by the worker's AdminConsole once admit_to_console() agrees.
     [[nodiscard]] bool is_admin_database(std::string_view database) const;
     [[nodiscard]] AuthVerdict admit_to_console(std::string_view role);
+    // False under auth passthrough, where Postgres, not l5pgd, establishes who the client is.
+    [[nodiscard]] bool l5pgd_identifies_client() const;
     // The SessionDirectory entry SHOW SESSIONS lists.
     void publish_record(std::string_view role, std::string_view database);
     // For log lines: role, database (once admitted), peer and transport.
@@ -162,8 +164,11 @@ class Session final : public ClientEndHost {
     [[nodiscard]] size_t before_terminate(std::span<const std::byte> data);
     void note_forwarded(std::span<const std::byte> sent, size_t walked);
     void note_from_upstream(std::span<const std::byte> bytes);
-    [[nodiscard]] bool can_return_to_pool() const;
+    // Why the server connection cannot be kept, or nothing if it can (pooled sessions).
+    [[nodiscard]] std::optional<std::string_view> pool_refusal() const;
     [[nodiscard]] bool pool_wanted() const;  // pool.mode session, with room for one
+    // Resets the server connection for the pool if it can be kept; false if not (logged).
+    [[nodiscard]] bool try_pool_reset();
     [[nodiscard]] bool start_pool_reset();
     void read_reset_answer();
     void return_to_pool();

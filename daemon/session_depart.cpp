@@ -98,7 +98,7 @@ void Session::continue_departure() {
         // from ever blocking).
         end_->on_input_done();
         set_polled(false);
-        if (can_return_to_pool() && start_pool_reset())
+        if (try_pool_reset())
             return;
         if (terminated_)  // held back for the pool: Postgres gets it after all
             (void)::send(upstream_.get(), protocol::kTerminateMessage.data(),

@@ -59,11 +59,8 @@ ControlRead read_control(int fd, std::span<std::byte> chunk) {
 // not establish who the client is (passthrough: Postgres authenticates each connection, and
 // a kept one would let the next client skip that).
 bool Session::pool_applies(const protocol::StartupPacket& packet) const {
-    if (worker_.config().pool.mode != config::PoolMode::Session || admin_)
-        return false;
-    const Admission& admission = worker_.admission();
-    const config::AuthMethod method = peer_.local ? admission.auth.local : admission.auth.tcp;
-    if (method == config::AuthMethod::Passthrough)
+    if (worker_.config().pool.mode != config::PoolMode::Session || admin_ ||
+        !l5pgd_identifies_client())
         return false;
     for (const auto& [key, value] : packet.parameters)
         if (key == "replication")
@@ -209,20 +206,45 @@ void Session::note_from_upstream(std::span<const std::byte> bytes) {
     });
 }
 
-// The client said goodbye after everything it sent, Postgres answered all of it and waits
-// outside a transaction, and nothing else is under way on the connection. (A socket client
-// whose EOF might be a half-close reads no more after a Terminate: the reset's answer never
-// goes to it, see on_upstream_readable().)
-bool Session::can_return_to_pool() const {
-    const bool connection_clean = pooled_ && terminated_ && !greeting_reader_ &&
-                                  upstream_.valid() && !upstream_refuses_ && !upstream_eof_ &&
-                                  !upstream_shut_ && to_upstream_.empty() &&
-                                  finish_when_ == FinishWhen::Open;
-    const bool backend_idle = !from_client_.tracker.broken() && !from_client_.unsynced &&
-                              from_client_.requests == readies_ && from_upstream_.at_boundary() &&
-                              from_upstream_.ready_status() == 'I';
-    return connection_clean && backend_idle && pool_wanted() &&
-           !worker_.cancel_keys().cancelled_within(greeting_.key, kCancelSettles);
+// Why this server connection cannot be kept, or nothing if it can: the client said goodbye
+// after everything it sent, Postgres answered all of it and waits outside a transaction,
+// and nothing else is under way on the connection. (A socket client whose EOF might be a
+// half-close reads no more after a Terminate: the reset's answer never goes to it, see
+// on_upstream_readable().)
+std::optional<std::string_view> Session::pool_refusal() const {
+    if (!terminated_)
+        return "the client left without a Terminate message";
+    if (greeting_reader_)
+        return "the backend had not finished its start-up";
+    if (!upstream_.valid() || upstream_refuses_ || upstream_eof_ || upstream_shut_ ||
+        !to_upstream_.empty() || finish_when_ != FinishWhen::Open)
+        return "the server connection is closing";
+    if (from_client_.tracker.broken())
+        return "the client's messages could not be followed";
+    if (from_client_.unsynced)
+        return "extended-protocol messages after the last Sync";
+    if (from_client_.requests != readies_ || !from_upstream_.at_boundary())
+        return "Postgres had not answered every request";
+    if (from_upstream_.ready_status() != 'I')
+        return "the backend is inside a transaction";
+    if (!pool_wanted())
+        return "pooling is off now";
+    if (worker_.cancel_keys().cancelled_within(greeting_.key, kCancelSettles))
+        return "a cancel request reached it in the last seconds";
+    return std::nullopt;
+}
+
+bool Session::try_pool_reset() {
+    if (!pooled_)
+        return false;
+    if (const std::optional<std::string_view> refusal = pool_refusal()) {
+        spdlog::debug("session {}: server connection not kept: {}", id_, *refusal);
+        return false;
+    }
+    if (start_pool_reset())
+        return true;
+    spdlog::debug("session {}: server connection not kept: the reset could not be sent", id_);
+    return false;
 }
 
 bool Session::pool_wanted() const {

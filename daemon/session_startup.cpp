@@ -354,10 +354,8 @@ bool Session::is_admin_database(std::string_view database) const {
 // where l5pgd itself established who the client is (peer or trust, not passthrough, where
 // Postgres would have checked a password the console never asks for).
 AuthVerdict Session::admit_to_console(std::string_view role) {
-    const Admission& admission = worker_.admission();
-    const config::AuthMethod method = peer_.local ? admission.auth.local : admission.auth.tcp;
-    const auto& users = admission.admin.users;
-    if (method == config::AuthMethod::Passthrough)
+    const auto& users = worker_.admission().admin.users;
+    if (!l5pgd_identifies_client())
         return AuthVerdict{AuthFailure::AdminConsole,
                            "l5pgd: the admin console needs l5pgd to identify the client "
                            "(rule auth.local/auth.tcp=passthrough)"};
@@ -368,6 +366,10 @@ AuthVerdict Session::admit_to_console(std::string_view role) {
                                        role)};
     admin_ = true;
     return AuthVerdict{};
+}
+
+bool Session::l5pgd_identifies_client() const {
+    return worker_.admission().auth.method_for(peer_.local) != config::AuthMethod::Passthrough;
 }
 
 void Session::publish_record(std::string_view role, std::string_view database) {

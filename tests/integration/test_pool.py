@@ -4,7 +4,7 @@ What these tests hold l5pgd to:
 
 - Reuse: a client that leaves cleanly (Terminate) with its server connection idle gives that
   connection back; the next client with a byte-identical StartupMessage that passes l5pgd's
-  client check gets it (same pg_backend_pid()), over the Unix socket, SHM and TCP.
+  client check gets it (same pg_backend_pid()), over the Unix socket, SHM, TCP and RDMA.
 - Nothing of a session survives into the next one: SET values, SET ROLE, temp tables,
   prepared statements, held cursors, LISTEN, session advisory locks.
 - A client that leaves inside a transaction, mid-query or by dying gives nothing back: its
@@ -38,6 +38,7 @@ from tests.harness.cancel import stop_process, wait_for_backend
 from tests.harness.client import (PYTHON, make_target, pgbench, popen, psql, psql_cmd, run,
                                   run_python_json, unix_target)
 from tests.harness.l5pgd import L5pgd, harness_auth_overrides
+from tests.harness.rdma import rdma_overrides, rdma_target
 from tests.harness.waiting import wait_for
 
 WAIT = 15  # seconds: an upper bound for anything l5pgd or Postgres does in the background
@@ -110,9 +111,10 @@ def other_role_and_db(cluster):
 
 
 def transport_target(request, d, transport):
-    if transport == "shm":
+    """A target over `transport`; d must have RDMA enabled for "rdma" (rdma_overrides())."""
+    if transport in ("shm", "rdma"):
         request.getfixturevalue("shim")
-    return make_target(transport, d)
+    return rdma_target(d) if transport == "rdma" else make_target(transport, d)
 
 
 # -- metrics and backends --------------------------------------------------------------------
@@ -144,6 +146,12 @@ def backend_alive(cluster, pid):
 def wait_backend_gone(cluster, pid, timeout=WAIT):
     wait_for(lambda: not backend_alive(cluster, pid), timeout, f"backend {pid} to exit",
              interval=0.05)
+
+
+def assert_logged_not_kept(d, why):
+    """l5pgd's debug log names `why` as the reason it did not keep a server connection."""
+    line = f"server connection not kept: {why}"
+    wait_for(lambda: line in d.log_text(), WAIT, f"'{line}' in l5pgd's log")
 
 
 def new_app():
@@ -230,9 +238,9 @@ def send_cancel(d, key):
 
 # -- reuse -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("transport", ["unix", "shm", "tcp"])
+@pytest.mark.parametrize("transport", ["unix", "shm", "tcp", "rdma"])
 def test_next_identical_client_gets_the_same_backend(l5pgd, request, transport):
-    d = l5pgd.start()
+    d = l5pgd.start(extra=rdma_overrides() if transport == "rdma" else ())
     target = transport_target(request, d, transport)
     app = new_app()
     sessions = d.metric("l5pg_sessions_total", transport=transport)
@@ -326,6 +334,7 @@ def test_client_leaving_inside_a_transaction_gives_nothing_back(l5pgd, cluster, 
     assert rows_tagged(cluster, tag) == 0, "the open transaction was committed"
     assert pool_metric(d, RETURNED) == 0
     assert pool_metric(d, IDLE) == 0
+    assert_logged_not_kept(d, "the backend is inside a transaction")
     assert backend_pid(target, app=app) != first
 
 
@@ -341,6 +350,7 @@ def test_client_leaving_mid_query_gives_nothing_back(l5pgd, cluster):
     wait_backend_gone(cluster, first)
     assert pool_metric(d, RETURNED) == 0
     assert pool_metric(d, IDLE) == 0
+    assert_logged_not_kept(d, "Postgres had not answered every request")
     s, _ = raw_connect(d, app)
     assert raw_pid(s) != first
     pgwire.terminate(s)
@@ -374,6 +384,7 @@ def test_client_leaving_with_unsynced_extended_protocol_gives_nothing_back(l5pgd
     assert rows_tagged(cluster, tag) == 0, "the unsynced insert was committed"
     assert pool_metric(d, RETURNED) == 0
     assert "was not answered as expected" not in d.log_text(), "a reset was tried"
+    assert_logged_not_kept(d, "extended-protocol messages after the last Sync")
 
 
 def test_client_leaving_right_after_a_cancel_gives_nothing_back(l5pgd, cluster):
@@ -392,6 +403,7 @@ def test_client_leaving_right_after_a_cancel_gives_nothing_back(l5pgd, cluster):
     s.close()
     wait_backend_gone(cluster, first)
     assert pool_metric(d, RETURNED) == 0
+    assert_logged_not_kept(d, "a cancel request reached it in the last seconds")
 
 
 def test_backend_past_its_lifetime_is_not_kept(l5pgd, cluster):
@@ -426,6 +438,7 @@ def test_killed_client_gives_nothing_back(l5pgd, cluster):
         stop_process(p)
     assert rows_tagged(cluster, tag) == 0
     assert pool_metric(d, RETURNED) == 0
+    assert_logged_not_kept(d, "the client left without a Terminate message")
     assert backend_pid(target, app=app) != first
 
 
