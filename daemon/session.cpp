@@ -100,7 +100,7 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->reset_) {
+    if (self->pool_.reset) {
         self->close(self->departure_reason_ +
                     "; the server connection's reset was not answered "
                     "in time: closed, not kept");

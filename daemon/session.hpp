@@ -274,14 +274,6 @@ class Session final : public ClientEndHost {
     protocol::MessageBoundaryTracker from_upstream_;  // where Postgres's messages end
     ByteQueue to_upstream_;  // bytes l5pgd itself sends Postgres: the startup packet
 
-    // session pooling (session_pool.cpp): pooled_ sessions greet their client themselves,
-    // hold back its Terminate and count requests against answers, so that a clean client's
-    // server connection can be reset and kept.
-    bool pooled_ = false;
-    std::string pool_key_;                                       // the StartupMessage's bytes
-    std::unique_ptr<protocol::GreetingReader> greeting_reader_;  // until a new backend's 'Z'
-    protocol::ServerGreeting greeting_;  // the server connection's, kept with it
-    CancelKeys::Lease cancel_lease_;     // the key the client got in place of the backend's
     // What the client's messages forwarded so far say about the server connection.
     struct ClientWalk {
         protocol::MessageBoundaryTracker tracker;
@@ -294,13 +286,24 @@ class Session final : public ClientEndHost {
         bool unsynced = false;
         void see(char type) noexcept;
     };
-    ClientWalk from_client_;               // what went to Postgres
-    ClientWalk walked_;                    // before_terminate()'s walk, until it is sent
-    std::vector<std::byte> client_chunk_;  // the client's bytes, copied to be walked and sent
-    uint64_t readies_ = 0;  // ReadyForQuery from Postgres (the greeting's not counted)
-    std::chrono::steady_clock::time_point upstream_born_;  // when the backend started
-    bool terminated_ = false;  // the client sent Terminate, which Postgres did not get
-    std::unique_ptr<protocol::PoolReset> reset_;  // running after a clean departure
+    // Session pooling (session_pool.cpp): pooled sessions greet their client themselves,
+    // hold back its Terminate and count requests against answers, so that a clean client's
+    // server connection can be reset and kept.
+    struct PoolState {
+        bool pooled = false;
+        std::string key;                                            // the StartupMessage's bytes
+        std::unique_ptr<protocol::GreetingReader> greeting_reader;  // until a new backend's 'Z'
+        protocol::ServerGreeting greeting;    // the server connection's, kept with it
+        CancelKeys::Lease cancel_lease;       // the key the client got in place of the backend's
+        ClientWalk from_client;               // what went to Postgres
+        ClientWalk walked;                    // before_terminate()'s walk, until it is sent
+        std::vector<std::byte> client_chunk;  // the client's bytes, copied to be walked and sent
+        uint64_t readies = 0;  // ReadyForQuery from Postgres (the greeting's not counted)
+        std::chrono::steady_clock::time_point upstream_born;  // when the backend started
+        bool terminated = false;  // the client sent Terminate, which Postgres did not get
+        std::unique_ptr<protocol::PoolReset> reset;  // running after a clean departure
+    };
+    PoolState pool_;
 
     RdmaPhase rdma_phase_ = RdmaPhase::None;
     bool wire_offered_ = false;  // wire_token_ is registered with the WireRegistry

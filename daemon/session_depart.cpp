@@ -88,7 +88,7 @@ void Session::continue_departure() {
             finish_departure("");
         return;
     }
-    if (reset_)
+    if (pool_.reset)
         return;  // the server connection's reset for the pool runs (session_pool.cpp)
     if (!upstream_shut_) {
         if (!drain_client_data() || state_ == SessionState::Closed)
@@ -100,7 +100,7 @@ void Session::continue_departure() {
         set_polled(false);
         if (try_pool_reset())
             return;
-        if (terminated_)  // held back for the pool: Postgres gets it after all
+        if (pool_.terminated)  // held back for the pool: Postgres gets it after all
             (void)::send(upstream_.get(), protocol::kTerminateMessage.data(),
                          protocol::kTerminateMessage.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         // Everything is in Postgres's socket: let it read to the end, then EOF.
@@ -122,7 +122,7 @@ bool Session::drain_client_data() {
     flush_upstream();
     (void)forward_client_to_upstream();
     return state_ == SessionState::Forwarding && !upstream_blocked_ && to_upstream_.empty() &&
-           (terminated_ || end_->input_exhausted());
+           (pool_.terminated || end_->input_exhausted());
 }
 
 void Session::discard_upstream() {

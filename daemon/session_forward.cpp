@@ -138,8 +138,8 @@ bool Session::forward_client_to_upstream() {
         if (end_->peek(data) != IoStatus::Ok)
             break;
         size_t forwardable = data.size();
-        if (pooled_) {
-            if (terminated_) {  // nothing after a Terminate counts
+        if (pool_.pooled) {
+            if (pool_.terminated) {  // nothing after a Terminate counts
                 end_->consume(data.size());
                 break;
             }
@@ -150,7 +150,7 @@ bool Session::forward_client_to_upstream() {
                 // the connection now; so does l5pgd, once the backend is reset
                 // (session_depart.cpp, session_pool.cpp).
                 end_->consume(data.size());
-                terminated_ = true;
+                pool_.terminated = true;
                 client_departed("client sent Terminate");
                 break;
             }
@@ -160,7 +160,7 @@ bool Session::forward_client_to_upstream() {
         const ssize_t n =
             ::send(upstream_.get(), data.data(), forwardable, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
-            if (pooled_)
+            if (pool_.pooled)
                 note_forwarded(data.first(static_cast<size_t>(n)), forwardable);
             end_->consume(static_cast<size_t>(n));
             count_bytes(Direction::ClientToServer, static_cast<uint64_t>(n));
@@ -187,7 +187,7 @@ void Session::discard_client_input() {
 }
 
 void Session::on_upstream_readable() {
-    if (reset_)
+    if (pool_.reset)
         read_reset_answer();
     else if (discarding_output())
         discard_upstream();
@@ -196,7 +196,7 @@ void Session::on_upstream_readable() {
 }
 
 void Session::read_upstream() {
-    if (greeting_reader_ && state_ == SessionState::Forwarding) {
+    if (pool_.greeting_reader && state_ == SessionState::Forwarding) {
         read_greeting();
         return;
     }

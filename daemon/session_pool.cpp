@@ -69,15 +69,15 @@ bool Session::pool_applies(const protocol::StartupPacket& packet) const {
 }
 
 bool Session::adopt_idle_upstream() {
-    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_key_);
+    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_.key);
     if (!idle)
         return false;
     metrics_.pool_reused();
     upstream_ = std::move(idle->fd);
-    greeting_ = std::move(idle->greeting);
-    upstream_born_ = idle->born;
+    pool_.greeting = std::move(idle->greeting);
+    pool_.upstream_born = idle->born;
     spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
-                  greeting_.key.backend_pid);
+                  pool_.greeting.key.backend_pid);
     watch_upstream();
     return true;
 }
@@ -90,24 +90,24 @@ void Session::read_greeting() {
         if (read.ended) {
             // Postgres left mid-greeting: the client gets what it sent (a FATAL, typically),
             // then the EOF, as a plain session would.
-            give_up_pooling(greeting_reader_->take_bytes());
+            give_up_pooling(pool_.greeting_reader->take_bytes());
             read_upstream();
             return;
         }
         if (read.bytes.empty())
             return;
-        switch (greeting_reader_->feed(read.bytes)) {
+        switch (pool_.greeting_reader->feed(read.bytes)) {
             case protocol::GreetingReader::Status::NeedMore:
                 continue;
             case protocol::GreetingReader::Status::NotPoolable:
-                give_up_pooling(greeting_reader_->take_bytes());
+                give_up_pooling(pool_.greeting_reader->take_bytes());
                 return;
             case protocol::GreetingReader::Status::Complete: {
-                greeting_ = greeting_reader_->greeting();
-                upstream_born_ = std::chrono::steady_clock::now();
-                const std::vector<std::byte> rest(greeting_reader_->rest().begin(),
-                                                  greeting_reader_->rest().end());
-                greeting_reader_.reset();
+                pool_.greeting = pool_.greeting_reader->greeting();
+                pool_.upstream_born = std::chrono::steady_clock::now();
+                const std::vector<std::byte> rest(pool_.greeting_reader->rest().begin(),
+                                                  pool_.greeting_reader->rest().end());
+                pool_.greeting_reader.reset();
                 greet_client();
                 if (!rest.empty()) {  // answers to what a pipelining client sent already
                     note_from_upstream(rest);
@@ -120,8 +120,8 @@ void Session::read_greeting() {
 }
 
 void Session::greet_client() {
-    cancel_lease_ = worker_.cancel_keys().issue(greeting_.key);
-    const std::vector<std::byte> greeting = greeting_.build(cancel_lease_.key());
+    pool_.cancel_lease = worker_.cancel_keys().issue(pool_.greeting.key);
+    const std::vector<std::byte> greeting = pool_.greeting.build(pool_.cancel_lease.key());
     from_upstream_.feed(greeting);
     send_to_client(greeting);
     set_awaiting_upstream(false);
@@ -131,8 +131,8 @@ void Session::greet_client() {
 // client gets it as it came, and the session is a plain one from here on.
 void Session::give_up_pooling(std::vector<std::byte> received) {
     spdlog::debug("session {}: not pooled: the server's greeting is not a plain one", id_);
-    pooled_ = false;
-    greeting_reader_.reset();
+    pool_.pooled = false;
+    pool_.greeting_reader.reset();
     note_from_upstream(received);
     send_to_client(received);
     set_awaiting_upstream(false);
@@ -173,16 +173,16 @@ void Session::ClientWalk::see(char type) noexcept {
 // Walks a copy of the client's bytes, never the shared memory or buffer they came from:
 // a client that rewrote its ring between our walk and send() would make the counts lie.
 std::span<const std::byte> Session::copy_client_chunk(std::span<const std::byte> data) {
-    client_chunk_.assign(data.begin(), data.end());
-    return client_chunk_;
+    pool_.client_chunk.assign(data.begin(), data.end());
+    return pool_.client_chunk;
 }
 
 size_t Session::before_terminate(std::span<const std::byte> data) {
-    walked_ = from_client_;
-    return walked_.tracker.walk(data, [this](char type, size_t) {
+    pool_.walked = pool_.from_client;
+    return pool_.walked.tracker.walk(data, [this](char type, size_t) {
         if (type == 'X')
             return false;
-        walked_.see(type);
+        pool_.walked.see(type);
         return true;
     });
 }
@@ -190,18 +190,18 @@ size_t Session::before_terminate(std::span<const std::byte> data) {
 // `sent` begins what before_terminate() walked (`walked` bytes of it).
 void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
     if (sent.size() == walked) {
-        from_client_ = walked_;
+        pool_.from_client = pool_.walked;
         return;
     }
-    (void)from_client_.tracker.walk(sent, [this](char type, size_t) {
-        from_client_.see(type);
+    (void)pool_.from_client.tracker.walk(sent, [this](char type, size_t) {
+        pool_.from_client.see(type);
         return true;
     });
 }
 
 void Session::note_from_upstream(std::span<const std::byte> bytes) {
     (void)from_upstream_.walk(bytes, [this](char type, size_t) {
-        readies_ += type == 'Z' ? 1 : 0;
+        pool_.readies += type == 'Z' ? 1 : 0;
         return true;
     });
 }
@@ -212,30 +212,30 @@ void Session::note_from_upstream(std::span<const std::byte> bytes) {
 // half-close reads no more after a Terminate: the reset's answer never goes to it, see
 // on_upstream_readable().)
 std::optional<std::string_view> Session::pool_refusal() const {
-    if (!terminated_)
+    if (!pool_.terminated)
         return "the client left without a Terminate message";
-    if (greeting_reader_)
+    if (pool_.greeting_reader)
         return "the backend had not finished its start-up";
     if (!upstream_.valid() || upstream_refuses_ || upstream_eof_ || upstream_shut_ ||
         !to_upstream_.empty() || finish_when_ != FinishWhen::Open)
         return "the server connection is closing";
-    if (from_client_.tracker.broken())
+    if (pool_.from_client.tracker.broken())
         return "the client's messages could not be followed";
-    if (from_client_.unsynced)
+    if (pool_.from_client.unsynced)
         return "extended-protocol messages after the last Sync";
-    if (from_client_.requests != readies_ || !from_upstream_.at_boundary())
+    if (pool_.from_client.requests != pool_.readies || !from_upstream_.at_boundary())
         return "Postgres had not answered every request";
     if (from_upstream_.ready_status() != 'I')
         return "the backend is inside a transaction";
     if (!pool_wanted())
         return "pooling is off now";
-    if (worker_.cancel_keys().cancelled_within(greeting_.key, kCancelSettles))
+    if (worker_.cancel_keys().cancelled_within(pool_.greeting.key, kCancelSettles))
         return "a cancel request reached it in the last seconds";
     return std::nullopt;
 }
 
 bool Session::try_pool_reset() {
-    if (!pooled_)
+    if (!pool_.pooled)
         return false;
     if (const std::optional<std::string_view> refusal = pool_refusal()) {
         spdlog::debug("session {}: server connection not kept: {}", id_, *refusal);
@@ -255,13 +255,13 @@ bool Session::pool_wanted() const {
 // False if the reset could not be sent at once (the socket is nearly empty here: Postgres
 // answered everything): the session then ends as a plain one.
 bool Session::start_pool_reset() {
-    cancel_lease_ = CancelKeys::Lease();  // the client's key cancels nothing from now on
-    reset_ = std::make_unique<protocol::PoolReset>(secure_random64());
-    const std::vector<std::byte> request = reset_->request();
+    pool_.cancel_lease = CancelKeys::Lease();  // the client's key cancels nothing from now on
+    pool_.reset = std::make_unique<protocol::PoolReset>(secure_random64());
+    const std::vector<std::byte> request = pool_.reset->request();
     const ssize_t n =
         ::send(upstream_.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(request.size())) {
-        reset_.reset();
+        pool_.reset.reset();
         return false;
     }
     update_upstream_reading();
@@ -278,14 +278,14 @@ void Session::read_reset_answer() {
         }
         if (read.bytes.empty())
             return;
-        switch (reset_->feed(read.bytes, greeting_)) {
+        switch (pool_.reset->feed(read.bytes, pool_.greeting)) {
             case protocol::PoolReset::Status::NeedMore:
                 continue;
             case protocol::PoolReset::Status::Failed:
                 spdlog::info(
                     "session {}: the reset of backend pid {} was not answered as "
                     "expected; the server connection is closed, not kept",
-                    id_, greeting_.key.backend_pid);
+                    id_, pool_.greeting.key.backend_pid);
                 close(departure_reason_ + "; server connection reset failed");
                 return;
             case protocol::PoolReset::Status::Done:
@@ -303,10 +303,10 @@ void Session::return_to_pool() {
     }
     upstream_read_.reset();
     upstream_write_.reset();
-    const auto pid = greeting_.key.backend_pid;
+    const auto pid = pool_.greeting.key.backend_pid;
     const bool kept = worker_.upstream_pool().park(
-        std::move(pool_key_), {record_->database, record_->role},
-        UpstreamPool::Idle{std::move(upstream_), std::move(greeting_), upstream_born_},
+        std::move(pool_.key), {record_->database, record_->role},
+        UpstreamPool::Idle{std::move(upstream_), std::move(pool_.greeting), pool_.upstream_born},
         worker_.pool_limits());
     if (kept)
         metrics_.pool_returned();

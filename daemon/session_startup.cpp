@@ -215,7 +215,7 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
         case StartupKind::Startup:
             startup_slot_.release();
             if (admit_startup(packet)) {
-                pooled_ = pool_applies(packet);
+                pool_.pooled = pool_applies(packet);
                 begin_upstream({startup_.data(), length}, /*cancel=*/false);
             }
             return;
@@ -418,14 +418,14 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
 void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel) {
     cancel_request_ = cancel;
     enter(SessionState::Connecting);
-    if (pooled_) {
-        pool_key_.assign(reinterpret_cast<const char*>(first_bytes.data()), first_bytes.size());
+    if (pool_.pooled) {
+        pool_.key.assign(reinterpret_cast<const char*>(first_bytes.data()), first_bytes.size());
         if (adopt_idle_upstream()) {
             startup_.clear();
             on_upstream_connected();
             return;
         }
-        greeting_reader_ = std::make_unique<protocol::GreetingReader>();
+        pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();
     }
     to_upstream_.append(first_bytes);
     startup_.clear();
@@ -489,7 +489,7 @@ void Session::on_upstream_connected() {
         counted_ = true;
         metrics_.session_opened(transport_);
         update_upstream_reading();
-        if (pooled_ && !greeting_reader_)
+        if (pool_.pooled && !pool_.greeting_reader)
             greet_client();  // a kept server connection: Postgres says nothing now
     } else {
         // Postgres reads the cancel key and closes; we close after handing it over.
