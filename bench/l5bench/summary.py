@@ -43,10 +43,11 @@ def method_section(meta):
         f"{m['runs']} repetitions of every cell; median and min–max over them.",
         "- Order: for each repetition, placement, workload and client count, every target runs "
         f"once in a freshly shuffled order (seed {m['seed']}), so targets are interleaved.",
-        f"- l5pgd: {m['l5pgd_workers']} workers, default spin/yield budgets; PgBouncer "
-        "session mode, pool large enough for every client, its server connections kept "
-        "from one cell to the next (direct and l5pgd cells start new backends, whose start-up "
-        "and first page touches count in their Postgres CPU); Postgres: harness cluster "
+        f"- l5pgd: {m['l5pgd_workers']} workers, default spin/yield budgets, `pool.mode: "
+        "session`; PgBouncer session mode; both pools large enough for every client, so both "
+        "proxies keep their server connections from one cell to the next (direct cells start "
+        "new backends, whose start-up and first page touches count in their Postgres CPU); "
+        "Postgres: harness cluster "
         "(fsync off, synchronous_commit off) plus max_connections and shared_buffers "
         "(up to 1 GiB) for the benchmark.",
         "- CPU µs/tx = (client + proxy + Postgres) CPU time / transactions, over pgbench's whole "
