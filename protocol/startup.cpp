@@ -1,6 +1,9 @@
 #include "protocol/startup.hpp"
 
+#include <algorithm>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "protocol/wire.hpp"
 
@@ -28,6 +31,23 @@ bool read_cstring(std::span<const std::byte> body, size_t& pos, std::string& out
     return false;
 }
 
+// Postgres takes the *last* value of a repeated parameter ("user", "database", "options"
+// ...), l5pgd's checks would look at one of them: a packet with user=alice and then
+// user=postgres must not pass as alice. No client library repeats a name, so refuse them all.
+bool no_repeated_names(const StartupPacket& packet, std::string& error) {
+    std::vector<std::string_view> names;
+    names.reserve(packet.parameters.size());
+    for (const auto& [name, value] : packet.parameters)
+        names.emplace_back(name);
+    std::sort(names.begin(), names.end());
+    const auto repeated = std::adjacent_find(names.begin(), names.end());
+    if (repeated == names.end())
+        return true;
+    error = "invalid startup packet: parameter \"" + std::string(*repeated) +
+            "\" appears more than once";
+    return false;
+}
+
 // StartupMessage body: name\0value\0 ... \0. Postgres requires the final terminator.
 bool parse_parameters(std::span<const std::byte> body, StartupPacket& packet, std::string& error) {
     size_t pos = 0;
@@ -41,7 +61,7 @@ bool parse_parameters(std::span<const std::byte> body, StartupPacket& packet, st
                 error = "invalid startup packet layout: data after the terminator";
                 return false;
             }
-            return true;
+            return no_repeated_names(packet, error);
         }
         std::string name, value;
         if (!read_cstring(body, pos, name) || !read_cstring(body, pos, value)) {

@@ -14,8 +14,13 @@ def connect(host, port, timeout=5.0):
 
 
 def startup_packet(user="postgres", database="postgres", **params):
+    return startup_packet_of(dict(user=user, database=database, **params).items())
+
+
+def startup_packet_of(pairs):
+    """A StartupMessage with exactly these (name, value) pairs, repeated names included."""
     body = struct.pack("!I", PROTO_3_0)
-    for k, v in dict(user=user, database=database, **params).items():
+    for k, v in pairs:
         body += k.encode() + b"\0" + v.encode() + b"\0"
     body += b"\0"
     return struct.pack("!I", len(body) + 4) + body

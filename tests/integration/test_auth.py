@@ -119,10 +119,15 @@ import json, socket, sys
 sys.path.insert(0, sys.argv[1])
 from tests.harness import l5wire, pgwire
 kind, where, role = sys.argv[2], sys.argv[3], sys.argv[4]
+pairs = [("user", role), ("database", "postgres")]
+if len(sys.argv) > 5:  # user=<argv[5]> first, then user=<role>
+    pairs.insert(0, ("user", sys.argv[5]))
+packet = pgwire.startup_packet_of(pairs)
 if kind == "shm":
     client = l5wire.ShmClient(where)
     assert client.upgrade() == b"L", "upgrade declined"
-    msgs, run = client.startup(user=role, database="postgres"), client.query
+    client.write_bytes(packet)
+    msgs, run = client.read_until_ready(), client.query
 else:
     if kind == "unix":
         s = socket.socket(socket.AF_UNIX)
@@ -130,7 +135,7 @@ else:
         s.connect(where)
     else:
         s = pgwire.connect("127.0.0.1", int(where), timeout=10)
-    s.sendall(pgwire.startup_packet(user=role, database="postgres"))
+    s.sendall(packet)
     msgs, run = pgwire.read_until_ready(s), lambda q: pgwire.query(s, q)
 errors = [pgwire.parse_fields(body) for t, body in msgs if t == "E"]
 if errors:
@@ -141,8 +146,10 @@ else:
 """
 
 
-def probe_as(user, kind, where, role):
-    r = subprocess.run([sys.executable, "-c", PROBE, str(REPO), kind, str(where), role],
+def probe_as(user, kind, where, role, first_user=None):
+    """Logs in as `role` (after a first user=`first_user` in the same packet, if given)."""
+    extra = [first_user] if first_user else []
+    r = subprocess.run([sys.executable, "-c", PROBE, str(REPO), kind, str(where), role, *extra],
                        user=user, capture_output=True, text=True, timeout=60, cwd="/")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -189,6 +196,17 @@ def test_alice_cannot_become_postgres(guarded, peer_cluster, kind):
     assert guarded.metric("l5pg_auth_failures_total", transport=transport,
                           reason=reason) == failures + 1
     assert f"uid {alice_uid()}" in guarded.log_text()
+
+
+@pytest.mark.parametrize("kind", ["unix", "shm"])
+def test_alice_cannot_become_postgres_by_naming_herself_first(guarded, peer_cluster, kind):
+    """user=alice, then user=postgres in one StartupMessage: Postgres would log in the last
+    one, so l5pgd must not admit the packet on the first."""
+    before = backends_started(peer_cluster)
+    out = probe_as(ALICE, kind, where(guarded, kind), "postgres", first_user=ALICE)
+    assert out["sqlstate"] == "08P01", out
+    assert 'parameter "user" appears more than once' in out["message"], out
+    assert backends_started(peer_cluster) == before, "a backend was started for a refused client"
 
 
 def alice_uid():

@@ -459,6 +459,21 @@ TEST_CASE("startup: malformed parameter lists", "[protocol][startup]") {
         const auto r = parse_startup_packet(packet(kProtocolVersion3, body));
         CHECK(r.status == ParseStatus::Invalid);
     }
+    SECTION("a repeated parameter name: Postgres would take the last, l5pgd checked one") {
+        for (const char* name : {"user", "database", "options", "application_name"}) {
+            Bytes body;
+            put_str(body, name);
+            put_str(body, "alice");
+            put_str(body, "client_encoding");
+            put_str(body, "UTF8");
+            put_str(body, name);
+            put_str(body, "postgres");
+            body.push_back(std::byte{0});
+            const auto r = parse_startup_packet(packet(kProtocolVersion3, body));
+            CHECK(r.status == ParseStatus::Invalid);
+            CHECK_THAT(r.error, Contains(std::string("\"") + name + "\" appears more than once"));
+        }
+    }
     SECTION("terminator only inside the length: trailing bytes are not part of the packet") {
         Bytes body;
         put_str(body, "user");
