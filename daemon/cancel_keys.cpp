@@ -12,22 +12,27 @@ constexpr std::chrono::seconds kCancelMemory{60};
 
 }  // namespace
 
-CancelKeys::Lease::Lease(Lease&& other) noexcept
-    : keys_(std::exchange(other.keys_, nullptr)), key_(other.key_) {}
+CancelKeys::Handle::Handle(Handle&& other) noexcept
+    : keys_(std::exchange(other.keys_, nullptr)), release_(other.release_), id_(other.id_) {}
 
-CancelKeys::Lease& CancelKeys::Lease::operator=(Lease&& other) noexcept {
+CancelKeys::Handle& CancelKeys::Handle::operator=(Handle&& other) noexcept {
     if (this != &other) {
-        if (keys_ != nullptr)
-            keys_->withdraw(key_);
+        release();
         keys_ = std::exchange(other.keys_, nullptr);
-        key_ = other.key_;
+        release_ = other.release_;
+        id_ = other.id_;
     }
     return *this;
 }
 
-CancelKeys::Lease::~Lease() {
+CancelKeys::Handle::~Handle() {
+    release();
+}
+
+void CancelKeys::Handle::release() noexcept {
     if (keys_ != nullptr)
-        keys_->withdraw(key_);
+        (keys_->*release_)(id_);
+    keys_ = nullptr;
 }
 
 CancelKeys::Lease CancelKeys::issue(protocol::CancelKey backend) {
@@ -42,22 +47,24 @@ CancelKeys::Lease CancelKeys::issue(protocol::CancelKey backend) {
     }
 }
 
-std::optional<protocol::CancelKey> CancelKeys::backend_for(protocol::CancelKey client_key) {
+std::optional<CancelKeys::Translation> CancelKeys::backend_for(protocol::CancelKey client_key) {
     const std::lock_guard lock(mutex_);
     const auto found = backends_.find(pack(client_key));
     if (found == backends_.end())
         return std::nullopt;
-    const auto now = std::chrono::steady_clock::now();
-    std::erase_if(cancelled_, [now](const auto& e) { return now - e.second > kCancelMemory; });
-    cancelled_[pack(found->second)] = now;
-    return found->second;
+    const auto now = clock::now();
+    std::erase_if(cancelled_, [now](const auto& e) {
+        return e.second.in_flight == 0 && now - e.second.settled > kCancelMemory;
+    });
+    ++cancelled_[pack(found->second)].in_flight;
+    return Translation{found->second, InFlight(this, found->second)};
 }
 
-bool CancelKeys::cancelled_within(protocol::CancelKey backend,
-                                  std::chrono::steady_clock::duration window) const {
+bool CancelKeys::cancelled_within(protocol::CancelKey backend, clock::duration window) const {
     const std::lock_guard lock(mutex_);
     const auto found = cancelled_.find(pack(backend));
-    return found != cancelled_.end() && std::chrono::steady_clock::now() - found->second <= window;
+    return found != cancelled_.end() &&
+           (found->second.in_flight > 0 || clock::now() - found->second.settled <= window);
 }
 
 size_t CancelKeys::size() const {
@@ -65,9 +72,16 @@ size_t CancelKeys::size() const {
     return backends_.size();
 }
 
-void CancelKeys::withdraw(protocol::CancelKey key) noexcept {
+void CancelKeys::withdraw(uint64_t client_key) noexcept {
     const std::lock_guard lock(mutex_);
-    backends_.erase(pack(key));
+    backends_.erase(client_key);
+}
+
+void CancelKeys::settle(uint64_t backend) noexcept {
+    const std::lock_guard lock(mutex_);
+    Cancels& cancels = cancelled_[backend];
+    --cancels.in_flight;
+    cancels.settled = clock::now();
 }
 
 }  // namespace l5pg::daemon

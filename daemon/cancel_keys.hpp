@@ -20,50 +20,93 @@ namespace l5pg::daemon {
 
 class CancelKeys {
   public:
+    using clock = std::chrono::steady_clock;
+
+    // Something held in CancelKeys until the handle ends (moved, not copied).
+    class Handle {
+      public:
+        Handle() = default;
+        Handle(Handle&& other) noexcept;
+        Handle& operator=(Handle&& other) noexcept;
+        Handle(const Handle&) = delete;
+        Handle& operator=(const Handle&) = delete;
+        ~Handle();
+
+      protected:
+        using Release = void (CancelKeys::*)(uint64_t) noexcept;
+        Handle(CancelKeys* keys, Release release, uint64_t id) noexcept
+            : keys_(keys), release_(release), id_(id) {}
+        [[nodiscard]] uint64_t id() const noexcept { return id_; }
+
+      private:
+        void release() noexcept;
+        CancelKeys* keys_ = nullptr;
+        Release release_ = nullptr;
+        uint64_t id_ = 0;
+    };
+
     // A client's key; withdrawn when the lease ends.
-    class Lease {
+    class Lease : public Handle {
       public:
         Lease() = default;
-        Lease(Lease&& other) noexcept;
-        Lease& operator=(Lease&& other) noexcept;
-        Lease(const Lease&) = delete;
-        Lease& operator=(const Lease&) = delete;
-        ~Lease();
-
-        [[nodiscard]] protocol::CancelKey key() const noexcept { return key_; }
+        [[nodiscard]] protocol::CancelKey key() const noexcept { return unpack(id()); }
 
       private:
         friend class CancelKeys;
-        Lease(CancelKeys* keys, protocol::CancelKey key) noexcept : keys_(keys), key_(key) {}
-        CancelKeys* keys_ = nullptr;
-        protocol::CancelKey key_{};
+        Lease(CancelKeys* keys, protocol::CancelKey key) noexcept
+            : Handle(keys, &CancelKeys::withdraw, pack(key)) {}
+    };
+
+    // A cancel for a backend on its way: from the lookup of the client's key until the
+    // session carrying the CancelRequest ends (it may wait to connect to Postgres).
+    class InFlight : public Handle {
+      public:
+        InFlight() = default;
+
+      private:
+        friend class CancelKeys;
+        InFlight(CancelKeys* keys, protocol::CancelKey backend) noexcept
+            : Handle(keys, &CancelKeys::settle, pack(backend)) {}
+    };
+
+    struct Translation {
+        protocol::CancelKey backend;
+        InFlight in_flight;
     };
 
     // A fresh key (its pid positive as an int32, both parts random, unique among the keys
     // out now) standing for `backend` until the lease ends.
     [[nodiscard]] Lease issue(protocol::CancelKey backend);
-    // The backend `client_key` stands for, if it is a key l5pgd gave out and still holds.
-    // Each answer is remembered as a cancel on its way to that backend (see below).
-    [[nodiscard]] std::optional<protocol::CancelKey> backend_for(protocol::CancelKey client_key);
-    // Whether a cancel for `backend` was let through within `window`. Postgres delivers a
-    // cancel asynchronously (a process of its own signals the backend), so one a client
-    // sent just before it left may land after the backend was reset: such a backend is not
-    // kept, or the cancel could hit the next client's query.
-    [[nodiscard]] bool cancelled_within(protocol::CancelKey backend,
-                                        std::chrono::steady_clock::duration window) const;
+    // The backend `client_key` stands for, if it is a key l5pgd gave out and still holds,
+    // with the cancel counted as on its way to that backend while `in_flight` lasts.
+    [[nodiscard]] std::optional<Translation> backend_for(protocol::CancelKey client_key);
+    // Whether a cancel for `backend` is on its way, or its session ended within `window`.
+    // Postgres delivers a cancel asynchronously (a process of its own signals the backend),
+    // so one a client sent just before it left may land after the backend was reset: such
+    // a backend is not kept, or the cancel could hit the next client's query.
+    [[nodiscard]] bool cancelled_within(protocol::CancelKey backend, clock::duration window) const;
     [[nodiscard]] size_t size() const;
 
   private:
     static uint64_t pack(protocol::CancelKey key) noexcept {
         return (uint64_t{key.backend_pid} << 32) | key.secret;
     }
-    void withdraw(protocol::CancelKey key) noexcept;
+    static protocol::CancelKey unpack(uint64_t packed) noexcept {
+        return {static_cast<uint32_t>(packed >> 32), static_cast<uint32_t>(packed)};
+    }
+    void withdraw(uint64_t client_key) noexcept;
+    void settle(uint64_t backend) noexcept;
+
+    struct Cancels {
+        uint32_t in_flight = 0;
+        clock::time_point settled;  // when the last one's session ended
+    };
 
     mutable std::mutex mutex_;
     std::unordered_map<uint64_t, protocol::CancelKey> backends_;  // client key -> backend key
-    // Backend key -> when a cancel for it was last let through; entries older than a minute
-    // are dropped as new ones come.
-    std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> cancelled_;
+    // Backend key -> its cancels; settled entries older than a minute are dropped as new
+    // cancels come.
+    std::unordered_map<uint64_t, Cancels> cancelled_;
 };
 
 }  // namespace l5pg::daemon

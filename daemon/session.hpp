@@ -166,7 +166,8 @@ class Session final : public ClientEndHost {
     void note_from_upstream(std::span<const std::byte> bytes);
     // Why the server connection cannot be kept, or nothing if it can (pooled sessions).
     [[nodiscard]] std::optional<std::string_view> pool_refusal() const;
-    [[nodiscard]] bool pool_wanted() const;  // pool.mode session, with room for one
+    [[nodiscard]] bool pool_wanted() const;          // pool.mode session, with room for one
+    [[nodiscard]] bool on_current_upstream() const;  // upstream.* unchanged since connecting
     // Resets the server connection for the pool if it can be kept; false if not (logged).
     [[nodiscard]] bool try_pool_reset();
     [[nodiscard]] bool start_pool_reset();
@@ -232,9 +233,10 @@ class Session final : public ClientEndHost {
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionState state_ = SessionState::Startup;
-    bool counted_ = false;         // included in sessions_active
-    bool polled_ = false;          // in the worker's polling loop (set_polled())
-    bool cancel_request_ = false;  // upstream leg only carries a CancelRequest
+    bool counted_ = false;                   // included in sessions_active
+    bool polled_ = false;                    // in the worker's polling loop (set_polled())
+    bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
+    CancelKeys::InFlight cancel_in_flight_;  // a CancelRequest with one of l5pgd's keys
     // What the session closes after, with close_reason_ (finish_after_*_flush()).
     enum class FinishWhen : uint8_t { Open, ClientFlushed, UpstreamFlushed };
     FinishWhen finish_when_ = FinishWhen::Open;
@@ -300,7 +302,8 @@ class Session final : public ClientEndHost {
         std::vector<std::byte> client_chunk;  // the client's bytes, copied to be walked and sent
         uint64_t readies = 0;  // ReadyForQuery from Postgres (the greeting's not counted)
         std::chrono::steady_clock::time_point upstream_born;  // when the backend started
-        bool terminated = false;  // the client sent Terminate, which Postgres did not get
+        uint64_t upstream_epoch = 0;  // the worker's upstream_epoch() when it was opened
+        bool terminated = false;      // the client sent Terminate, which Postgres did not get
         std::unique_ptr<protocol::PoolReset> reset;  // running after a clean departure
     };
     PoolState pool_;

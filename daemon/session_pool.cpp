@@ -33,7 +33,8 @@ namespace {
 
 constexpr size_t kControlChunk = 8 * 1024;  // greeting and reset answers are small
 
-// A cancel let through this recently may still be on its way (CancelKeys::cancelled_within).
+// A cancel whose session ended this recently may still be on its way inside Postgres
+// (CancelKeys::cancelled_within).
 constexpr std::chrono::seconds kCancelSettles{5};
 
 // One recv() of a short answer from Postgres into `chunk`: its bytes, or nothing for now
@@ -138,13 +139,16 @@ void Session::give_up_pooling(std::vector<std::byte> received) {
     set_awaiting_upstream(false);
 }
 
+// The cancel counts as on its way to the backend until this session ends: a backend is not
+// kept while one is (pool_refusal()).
 void Session::translate_cancel_key(const protocol::StartupPacket& packet) {
-    const std::optional<protocol::CancelKey> backend =
+    std::optional<CancelKeys::Translation> translation =
         worker_.cancel_keys().backend_for(packet.cancel);
-    if (!backend || startup_.size() < protocol::kCancelRequestLength)
+    if (!translation || startup_.size() < protocol::kCancelRequestLength)
         return;  // not one of ours: Postgres checks it as it is
-    protocol::write_be32(startup_.data() + 8, backend->backend_pid);
-    protocol::write_be32(startup_.data() + 12, backend->secret);
+    protocol::write_be32(startup_.data() + 8, translation->backend.backend_pid);
+    protocol::write_be32(startup_.data() + 12, translation->backend.secret);
+    cancel_in_flight_ = std::move(translation->in_flight);
 }
 
 void Session::ClientWalk::see(char type) noexcept {
@@ -229,14 +233,19 @@ std::optional<std::string_view> Session::pool_refusal() const {
         return "the backend is inside a transaction";
     if (!pool_wanted())
         return "pooling is off now";
+    if (!on_current_upstream())
+        return "a reload pointed upstream.* elsewhere since it connected";
     if (worker_.cancel_keys().cancelled_within(pool_.greeting.key, kCancelSettles))
-        return "a cancel request reached it in the last seconds";
+        return "a cancel request for it is on its way or was sent in the last seconds";
     return std::nullopt;
 }
 
 bool Session::try_pool_reset() {
     if (!pool_.pooled)
         return false;
+    // The client's key cancels nothing from now on. Withdrawn before the check: a cancel
+    // that found it is then on record as in flight (CancelKeys orders both).
+    pool_.cancel_lease = CancelKeys::Lease();
     if (const std::optional<std::string_view> refusal = pool_refusal()) {
         spdlog::debug("session {}: server connection not kept: {}", id_, *refusal);
         return false;
@@ -247,6 +256,10 @@ bool Session::try_pool_reset() {
     return false;
 }
 
+bool Session::on_current_upstream() const {
+    return pool_.upstream_epoch == worker_.upstream_epoch();
+}
+
 bool Session::pool_wanted() const {
     return worker_.config().pool.mode == config::PoolMode::Session &&
            worker_.pool_limits().max_idle > 0;
@@ -255,7 +268,6 @@ bool Session::pool_wanted() const {
 // False if the reset could not be sent at once (the socket is nearly empty here: Postgres
 // answered everything): the session then ends as a plain one.
 bool Session::start_pool_reset() {
-    pool_.cancel_lease = CancelKeys::Lease();  // the client's key cancels nothing from now on
     pool_.reset = std::make_unique<protocol::PoolReset>(secure_random64());
     const std::vector<std::byte> request = pool_.reset->request();
     const ssize_t n =
@@ -295,10 +307,11 @@ void Session::read_reset_answer() {
     }
 }
 
-// A reload may have turned pooling off while the reset ran.
+// A reload may have turned pooling off, or pointed upstream.* elsewhere, while the reset ran.
 void Session::return_to_pool() {
-    if (!pool_wanted()) {
-        close(departure_reason_ + "; server connection closed (pooling is off now)");
+    if (!pool_wanted() || !on_current_upstream()) {
+        close(departure_reason_ + "; server connection closed (pooling is off now, or " +
+              "upstream.* was changed)");
         return;
     }
     upstream_read_.reset();

@@ -420,6 +420,7 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
     enter(SessionState::Connecting);
     if (pool_.pooled) {
         pool_.key.assign(reinterpret_cast<const char*>(first_bytes.data()), first_bytes.size());
+        pool_.upstream_epoch = worker_.upstream_epoch();
         if (adopt_idle_upstream()) {
             startup_.clear();
             on_upstream_connected();

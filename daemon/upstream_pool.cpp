@@ -24,6 +24,13 @@ bool quiet(int fd) {
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// Idle until `idle_timeout` after it was parked, and never past the backend's lifetime.
+UpstreamPool::clock::time_point deadline_of(UpstreamPool::clock::time_point parked,
+                                            UpstreamPool::clock::time_point born,
+                                            const UpstreamPool::Limits& limits) {
+    return std::min(parked + limits.idle_timeout, born + limits.server_lifetime);
+}
+
 }  // namespace
 
 UpstreamPool::UpstreamPool(event_base* base, Metrics& metrics, PoolDirectory& directory)
@@ -56,15 +63,14 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
 bool UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle,
                         const Limits& limits) {
     const auto now = clock::now();
-    const clock::time_point deadline =
-        std::min(now + limits.idle_timeout, idle.born + limits.server_lifetime);
+    const clock::time_point deadline = deadline_of(now, idle.born, limits);
     if (limits.max_idle == 0 || deadline <= now) {
         say_terminate(idle.fd.get());
         return false;
     }
-    while (entries_.size() >= limits.max_idle)
-        drop(std::prev(entries_.end()));
-    entries_.push_front(Entry{std::move(startup), std::move(owner), std::move(idle), deadline, {}});
+    trim(limits.max_idle - 1);
+    entries_.push_front(
+        Entry{std::move(startup), std::move(owner), std::move(idle), now, deadline, {}});
     Entry& entry = entries_.front();
     entry.watch.reset(
         event_new(base_, entry.idle.fd.get(), EV_READ | EV_PERSIST, readable_cb, this));
@@ -72,6 +78,20 @@ bool UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle
     count(entry, 1);
     arm_expiry();
     return true;
+}
+
+void UpstreamPool::apply(const Limits& limits) {
+    trim(limits.max_idle);
+    for (Entry& entry : entries_)
+        entry.deadline = deadline_of(entry.parked, entry.idle.born, limits);
+    expire();
+    arm_expiry();
+}
+
+// The oldest go until at most `max_idle` are left.
+void UpstreamPool::trim(size_t max_idle) {
+    while (entries_.size() > max_idle)
+        drop(std::prev(entries_.end()));
 }
 
 void UpstreamPool::clear() {

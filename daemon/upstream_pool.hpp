@@ -10,7 +10,8 @@
 // connection is closed (after a Terminate) when it has been idle for pool.idle_timeout_ms,
 // when its backend has lived pool.server_lifetime_ms (so that what Postgres checks only at
 // connection time -- pg_hba.conf, CONNECT privileges, NOLOGIN, a renamed role -- applies
-// again), when pool.max_idle would be exceeded (the oldest goes), when Postgres sends
+// again), when pool.max_idle would be exceeded (the oldest goes; also when a reload lowers
+// it, and a reload's timeouts apply to what is kept already), when Postgres sends
 // anything or closes it (a backend terminated by an administrator, an
 // idle_session_timeout), at shutdown, and when a reload sets pool.mode to none or points
 // upstream.* elsewhere.
@@ -59,6 +60,9 @@ class UpstreamPool {
     // closed instead (no room, or its lifetime is over).
     [[nodiscard]] bool park(std::string startup, PoolDirectory::Key owner, Idle idle,
                             const Limits& limits);
+    // A reload's limits for what is kept already: the oldest go beyond `limits.max_idle`,
+    // and the deadlines follow the new timeouts.
+    void apply(const Limits& limits);
     // Closes every idle connection.
     void clear();
     [[nodiscard]] size_t size() const noexcept { return entries_.size(); }
@@ -68,6 +72,7 @@ class UpstreamPool {
         std::string startup;
         PoolDirectory::Key owner;
         Idle idle;
+        clock::time_point parked;
         clock::time_point deadline;
         EventPtr watch;  // readable: Postgres spoke or left
     };
@@ -76,6 +81,7 @@ class UpstreamPool {
     static void readable_cb(int fd, short what, void* arg);
     static void expiry_cb(int fd, short what, void* arg);
     Entries::iterator drop(Entries::iterator at);
+    void trim(size_t max_idle);
     void count(const Entry& entry, int64_t delta);
     void expire();
     void arm_expiry();

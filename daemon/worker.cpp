@@ -92,12 +92,18 @@ void Worker::refresh_settings() {
     spin_policy_ = spin_policy(settings_->config.shm);
     idle_ = IdleStretch{};
     // Kept backends belong to the server they were opened on (a reload after a failover
-    // points upstream.* at the new primary).
+    // points upstream.* at the new primary); the pool's other limits apply to what it keeps.
     const config::UpstreamConfig& was = previous->config.upstream;
     const config::UpstreamConfig& now = settings_->config.upstream;
-    if (settings_->config.pool.mode == config::PoolMode::None || was.host != now.host ||
-        was.port != now.port || was.unix_socket_dir != now.unix_socket_dir)
+    if (was.host != now.host || was.port != now.port ||
+        was.unix_socket_dir != now.unix_socket_dir) {
+        ++upstream_epoch_;
         upstream_pool_.clear();
+    }
+    if (settings_->config.pool.mode == config::PoolMode::None)
+        upstream_pool_.clear();
+    else
+        upstream_pool_.apply(pool_limits());
     spdlog::debug("worker {}: new settings (spin {} us, yield {} us)", index_,
                   settings_->config.shm.spin_us, settings_->config.shm.yield_us);
 }

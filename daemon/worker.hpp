@@ -92,6 +92,9 @@ class Worker {
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
     // What this worker's pool keeps: its share of pool.max_idle, and for how long.
     [[nodiscard]] UpstreamPool::Limits pool_limits() const noexcept;
+    // Changes whenever a reload points upstream.* elsewhere: a server connection opened
+    // before is not kept (the pool holds only connections to the current server).
+    [[nodiscard]] uint64_t upstream_epoch() const noexcept { return upstream_epoch_; }
     // This worker's admin console server (created on first use).
     [[nodiscard]] AdminConsole& admin_console();
     void note_activity() noexcept { activity_ = true; }
@@ -144,6 +147,7 @@ class Worker {
     const SettingsStore& store_;
     SettingsPtr settings_;          // the worker thread's snapshot (the constructor's first)
     uint64_t settings_generation_;  // the store's generation when settings_ was taken
+    uint64_t upstream_epoch_ = 0;   // see upstream_epoch()
     Metrics& metrics_;
     AdmissionState& admission_state_;
     EventBasePtr base_;

@@ -13,9 +13,15 @@ namespace l5pg::protocol {
 namespace {
 
 constexpr std::string_view kDiscard = "DISCARD ALL";
-// The answer, message by message: CommandComplete, ReadyForQuery, then the nonce query's
-// RowDescription, DataRow, CommandComplete, ReadyForQuery.
-constexpr std::array<char, 6> kAnswer = {'C', 'Z', 'T', 'D', 'C', 'Z'};
+// `role` is left out of RESET ALL: whether DISCARD ALL brings it back to what the login set
+// (ALTER ROLE ... SET role, options -c role=...) depends on the Postgres version (15 does;
+// other poolers report versions that end it). RESET ROLE restores that default everywhere,
+// so the next client starts as a new connection would.
+constexpr std::string_view kResetRole = "RESET ROLE";
+// The answer, message by message: DISCARD ALL's CommandComplete and ReadyForQuery, then the
+// second query's: RESET's CommandComplete, the nonce's RowDescription, DataRow and
+// CommandComplete, ReadyForQuery.
+constexpr std::array<char, 7> kAnswer = {'C', 'Z', 'C', 'T', 'D', 'C', 'Z'};
 constexpr size_t kMaxReply = 16 * 1024;
 
 void append_query(std::vector<std::byte>& out, std::string_view sql) {
@@ -50,7 +56,7 @@ PoolReset::PoolReset(uint64_t nonce) : nonce_text_(fmt::format("l5pgd-reset-{:01
 std::vector<std::byte> PoolReset::request() const {
     std::vector<std::byte> out;
     append_query(out, kDiscard);
-    append_query(out, fmt::format("SELECT '{}'", nonce_text_));
+    append_query(out, fmt::format("{}; SELECT '{}'", kResetRole, nonce_text_));
     return out;
 }
 
@@ -69,13 +75,15 @@ bool PoolReset::expected(char type, std::span<const std::byte> body) const {
         case 0:
             return body_is(body, kDiscard, true);
         case 1:
-        case 5:
+        case 6:
             return body.size() == 1 && body[0] == std::byte{'I'};
-        case 2:  // one column
+        case 2:
+            return body_is(body, "RESET", true);
+        case 3:  // one column
             return body.size() >= 2 && body[0] == std::byte{0} && body[1] == std::byte{1};
-        case 3:
-            return single_value_is(body, nonce_text_);
         case 4:
+            return single_value_is(body, nonce_text_);
+        case 5:
             return body_is(body, "SELECT 1", true);
         default:
             return false;

@@ -1,7 +1,8 @@
 // The reset a pooled server connection goes through before another client may use it
 // (daemon/upstream_pool.hpp): DISCARD ALL (which also rolls back SET, SET SESSION AUTHORIZATION,
 // prepared statements, portals, LISTEN, advisory locks, temporary tables, cached plans and
-// sequences), then a query whose answer is a nonce only l5pgd knows. The reply must be
+// sequences), then RESET ROLE (back to the role the login set, if any) and a query whose
+// answer is a nonce only l5pgd knows. The reply must be
 // exactly the two answers: output still due to the previous client (a query it smuggled
 // past our count of its requests, say) cannot pass for them, and the connection is closed
 // instead of reused. Pure code, no I/O.
@@ -23,7 +24,7 @@ class PoolReset {
     enum class Status { NeedMore, Done, Failed };
 
     explicit PoolReset(uint64_t nonce);
-    // Two Query messages: DISCARD ALL, then SELECT of the nonce.
+    // Two Query messages: DISCARD ALL, then RESET ROLE and SELECT of the nonce.
     [[nodiscard]] std::vector<std::byte> request() const;
     // Bytes copied from the upstream socket after the request was sent. ParameterStatus
     // reports (what DISCARD ALL changed back) update `greeting`. Bytes after the second

@@ -81,6 +81,7 @@ SEEDS = {
         + message(b"S", b"server_version\x0015.8\0") + message(b"K", struct.pack("!II", 42, 7))
         + message(b"Z", b"I"),
         "reset_answer": b"\x03" + message(b"C", b"DISCARD ALL\0") + message(b"Z", b"I")
+        + message(b"C", b"RESET\0")
         + message(b"T", b"\0\x01?column?\0" + b"\0" * 18)
         + message(b"D", b"\0\x01" + struct.pack("!I", 28) + b"l5pgd-reset-0000000000000000")
         + message(b"C", b"SELECT 1\0") + message(b"Z", b"I"),

@@ -300,6 +300,24 @@ def test_no_session_state_survives(l5pgd, case):
     assert lines[-1] == expected, f"{case} survived into the next session: {lines}"
 
 
+@pytest.mark.parametrize("later", ["as_it_was", "after_set_role"])
+def test_role_set_at_login_holds_on_a_reused_backend(l5pgd, other_role_and_db, later):
+    """options -c role=...: a new connection starts as that role, so a client that gets a
+    kept backend must too, whatever role the previous client switched to. (Postgres 15's
+    DISCARD ALL restores it by itself; the reset's RESET ROLE is for versions that do not.)"""
+    d = l5pgd.start()
+    target = unix_target(d)
+    app = new_app()
+    env = {"PGOPTIONS": f"-c role={OTHER_ROLE}"}
+    setup = ["set role pg_monitor"] if later == "after_set_role" else []
+    first = backend_pid(target, *setup, app=app, env=env)
+    wait_idle(d, 1)
+    lines = psql_lines(target, "select pg_backend_pid()", "select current_user", app=app,
+                       env=env)
+    assert int(lines[0]) == first, "not reused: this case would prove nothing"
+    assert lines[-1] == OTHER_ROLE
+
+
 def test_advisory_lock_free_for_others_once_its_client_left(l5pgd, cluster):
     d = l5pgd.start()
     target = unix_target(d)
@@ -403,7 +421,7 @@ def test_client_leaving_right_after_a_cancel_gives_nothing_back(l5pgd, cluster):
     s.close()
     wait_backend_gone(cluster, first)
     assert pool_metric(d, RETURNED) == 0
-    assert_logged_not_kept(d, "a cancel request reached it in the last seconds")
+    assert_logged_not_kept(d, "a cancel request for it is on its way or was sent in the last seconds")
 
 
 def test_backend_past_its_lifetime_is_not_kept(l5pgd, cluster):
@@ -819,6 +837,33 @@ def test_reload_pointing_upstream_elsewhere_closes_idle_backends(l5pgd, cluster)
     wait_idle(d, 0)
     wait_backend_gone(cluster, first)
     assert backend_pid(target, app=app) != first
+
+
+@pytest.mark.parametrize("limit", ["idle_timeout_ms: 200", "server_lifetime_ms: 200", "max_idle: 0"])
+def test_reload_lowering_a_limit_applies_to_kept_backends(l5pgd, cluster, limit):
+    d, config, target, app, first = start_from_file_with_one_kept(l5pgd)
+    config.write_text(f"pool:\n  mode: session\n  {limit}\n")
+    d.reload()
+    wait_idle(d, 0)
+    wait_backend_gone(cluster, first)
+
+
+def test_backend_in_use_across_a_reload_pointing_upstream_elsewhere_is_not_kept(l5pgd, cluster):
+    """A client still connected when upstream.* changes: its backend, on the old server, is
+    not kept when it leaves."""
+    d, config, target, app, _ = start_from_file_with_one_kept(l5pgd)
+    s, _ = raw_connect(d, app)
+    in_use = raw_pid(s)
+    refreshed = d.log_text().count("worker 0: new settings")
+    config.write_text(f"pool:\n  mode: session\nupstream:\n  host: {cluster.host}\n")
+    d.reload()
+    wait_for(lambda: d.log_text().count("worker 0: new settings") > refreshed, WAIT,
+             "the worker to take the new settings")
+    pgwire.terminate(s)
+    s.close()
+    wait_backend_gone(cluster, in_use)
+    assert_logged_not_kept(d, "a reload pointed upstream.* elsewhere since it connected")
+    assert pool_metric(d, RETURNED) == 1  # the first client's, before the reload
 
 
 # -- robustness ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -8,6 +9,16 @@
 
 using l5pg::daemon::CancelKeys;
 using l5pg::protocol::CancelKey;
+
+namespace {
+
+// The backend `client` stands for; the cancel counts as delivered at once.
+std::optional<CancelKey> backend_of(CancelKeys& keys, CancelKey client) {
+    const auto translation = keys.backend_for(client);
+    return translation ? std::optional(translation->backend) : std::nullopt;
+}
+
+}  // namespace
 
 TEST_CASE("CancelKeys: a client's key stands for its backend while the lease lasts") {
     CancelKeys keys;
@@ -18,13 +29,13 @@ TEST_CASE("CancelKeys: a client's key stands for its backend while the lease las
         client = lease.key();
         CHECK(client != backend);
         CHECK(static_cast<int32_t>(client.backend_pid) > 0);
-        CHECK(keys.backend_for(client) == backend);
-        CHECK_FALSE(keys.backend_for(backend).has_value());  // the backend's own is not ours
-        CHECK_FALSE(keys.backend_for({client.backend_pid, client.secret ^ 1}).has_value());
+        CHECK(backend_of(keys, client) == backend);
+        CHECK_FALSE(backend_of(keys, backend).has_value());  // the backend's own is not ours
+        CHECK_FALSE(backend_of(keys, {client.backend_pid, client.secret ^ 1}).has_value());
         CancelKeys::Lease moved = std::move(lease);
-        CHECK(keys.backend_for(client) == backend);
+        CHECK(backend_of(keys, client) == backend);
     }
-    CHECK_FALSE(keys.backend_for(client).has_value());
+    CHECK_FALSE(backend_of(keys, client).has_value());
     CHECK(keys.size() == 0);
 }
 
@@ -33,12 +44,35 @@ TEST_CASE("CancelKeys: a cancel let through is remembered for its backend") {
     const CancelKey backend{4242, 0xdeadbeef};
     CancelKeys::Lease lease = keys.issue(backend);
     CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(5)));
-    CHECK_FALSE(keys.backend_for({lease.key().backend_pid, lease.key().secret + 1}).has_value());
+    CHECK_FALSE(backend_of(keys, {lease.key().backend_pid, lease.key().secret + 1}).has_value());
     CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(5)));  // a wrong key
-    CHECK(keys.backend_for(lease.key()) == backend);
+    CHECK(backend_of(keys, lease.key()) == backend);
     CHECK(keys.cancelled_within(backend, std::chrono::seconds(5)));
     CHECK_FALSE(keys.cancelled_within({4242, 1}, std::chrono::seconds(5)));
     CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(-1)));
+}
+
+TEST_CASE("CancelKeys: a cancel counts as on its way until its session lets it go") {
+    CancelKeys keys;
+    const CancelKey backend{4242, 0xdeadbeef};
+    CancelKeys::Lease lease = keys.issue(backend);
+    const CancelKey client = lease.key();
+    auto first = keys.backend_for(client);
+    REQUIRE(first.has_value());
+    auto second = keys.backend_for(client);
+    REQUIRE(second.has_value());
+    // In flight: whatever the window, even after the client's key was withdrawn.
+    lease = CancelKeys::Lease();
+    CHECK_FALSE(keys.backend_for(client).has_value());
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));
+    CancelKeys::InFlight moved = std::move(first->in_flight);
+    first->in_flight = CancelKeys::InFlight();  // releasing a moved-from handle settles nothing
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));
+    moved = CancelKeys::InFlight();
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));  // the second is out
+    second.reset();
+    CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(-1)));
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(5)));  // settled just now
 }
 
 TEST_CASE("CancelKeys: every key out is different, and assigning a lease withdraws the old") {
@@ -52,7 +86,7 @@ TEST_CASE("CancelKeys: every key out is different, and assigning a lease withdra
     CHECK(seen.size() == 1000);
     const CancelKey first = leases.front().key();
     leases.front() = keys.issue({3, 4});
-    CHECK_FALSE(keys.backend_for(first).has_value());
+    CHECK_FALSE(backend_of(keys, first).has_value());
     CHECK(keys.size() == 1000);
     leases.front() = CancelKeys::Lease();
     CHECK(keys.size() == 999);

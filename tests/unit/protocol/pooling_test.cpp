@@ -72,6 +72,7 @@ Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
     w.command_complete("DISCARD ALL");
     w.parameter_status("application_name", "psql");
     w.ready_for_query('I');
+    w.command_complete("RESET");
     w.row_description({"?column?"});
     w.data_row({value});
     w.command_complete("SELECT 1");
@@ -187,6 +188,7 @@ TEST_CASE("PoolReset: the exact answer, in any pieces, updates the parameters") 
     PoolReset reset(nonce);
     const Bytes request = reset.request();
     CHECK(text(request).find("DISCARD ALL") != std::string::npos);
+    CHECK(text(request).find("RESET ROLE; SELECT") != std::string::npos);
     CHECK(text(request).find("l5pgd-reset-0123456789abcdef") != std::string::npos);
     ServerGreeting greeting;
     greeting.set_parameter("application_name", "evil");
