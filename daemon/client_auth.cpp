@@ -10,10 +10,29 @@ AuthVerdict refuse(AuthFailure failure, std::string message) {
     return AuthVerdict{failure, std::move(message)};
 }
 
+// Postgres cuts a role name to NAMEDATALEN - 1 bytes (63 in every packaged build) before it
+// looks it up: a longer name passing the check below would log in as the role its first
+// 63 bytes name, which may be someone else's. Directly, peer authentication compares the
+// cut name with the OS user and refuses; so does l5pgd.
+constexpr size_t kMaxRoleNameBytes = 63;
+
+// SO_PEERCRED could not be read (peer.hpp): no rule may match, not even a numeric one.
+constexpr uid_t kUnknownUid = static_cast<uid_t>(-1);
+
 // auth.local=peer: like Postgres's peer method, the role must be the client's OS user
 // name, or the ident map must list the pair. The map may name the uid in decimal instead:
 // a client in another container has a uid that l5pgd's /etc/passwd may not know.
 AuthVerdict check_peer(const IdentMap& ident, const AuthRequest& request) {
+    if (request.role.size() > kMaxRoleNameBytes)
+        return refuse(AuthFailure::PeerMismatch,
+                      fmt::format("l5pgd: peer authentication failed: role name \"{}\" is "
+                                  "longer than {} bytes (rule auth.local=peer)",
+                                  request.role, kMaxRoleNameBytes));
+    if (request.uid == kUnknownUid)
+        return refuse(AuthFailure::UnknownOsUser,
+                      fmt::format("l5pgd: peer authentication failed for user \"{}\": the "
+                                  "client's credentials could not be read (rule auth.local=peer)",
+                                  request.role));
     if (ident.allows(std::to_string(request.uid), request.role))
         return {};
     if (request.os_user.empty())

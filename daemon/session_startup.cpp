@@ -207,8 +207,15 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             handle_upgrade(packet);
             return;
         case StartupKind::CancelRequest:
-            // Postgres checks the cancel key itself; no role is involved.
+            // Postgres checks the cancel key itself; no role is involved. But where l5pgd
+            // serves no client (auth.*: reject), nothing reaches Postgres: as for a wrong key,
+            // the client only sees the connection close.
             startup_slot_.release();
+            if (worker_.admission().auth.method_for(peer_.local) == config::AuthMethod::Reject) {
+                close(fmt::format("cancel request not forwarded: {} is reject",
+                                  peer_.local ? "auth.local" : "auth.tcp"));
+                return;
+            }
             translate_cancel_key(packet);
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;

@@ -10,6 +10,8 @@ log: with log_connections on, a refused client must not have started a backend.
 import json
 import os
 import pwd
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import paths
+from tests.harness import paths, pgwire
 from tests.harness.client import shim_debug_lines, shim_preload, upgraded
 from tests.harness.cluster import PgCluster
 from tests.harness.l5pgd import L5pgd
@@ -207,6 +209,60 @@ def test_alice_cannot_become_postgres_by_naming_herself_first(guarded, peer_clus
     assert out["sqlstate"] == "08P01", out
     assert 'parameter "user" appears more than once' in out["message"], out
     assert backends_started(peer_cluster) == before, "a backend was started for a refused client"
+
+
+def send_cancel_request(sock, key):
+    """A CancelRequest with `key` (BackendKeyData's 8 bytes); True once the server closed."""
+    sock.sendall(struct.pack("!II", 16, 80877102) + key)
+    return pgwire.at_eof(sock, 10)
+
+
+def unix_session(d, **params):
+    """A session as role postgres over l5pgd's Unix socket (the ident map lets root use it):
+    (socket, its BackendKeyData's 8 bytes)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(60)
+    s.connect(str(d.socket_path))
+    s.sendall(pgwire.startup_packet(**params))
+    keys = [body[:8] for t, body in pgwire.read_until_ready(s) if t == "K"]
+    assert len(keys) == 1
+    return s, keys[0]
+
+
+def test_tcp_cancel_request_does_not_reach_postgres_under_reject(guarded, peer_cluster):
+    """auth.tcp=reject serves nothing over TCP, not even a CancelRequest with a valid key:
+    l5pgd closes it without connecting to Postgres. The same key over the Unix socket then
+    cancels the query (so the key was good)."""
+    app = "l5pg-it-tcp-cancel"
+    s, key = unix_session(guarded, application_name=app)
+    watcher, _ = unix_session(guarded)
+    s.sendall(b"Q" + struct.pack("!I", 4 + len("select pg_sleep(60)") + 1)
+              + b"select pg_sleep(60)\0")
+
+    def sleeping():
+        rows = [b for t, b in pgwire.query(watcher, "select count(*) from pg_stat_activity where "
+                                           f"application_name = '{app}' and state = 'active'")
+                if t == "D"]
+        return rows[0][6:] == b"1"
+
+    deadline = time.monotonic() + 15
+    while not sleeping():
+        assert time.monotonic() < deadline, "the query never started"
+        time.sleep(0.05)
+    before = backends_started(peer_cluster)
+    assert send_cancel_request(pgwire.connect("127.0.0.1", guarded.port, timeout=10), key)
+    time.sleep(0.5)  # a forwarded cancel would have ended the sleep by now
+    assert backends_started(peer_cluster) == before, "the TCP cancel reached Postgres"
+    assert "cancel request not forwarded: auth.tcp is reject" in guarded.log_text()
+    assert sleeping(), "the query was cancelled"
+    unix = socket.socket(socket.AF_UNIX)
+    unix.settimeout(10)
+    unix.connect(str(guarded.socket_path))
+    assert send_cancel_request(unix, key)
+    errors = [pgwire.parse_fields(body) for t, body in pgwire.read_until_ready(s) if t == "E"]
+    assert errors and errors[0].get("C") == "57014", errors
+    s.close()
+    watcher.close()
 
 
 def alice_uid():

@@ -70,6 +70,26 @@ TEST_CASE("peer: a uid without a name is refused") {
     CHECK_THAT(verdict.message, Contains("uid 1000"));
 }
 
+TEST_CASE("peer: a role name Postgres would cut to 63 bytes is refused, even its own OS user's") {
+    const std::string long_name(64, 'a');
+    const std::string cut = long_name.substr(0, 63);
+    const IdentMap ident = IdentMap::parse("alice " + long_name + "\n", "t");
+    const auto own = check_client(AuthConfig{}, {}, local_request(long_name, long_name));
+    CHECK(own.failure == AuthFailure::PeerMismatch);
+    CHECK_THAT(own.message, Contains("longer than 63 bytes"));
+    CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("alice", long_name)).allowed());
+    CHECK(check_client(AuthConfig{}, {}, local_request(cut, cut)).allowed());
+}
+
+TEST_CASE("peer: a client whose credentials could not be read matches no rule") {
+    const IdentMap ident = IdentMap::parse("4294967295 reader\n", "t");
+    AuthRequest request = local_request("", "reader");
+    request.uid = static_cast<uid_t>(-1);
+    const auto verdict = check_client(AuthConfig{}, ident, request);
+    CHECK(verdict.failure == AuthFailure::UnknownOsUser);
+    CHECK_THAT(verdict.message, Contains("could not be read"));
+}
+
 TEST_CASE("a StartupMessage without a role is refused") {
     CHECK(check_client(AuthConfig{}, {}, local_request("alice", "")).failure ==
           AuthFailure::NoRole);
