@@ -47,6 +47,13 @@ CancelKeys::Lease CancelKeys::issue(protocol::CancelKey backend) {
     }
 }
 
+CancelKeys::Lease CancelKeys::serve(protocol::CancelKey backend) {
+    const std::lock_guard lock(mutex_);
+    if (!backends_.emplace(pack(backend), backend).second)
+        return Lease();
+    return Lease(this, backend);
+}
+
 std::optional<CancelKeys::Translation> CancelKeys::backend_for(protocol::CancelKey client_key) {
     const std::lock_guard lock(mutex_);
     const auto found = backends_.find(pack(client_key));

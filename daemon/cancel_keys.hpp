@@ -1,8 +1,11 @@
-// The cancel keys l5pgd gives the clients of pooled server connections (upstream_pool.hpp)
-// in place of the backend's own, and the backend each stands for. A backend outlives its
-// clients there, so its own key must never reach one: a client that kept it could cancel
-// the queries of every later client of the same backend, through l5pgd or directly. A
-// client's key stands for its backend only while the client's session lasts.
+// The cancel keys of the sessions l5pgd serves, and the backend each stands for: l5pgd
+// forwards a CancelRequest only with one of them (as PgBouncer does), so nobody can try keys
+// against backends through it. A session that is not pooled hands its client the backend's
+// own key (serve()). Clients of pooled server connections (upstream_pool.hpp) get keys of
+// l5pgd's own instead (issue()): a backend outlives its clients there, so its own key must
+// never reach one, or a client that kept it could cancel the queries of every later client
+// of the same backend, through l5pgd or directly. A key stands for its backend only while
+// the client's session lasts.
 //
 // One per l5pgd, shared by the workers: a CancelRequest comes on a connection of its own,
 // to any worker.
@@ -77,6 +80,9 @@ class CancelKeys {
     // A fresh key (its pid positive as an int32, both parts random, unique among the keys
     // out now) standing for `backend` until the lease ends.
     [[nodiscard]] Lease issue(protocol::CancelKey backend);
+    // The backend's own key, standing for itself until the lease ends (an empty lease in the
+    // unlikely case that one of issue()'s keys is the same).
+    [[nodiscard]] Lease serve(protocol::CancelKey backend);
     // The backend `client_key` stands for, if it is a key l5pgd gave out and still holds,
     // with the cancel counted as on its way to that backend while `in_flight` lasts.
     [[nodiscard]] std::optional<Translation> backend_for(protocol::CancelKey client_key);

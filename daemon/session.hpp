@@ -29,6 +29,7 @@
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
+#include "protocol/backend_key_watcher.hpp"
 #include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/pool_reset.hpp"
@@ -157,8 +158,12 @@ class Session final : public ClientEndHost {
     void read_greeting();
     void greet_client();
     void give_up_pooling(std::vector<std::byte> received);
-    // A CancelRequest with a key l5pgd gave out goes to Postgres with the backend's key.
-    void translate_cancel_key(const protocol::StartupPacket& packet);
+    // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
+    // of a session l5pgd serves, translated to the backend's.
+    [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
+    // recv() from Postgres into `space` through a private copy the key watcher reads.
+    [[nodiscard]] ssize_t recv_watched(std::span<std::byte> space);
+    void watch_for_key(std::span<const std::byte> copy);
     // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
     [[nodiscard]] std::span<const std::byte> copy_client_chunk(std::span<const std::byte> data);
     [[nodiscard]] size_t before_terminate(std::span<const std::byte> data);
@@ -237,6 +242,10 @@ class Session final : public ClientEndHost {
     bool polled_ = false;                    // in the worker's polling loop (set_polled())
     bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
     CancelKeys::InFlight cancel_in_flight_;  // a CancelRequest with one of l5pgd's keys
+    // The key this session's client holds (the backend's own, or l5pgd's for a pooled
+    // one), and until Postgres has sent it, what picks it out of Postgres's first bytes.
+    CancelKeys::Lease cancel_lease_;
+    std::unique_ptr<protocol::BackendKeyWatcher> key_watcher_;
     // What the session closes after, with close_reason_ (finish_after_*_flush()).
     enum class FinishWhen : uint8_t { Open, ClientFlushed, UpstreamFlushed };
     FinishWhen finish_when_ = FinishWhen::Open;
@@ -296,7 +305,6 @@ class Session final : public ClientEndHost {
         std::string key;                                            // the StartupMessage's bytes
         std::unique_ptr<protocol::GreetingReader> greeting_reader;  // until a new backend's 'Z'
         protocol::ServerGreeting greeting;    // the server connection's, kept with it
-        CancelKeys::Lease cancel_lease;       // the key the client got in place of the backend's
         ClientWalk from_client;               // what went to Postgres
         ClientWalk walked;                    // before_terminate()'s walk, until it is sent
         std::vector<std::byte> client_chunk;  // the client's bytes, copied to be walked and sent

@@ -206,7 +206,9 @@ void Session::read_upstream() {
         std::span<std::byte> space;
         if (end_->reserve(kUpstreamChunk, space) != IoStatus::Ok)
             break;  // full: the end resumes us when the client made room (pump())
-        const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
+        const ssize_t n = key_watcher_
+                              ? recv_watched(space)
+                              : ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
         const int err = errno;
         if (n > 0) {
             note_from_upstream(space.first(static_cast<size_t>(n)));

@@ -121,8 +121,8 @@ void Session::read_greeting() {
 }
 
 void Session::greet_client() {
-    pool_.cancel_lease = worker_.cancel_keys().issue(pool_.greeting.key);
-    const std::vector<std::byte> greeting = pool_.greeting.build(pool_.cancel_lease.key());
+    cancel_lease_ = worker_.cancel_keys().issue(pool_.greeting.key);
+    const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());
     from_upstream_.feed(greeting);
     send_to_client(greeting);
     set_awaiting_upstream(false);
@@ -134,21 +134,11 @@ void Session::give_up_pooling(std::vector<std::byte> received) {
     spdlog::debug("session {}: not pooled: the server's greeting is not a plain one", id_);
     pool_.pooled = false;
     pool_.greeting_reader.reset();
+    key_watcher_ = std::make_unique<protocol::BackendKeyWatcher>();
+    watch_for_key(received);
     note_from_upstream(received);
     send_to_client(received);
     set_awaiting_upstream(false);
-}
-
-// The cancel counts as on its way to the backend until this session ends: a backend is not
-// kept while one is (pool_refusal()).
-void Session::translate_cancel_key(const protocol::StartupPacket& packet) {
-    std::optional<CancelKeys::Translation> translation =
-        worker_.cancel_keys().backend_for(packet.cancel);
-    if (!translation || startup_.size() < protocol::kCancelRequestLength)
-        return;  // not one of ours: Postgres checks it as it is
-    protocol::write_be32(startup_.data() + 8, translation->backend.backend_pid);
-    protocol::write_be32(startup_.data() + 12, translation->backend.secret);
-    cancel_in_flight_ = std::move(translation->in_flight);
 }
 
 void Session::ClientWalk::see(char type) noexcept {
@@ -245,7 +235,7 @@ bool Session::try_pool_reset() {
         return false;
     // The client's key cancels nothing from now on. Withdrawn before the check: a cancel
     // that found it is then on record as in flight (CancelKeys orders both).
-    pool_.cancel_lease = CancelKeys::Lease();
+    cancel_lease_ = CancelKeys::Lease();
     if (const std::optional<std::string_view> refusal = pool_refusal()) {
         spdlog::debug("session {}: server connection not kept: {}", id_, *refusal);
         return false;

@@ -207,16 +207,21 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             handle_upgrade(packet);
             return;
         case StartupKind::CancelRequest:
-            // Postgres checks the cancel key itself; no role is involved. But where l5pgd
-            // serves no client (auth.*: reject), nothing reaches Postgres: as for a wrong key,
-            // the client only sees the connection close.
+            // No role is involved, only a key of a session l5pgd serves
+            // (session_cancel.cpp). Where l5pgd serves no client (auth.*: reject), nothing
+            // reaches Postgres: as for a wrong key, the client only sees the connection close.
             startup_slot_.release();
             if (worker_.admission().auth.method_for(peer_.local) == config::AuthMethod::Reject) {
                 close(fmt::format("cancel request not forwarded: {} is reject",
                                   peer_.local ? "auth.local" : "auth.tcp"));
                 return;
             }
-            translate_cancel_key(packet);
+            if (!translate_cancel_key(packet)) {
+                close(
+                    "cancel request not forwarded: its key is not one of a session l5pgd "
+                    "serves");
+                return;
+            }
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
         case StartupKind::Startup:
@@ -434,6 +439,8 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
             return;
         }
         pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();
+    } else if (!cancel && !admin_) {
+        key_watcher_ = std::make_unique<protocol::BackendKeyWatcher>();
     }
     to_upstream_.append(first_bytes);
     startup_.clear();

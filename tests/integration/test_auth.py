@@ -229,10 +229,11 @@ def unix_session(d, **params):
     return s, keys[0]
 
 
-def test_tcp_cancel_request_does_not_reach_postgres_under_reject(guarded, peer_cluster):
-    """auth.tcp=reject serves nothing over TCP, not even a CancelRequest with a valid key:
-    l5pgd closes it without connecting to Postgres. The same key over the Unix socket then
-    cancels the query (so the key was good)."""
+def test_cancel_request_reaches_postgres_only_with_a_served_key(guarded, peer_cluster):
+    """auth.tcp=reject serves nothing over TCP, not even a CancelRequest with a valid key; over
+    the Unix socket a key no session of l5pgd holds (the right pid, another secret) is not
+    tried on Postgres either. l5pgd closes both without connecting to Postgres. The right
+    key over the Unix socket then cancels the query."""
     app = "l5pg-it-tcp-cancel"
     s, key = unix_session(guarded, application_name=app)
     watcher, _ = unix_session(guarded)
@@ -254,6 +255,14 @@ def test_tcp_cancel_request_does_not_reach_postgres_under_reject(guarded, peer_c
     time.sleep(0.5)  # a forwarded cancel would have ended the sleep by now
     assert backends_started(peer_cluster) == before, "the TCP cancel reached Postgres"
     assert "cancel request not forwarded: auth.tcp is reject" in guarded.log_text()
+    wrong = key[:4] + bytes(b ^ 0x5a for b in key[4:])
+    unix = socket.socket(socket.AF_UNIX)
+    unix.settimeout(10)
+    unix.connect(str(guarded.socket_path))
+    assert send_cancel_request(unix, wrong)
+    time.sleep(0.5)
+    assert backends_started(peer_cluster) == before, "a wrong key was tried on Postgres"
+    assert "its key is not one of a session l5pgd serves" in guarded.log_text()
     assert sleeping(), "the query was cancelled"
     unix = socket.socket(socket.AF_UNIX)
     unix.settimeout(10)

@@ -91,3 +91,18 @@ TEST_CASE("CancelKeys: every key out is different, and assigning a lease withdra
     leases.front() = CancelKeys::Lease();
     CHECK(keys.size() == 999);
 }
+
+TEST_CASE("CancelKeys: a plain session's client holds the backend's own key") {
+    CancelKeys keys;
+    const CancelKey backend{4242, 0xdeadbeef};
+    {
+        const CancelKeys::Lease lease = keys.serve(backend);
+        CHECK(lease.key() == backend);
+        CHECK(backend_of(keys, backend) == backend);
+        CHECK_FALSE(backend_of(keys, {4242, 0xdeadbeee}).has_value());
+        CHECK(keys.serve(backend).key() == CancelKey{});  // the same key twice: not served
+        CHECK(backend_of(keys, backend) == backend);      // ...and the first still is
+    }
+    CHECK_FALSE(backend_of(keys, backend).has_value());
+    CHECK(keys.size() == 0);
+}

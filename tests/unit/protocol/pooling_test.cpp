@@ -1,5 +1,6 @@
 // The protocol pieces of session pooling: the tracker's walk (where a Terminate begins, the
-// ReadyForQuery status), the server greeting l5pgd keeps, and the reset's strict answer.
+// ReadyForQuery status), the server greeting l5pgd keeps, and the reset's strict answer;
+// and the watcher that picks a plain session's cancel key out of Postgres's first bytes.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "protocol/backend_key_watcher.hpp"
 #include "protocol/backend_messages.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/pool_reset.hpp"
@@ -221,4 +223,61 @@ TEST_CASE("PoolReset: output still due to the previous client fails the reset") 
     error.error("ERROR", "25001", "DISCARD ALL cannot run inside a transaction block");
     error.ready_for_query('T');
     CHECK(PoolReset(nonce).feed(error.take(), greeting) == PoolReset::Status::Failed);
+}
+
+TEST_CASE("BackendKeyWatcher: the key of a trusted or a password login, in any pieces") {
+    // SCRAM: AuthenticationSASL, SASLContinue, SASLFinal before AuthenticationOk.
+    const auto auth = [](uint32_t code, std::string_view data) {
+        Bytes body(4);
+        write_be32(body.data(), code);
+        body.insert(body.end(), reinterpret_cast<const std::byte*>(data.data()),
+                    reinterpret_cast<const std::byte*>(data.data()) + data.size());
+        return message('R', text(body));
+    };
+    const Bytes scram = concat({auth(10, text(cstrings({"SCRAM-SHA-256", ""}))),
+                                auth(11, "r=abc,s=def,i=4096"), auth(12, "v=xyz")});
+    for (const Bytes& start : {plain_greeting(), concat({scram, plain_greeting()})}) {
+        for (size_t piece = 1; piece <= start.size(); ++piece) {
+            BackendKeyWatcher watcher;
+            BackendKeyWatcher::Status status = BackendKeyWatcher::Status::Watching;
+            for (size_t i = 0; i < start.size(); i += piece)
+                status =
+                    watcher.feed(std::span(start).subspan(i, std::min(piece, start.size() - i)));
+            CHECK(status == BackendKeyWatcher::Status::Done);
+            REQUIRE(watcher.key().has_value());
+            CHECK(*watcher.key() == CancelKey{4242, 0xdeadbeef});
+        }
+    }
+}
+
+TEST_CASE("BackendKeyWatcher: no usable key, and nothing after the first ReadyForQuery") {
+    const Bytes ok = message('R', std::string(4, '\0'));
+    const Bytes ready = message('Z', "I");
+    BackendKeyWatcher without_key;
+    CHECK(without_key.feed(concat({ok, ready})) == BackendKeyWatcher::Status::Done);
+    CHECK_FALSE(without_key.key().has_value());
+    // Too late: the key must come before the first ReadyForQuery.
+    CHECK(without_key.feed(message('K', std::string(8, '\x01'))) ==
+          BackendKeyWatcher::Status::Done);
+    CHECK_FALSE(without_key.key().has_value());
+
+    BackendKeyWatcher long_secret;  // protocol 3.2: a secret of up to 256 bytes
+    CHECK(long_secret.feed(concat({ok, message('K', std::string(36, '\x01')), ready})) ==
+          BackendKeyWatcher::Status::Done);
+    CHECK_FALSE(long_secret.key().has_value());
+
+    BackendKeyWatcher bad_length;
+    Bytes bad = message('K', std::string(8, '\x01'));
+    write_be32(bad.data() + 1, 2);  // a length below the header's own 4 bytes
+    CHECK(bad_length.feed(bad) == BackendKeyWatcher::Status::Done);
+    CHECK_FALSE(bad_length.key().has_value());
+
+    BackendKeyWatcher oversized;  // gives up, keeping no more than its limit and a piece
+    const Bytes huge = message('N', std::string(BackendKeyWatcher::kMaxSize, 'x'));
+    BackendKeyWatcher::Status status = BackendKeyWatcher::Status::Watching;
+    for (size_t i = 0; i < huge.size() && status == BackendKeyWatcher::Status::Watching; i += 8192)
+        status =
+            oversized.feed(std::span(huge).subspan(i, std::min<size_t>(8192, huge.size() - i)));
+    CHECK(status == BackendKeyWatcher::Status::Done);
+    CHECK_FALSE(oversized.key().has_value());
 }

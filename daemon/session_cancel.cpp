@@ -1,0 +1,63 @@
+// Cancel keys (cancel_keys.hpp). Every session's client holds a key l5pgd knows: the
+// backend's own, which a plain session picks out of Postgres's first bytes as they pass
+// (protocol/backend_key_watcher.hpp), or one of l5pgd's for a pooled session
+// (session_pool.cpp). A CancelRequest reaches Postgres only with such a key, translated to
+// the backend's, and counts as on its way until its session ends (a backend is not kept
+// for the pool meanwhile). Any other key is dropped as Postgres drops a wrong one: the
+// connection closes without an answer.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/session.hpp"
+#include "daemon/worker.hpp"
+#include "protocol/wire.hpp"
+
+namespace l5pg::daemon {
+namespace {
+
+constexpr size_t kWatchedChunk = 8 * 1024;  // a session's start is small
+
+}  // namespace
+
+bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
+    std::optional<CancelKeys::Translation> translation =
+        worker_.cancel_keys().backend_for(packet.cancel);
+    if (!translation || startup_.size() < protocol::kCancelRequestLength)
+        return false;
+    protocol::write_be32(startup_.data() + 8, translation->backend.backend_pid);
+    protocol::write_be32(startup_.data() + 12, translation->backend.secret);
+    cancel_in_flight_ = std::move(translation->in_flight);
+    return true;
+}
+
+// The client's end may be shared memory its client can rewrite at any moment: the watcher
+// reads our own copy, and the end gets the same bytes.
+ssize_t Session::recv_watched(std::span<std::byte> space) {
+    std::array<std::byte, kWatchedChunk> copy;
+    const size_t want = std::min(space.size(), copy.size());
+    const ssize_t n = ::recv(upstream_.get(), copy.data(), want, MSG_DONTWAIT);
+    if (n <= 0)
+        return n;  // errno is recv()'s
+    const auto got = std::span<const std::byte>(copy).first(static_cast<size_t>(n));
+    std::copy(got.begin(), got.end(), space.begin());
+    watch_for_key(got);
+    return n;
+}
+
+void Session::watch_for_key(std::span<const std::byte> copy) {
+    if (!key_watcher_ || key_watcher_->feed(copy) == protocol::BackendKeyWatcher::Status::Watching)
+        return;
+    if (const std::optional<protocol::CancelKey> key = key_watcher_->key())
+        cancel_lease_ = worker_.cancel_keys().serve(*key);
+    else
+        spdlog::debug("session {}: Postgres sent no cancel key l5pgd can use", id_);
+    key_watcher_.reset();
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,33 @@
+// The BackendKeyData Postgres sends a new session, picked out of copies of its first bytes
+// (never out of a client's shared memory) until its first ReadyForQuery, after which
+// Postgres sends no key. l5pgd forwards a CancelRequest only with a key of a session it
+// serves (daemon/cancel_keys.hpp), as PgBouncer does. Pure code, no I/O.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+
+#include "protocol/framing.hpp"
+#include "protocol/startup.hpp"
+
+namespace l5pg::protocol {
+
+class BackendKeyWatcher {
+  public:
+    // Watching: more bytes may still hold the key. Done: the first ReadyForQuery came (key()
+    // says whether a key preceded it), or the bytes were not a session's start we can read.
+    enum class Status { Watching, Done };
+    // Bytes the session's start may take before the watcher gives up (with no key).
+    static constexpr size_t kMaxSize = 64 * 1024;
+
+    Status feed(std::span<const std::byte> bytes);
+    [[nodiscard]] std::optional<CancelKey> key() const noexcept { return key_; }
+
+  private:
+    MessageBuffer buffer_;
+    std::optional<CancelKey> key_;
+    Status status_ = Status::Watching;
+};
+
+}  // namespace l5pg::protocol
