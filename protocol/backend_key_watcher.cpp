@@ -1,6 +1,6 @@
 #include "protocol/backend_key_watcher.hpp"
 
-#include "protocol/wire.hpp"
+#include "protocol/server_greeting.hpp"
 
 namespace l5pg::protocol {
 
@@ -17,9 +17,8 @@ BackendKeyWatcher::Status BackendKeyWatcher::feed(std::span<const std::byte> byt
         }
         if (msg.status == ParseStatus::Invalid || msg.type == 'Z')
             return status_ = Status::Done;
-        // Protocol 3.0's key is 8 bytes; 3.2's longer secret is not one l5pgd can map.
-        if (msg.type == 'K' && msg.body.size() == 8)
-            key_ = CancelKey{read_be32(msg.body.data()), read_be32(msg.body.data() + 4)};
+        if (msg.type == 'K')
+            key_ = parse_backend_key_data(msg.body);
     }
 }
 

@@ -53,6 +53,12 @@ GreetingReader::Status GreetingReader::feed(std::span<const std::byte> bytes) {
     return status_;
 }
 
+std::optional<CancelKey> parse_backend_key_data(std::span<const std::byte> body) {
+    if (body.size() != 8)
+        return std::nullopt;
+    return CancelKey{read_be32(body.data()), read_be32(body.data() + 4)};
+}
+
 GreetingReader::Status GreetingReader::parse() {
     for (;;) {
         const MessageView msg = buffer_.next(kMaxSize);
@@ -73,12 +79,14 @@ GreetingReader::Status GreetingReader::parse() {
                 greeting_.set_parameter(name, value);
                 break;
             }
-            case 'K':  // protocol 3.0's key; 3.2's longer secret is not pooled
-                if (!authenticated_ || keyed_ || msg.body.size() != 8)
+            case 'K': {
+                const std::optional<CancelKey> key = parse_backend_key_data(msg.body);
+                if (!authenticated_ || keyed_ || !key)
                     return Status::NotPoolable;
-                greeting_.key = {read_be32(msg.body.data()), read_be32(msg.body.data() + 4)};
+                greeting_.key = *key;
                 keyed_ = true;
                 break;
+            }
             case 'Z':
                 if (!keyed_ || msg.body.size() != 1 || msg.body[0] != std::byte{'I'})
                     return Status::NotPoolable;

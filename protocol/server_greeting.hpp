@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,10 @@ class GreetingReader {
     Status status_ = Status::NeedMore;
     ServerGreeting greeting_;
 };
+
+// A BackendKeyData body's key: protocol 3.0's 8 bytes only (3.2's longer secret is not one
+// l5pgd can hand out or map), else nothing.
+[[nodiscard]] std::optional<CancelKey> parse_backend_key_data(std::span<const std::byte> body);
 
 // Splits a ParameterStatus body into name and value; false if it is malformed.
 [[nodiscard]] bool parse_parameter_status(std::span<const std::byte> body, std::string& name,
