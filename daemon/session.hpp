@@ -161,8 +161,6 @@ class Session final : public ClientEndHost {
     // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
     // of a session l5pgd serves, translated to the backend's.
     [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
-    // recv() from Postgres into `space` through a private copy the key watcher reads.
-    [[nodiscard]] ssize_t recv_watched(std::span<std::byte> space);
     void watch_for_key(std::span<const std::byte> copy);
     // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
     [[nodiscard]] std::span<const std::byte> copy_client_chunk(std::span<const std::byte> data);
@@ -207,6 +205,8 @@ class Session final : public ClientEndHost {
     void on_upstream_readable();
     void on_upstream_writable();
     void read_upstream();
+    // One recv() from Postgres into `space`, and what l5pgd reads of Postgres's messages.
+    [[nodiscard]] ssize_t recv_upstream(std::span<std::byte> space);
     bool forward_client_to_upstream();
     void discard_client_input();  // nothing more can go to Postgres
     void flush_upstream();

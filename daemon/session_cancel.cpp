@@ -5,13 +5,6 @@
 // the backend's, and counts as on its way until its session ends (a backend is not kept
 // for the pool meanwhile). Any other key is dropped as Postgres drops a wrong one: the
 // connection closes without an answer.
-#include <sys/socket.h>
-
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <cstring>
-
 #include <spdlog/spdlog.h>
 
 #include "daemon/session.hpp"
@@ -19,12 +12,6 @@
 #include "protocol/wire.hpp"
 
 namespace l5pg::daemon {
-namespace {
-
-constexpr size_t kWatchedChunk = 8 * 1024;  // a session's start is small
-
-}  // namespace
-
 bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     std::optional<CancelKeys::Translation> translation =
         worker_.cancel_keys().backend_for(packet.cancel);
@@ -34,20 +21,6 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     protocol::write_be32(startup_.data() + 12, translation->backend.secret);
     cancel_in_flight_ = std::move(translation->in_flight);
     return true;
-}
-
-// The client's end may be shared memory its client can rewrite at any moment: the watcher
-// reads our own copy, and the end gets the same bytes.
-ssize_t Session::recv_watched(std::span<std::byte> space) {
-    std::array<std::byte, kWatchedChunk> copy;
-    const size_t want = std::min(space.size(), copy.size());
-    const ssize_t n = ::recv(upstream_.get(), copy.data(), want, MSG_DONTWAIT);
-    if (n <= 0)
-        return n;  // errno is recv()'s
-    const auto got = std::span<const std::byte>(copy).first(static_cast<size_t>(n));
-    std::copy(got.begin(), got.end(), space.begin());
-    watch_for_key(got);
-    return n;
 }
 
 void Session::watch_for_key(std::span<const std::byte> copy) {

@@ -5,6 +5,7 @@
 // client's messages (session_pool.cpp).
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -206,12 +207,9 @@ void Session::read_upstream() {
         std::span<std::byte> space;
         if (end_->reserve(kUpstreamChunk, space) != IoStatus::Ok)
             break;  // full: the end resumes us when the client made room (pump())
-        const ssize_t n = key_watcher_
-                              ? recv_watched(space)
-                              : ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
+        const ssize_t n = recv_upstream(space);
         const int err = errno;
         if (n > 0) {
-            note_from_upstream(space.first(static_cast<size_t>(n)));
             end_->commit(static_cast<size_t>(n));
             count_bytes(Direction::ServerToClient, static_cast<uint64_t>(n));
             set_awaiting_upstream(false);
@@ -237,6 +235,29 @@ void Session::read_upstream() {
         break;
     }
     flush_client();
+}
+
+// The end's space may be shared memory the client can rewrite at any moment. Where what
+// l5pgd reads of Postgres's messages decides something beyond this client's own stream --
+// its cancel key (until the key watcher has it), whether a pooled backend is idle -- it
+// reads a private copy of the bytes, and the end gets the same bytes. Elsewhere only the
+// message boundaries for a FATAL of l5pgd's own are followed, in place.
+ssize_t Session::recv_upstream(std::span<std::byte> space) {
+    if (!key_watcher_ && !pool_.pooled) {
+        const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
+        if (n > 0)
+            note_from_upstream(space.first(static_cast<size_t>(n)));
+        return n;
+    }
+    const std::span<std::byte> copy = worker_.scratch(space.size());
+    const ssize_t n = ::recv(upstream_.get(), copy.data(), copy.size(), MSG_DONTWAIT);
+    if (n <= 0)
+        return n;  // errno is recv()'s
+    const auto got = std::span<const std::byte>(copy).first(static_cast<size_t>(n));
+    std::copy(got.begin(), got.end(), space.begin());
+    watch_for_key(got);
+    note_from_upstream(got);
+    return n;
 }
 
 void Session::flush_upstream() {

@@ -493,6 +493,12 @@ void Worker::run() {
     spdlog::debug("worker {} stopped", index_);
 }
 
+std::span<std::byte> Worker::scratch(size_t size) {
+    if (scratch_.size() < size)
+        scratch_.resize(size);
+    return std::span<std::byte>(scratch_).first(size);
+}
+
 UpstreamPool::Limits Worker::pool_limits() const noexcept {
     const config::PoolConfig& pool = settings_->config.pool;
     const size_t workers = std::max(1u, settings_->config.workers.count);

@@ -86,6 +86,9 @@ class Worker {
     [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_state_.sessions; }
     // The waits of SHM clients this worker rang for lately (one doorbell per client wait).
     [[nodiscard]] DoorbellCoalescer& doorbells() noexcept { return doorbells_; }
+    // `size` bytes of this worker thread's own, for a private copy that lives only within
+    // one callback (the next call may hand out the same bytes).
+    [[nodiscard]] std::span<std::byte> scratch(size_t size);
     // Server connections kept for the next client (pool.mode), and the keys their clients
     // hold in place of the backends' own (shared by all workers).
     [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
@@ -194,6 +197,7 @@ class Worker {
 
     uint64_t next_id_;
     DoorbellCoalescer doorbells_;                  // before the sessions, whose SHM ends use it
+    std::vector<std::byte> scratch_;               // see scratch()
     UpstreamPool upstream_pool_;                   // after base_, which must outlive its events
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;

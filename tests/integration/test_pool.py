@@ -225,6 +225,16 @@ def raw_pid(s):
     return int(rows[0][0])
 
 
+def cancel_sleep(d, cluster, s, app, key):
+    """Runs pg_sleep(30) on raw session `s` and cancels it with `key`: the query must end
+    with 57014 (query_canceled)."""
+    send_query(s, "select pg_sleep(30)")
+    wait_for_backend(cluster, app)
+    send_cancel(d, key)
+    _, error = read_result(s)
+    assert error is not None and error.get("C") == "57014", error
+
+
 def send_cancel(d, key):
     """A CancelRequest with `key` to l5pgd's Unix socket; returns once l5pgd has closed
     that connection (it has dealt with the request)."""
@@ -412,11 +422,7 @@ def test_client_leaving_right_after_a_cancel_gives_nothing_back(l5pgd, cluster):
     app = new_app()
     s, key = raw_connect(d, app)
     first = raw_pid(s)
-    send_query(s, "select pg_sleep(30)")
-    wait_for_backend(cluster, app)
-    send_cancel(d, key)
-    _, error = read_result(s)
-    assert error is not None and error.get("C") == "57014", error
+    cancel_sleep(d, cluster, s, app, key)
     pgwire.terminate(s)
     s.close()
     wait_backend_gone(cluster, first)
@@ -665,11 +671,7 @@ def test_previous_clients_key_does_not_cancel_the_next_client(l5pgd, cluster):
         assert error is None, f"the previous client's key canceled the next client: {error}"
         assert rows == [[""]]
         # The next client's own key does cancel (the request path works).
-        send_query(s2, "select pg_sleep(30)")
-        wait_for_backend(cluster, app)
-        send_cancel(d, key)
-        rows, error = read_result(s2)
-        assert error is not None and error.get("C") == "57014", error
+        cancel_sleep(d, cluster, s2, app, key)
         pgwire.terminate(s2)
     finally:
         s2.close()
