@@ -50,7 +50,13 @@ def test_crowded_client_blocks_unless_told_not_to(l5pgd_not_following, pgbench_d
     # client spinning (measured: docs/performance.md, "A blocking worker joins its client's
     # CPU"); test_blocking_worker_joins_its_clients_cpu covers the worker.
     d = l5pgd_not_following
-    blocked, n_on = doorbells_during(d, {**SPIN_ONLY, "L5PG_BLOCK_WHEN_CROWDED": "1"})
+    # Up to three tries: the gauge reads the scheduler, and once in some full `make test`
+    # runs a 3 s run saw no crowded window at all (2 doorbells). A gauge that never fires
+    # fails all three.
+    for _ in range(3):
+        blocked, n_on = doorbells_during(d, {**SPIN_ONLY, "L5PG_BLOCK_WHEN_CROWDED": "1"})
+        if blocked >= 100:
+            break
     spun, n_off = doorbells_during(d, {**SPIN_ONLY, "L5PG_BLOCK_WHEN_CROWDED": "0"})
     # Blocking once a back-off began: every answer in it woke a blocked client.
     assert blocked >= 100, (blocked, n_on, spun, n_off)
