@@ -26,7 +26,7 @@ namespace {
 
 // Out of descriptors, accept() stops listening for this long before it tries again.
 constexpr timeval kAcceptPause{0, 100 * 1000};
-// Waiting connections refused with the spare descriptor per listener and pause: the listen
+// Waiting connections refused with the spare descriptors per listener and pause: the listen
 // queue empties in a few pauses, and a pause's work stays small.
 constexpr size_t kRefusalsPerPause = 64;
 
@@ -213,7 +213,7 @@ void Server::accept_error_cb(evconnlistener*, void* arg) {
 // libevent calls accept() again on every loop turn while a connection waits, and without
 // descriptors each call fails at once: a busy loop (and, before this callback existed, a
 // log line per call). So stop listening for kAcceptPause, and meanwhile tell the waiting
-// clients why with the spare descriptor instead of letting them hang.
+// clients why with the spare descriptors (daemon/fd_reserve.hpp) instead of letting them hang.
 void Server::on_accept_error(int err) {
     accept_failing_ = true;
     pause_accepting();
