@@ -7,9 +7,9 @@
 // l5pgd has other threads that take descriptors (the metrics endpoint accepts scrapes, the
 // workers connect upstream), and the slot a spare frees goes to whichever thread asks
 // first. With one spare, a scrape accepted into that slot left the waiting clients
-// unanswered until the metrics endpoint closed it (up to its 10 s timeout; seen once in
-// test_exhaustion.py). So the reserve keeps several, and gives up the next one when accept()
-// still finds the table full.
+// unanswered until the metrics endpoint closed it (up to its 10 s timeout; the likely cause
+// of a refusal that did not come within 5 s, once, in test_exhaustion.py). So the reserve
+// keeps several, and gives up the next one when accept() still finds the table full.
 #pragma once
 
 #include <array>
