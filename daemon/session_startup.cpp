@@ -17,6 +17,7 @@
 #include "daemon/session.hpp"
 #include "daemon/upstream.hpp"
 #include "daemon/worker.hpp"
+#include "protocol/version_negotiation.hpp"
 #include "protocol/wire.hpp"
 
 namespace l5pg::daemon {
@@ -224,13 +225,21 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             }
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
-        case StartupKind::Startup:
+        case StartupKind::Startup: {
             startup_slot_.release();
+            // Before any other answer, as Postgres sends it (protocol/startup.hpp).
+            const std::optional<protocol::ProtocolDowngrade> downgrade =
+                protocol::downgrade_to_3_0(packet);
+            if (downgrade)
+                send_to_client(downgrade->negotiate);
             if (admit_startup(packet)) {
                 pool_.pooled = pool_applies(packet);
-                begin_upstream({startup_.data(), length}, /*cancel=*/false);
+                begin_upstream(downgrade ? std::span<const std::byte>(downgrade->startup)
+                                         : std::span<const std::byte>(startup_.data(), length),
+                               /*cancel=*/false);
             }
             return;
+        }
     }
 }
 

@@ -58,6 +58,16 @@ void BackendWriter::backend_key_data(uint32_t pid, uint32_t key) {
     end();
 }
 
+void BackendWriter::negotiate_protocol_version(uint32_t version,
+                                               const std::vector<std::string_view>& unrecognized) {
+    begin('v');
+    put_u32(version);
+    put_u32(static_cast<uint32_t>(unrecognized.size()));
+    for (const std::string_view option : unrecognized)
+        put_cstring(option);
+    end();
+}
+
 void BackendWriter::ready_for_query(char status) {
     begin('Z');
     out_.push_back(static_cast<std::byte>(status));

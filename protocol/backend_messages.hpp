@@ -18,7 +18,11 @@ class BackendWriter {
     void authentication_ok();                                              // 'R', 0
     void parameter_status(std::string_view name, std::string_view value);  // 'S'
     void backend_key_data(uint32_t pid, uint32_t key);                     // 'K'
-    void ready_for_query(char status = 'I');                               // 'Z'
+    // 'v': the protocol version the server speaks, and the protocol options ("_pq_."
+    // parameters) of the StartupMessage it does not know.
+    void negotiate_protocol_version(uint32_t version,
+                                    const std::vector<std::string_view>& unrecognized);
+    void ready_for_query(char status = 'I');  // 'Z'
     // 'T': text columns of type text (OID 25).
     void row_description(const std::vector<std::string_view>& columns);
     // 'D': a NULL where a value is absent.

@@ -3,6 +3,7 @@ import socket
 import struct
 
 PROTO_3_0 = 196608
+PROTO_3_2 = PROTO_3_0 | 2  # PostgreSQL 18's, with longer cancel keys
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 
@@ -17,9 +18,9 @@ def startup_packet(user="postgres", database="postgres", **params):
     return startup_packet_of(dict(user=user, database=database, **params).items())
 
 
-def startup_packet_of(pairs):
+def startup_packet_of(pairs, version=PROTO_3_0):
     """A StartupMessage with exactly these (name, value) pairs, repeated names included."""
-    body = struct.pack("!I", PROTO_3_0)
+    body = struct.pack("!I", version)
     for k, v in pairs:
         body += k.encode() + b"\0" + v.encode() + b"\0"
     body += b"\0"

@@ -225,6 +225,17 @@ def raw_pid(s):
     return int(rows[0][0])
 
 
+def kept_backend(d, app):
+    """A raw client logs in and leaves cleanly: the process id of the backend l5pgd then
+    keeps, and the 8 bytes of the BackendKeyData that client got."""
+    s, key = raw_connect(d, app)
+    pid = raw_pid(s)
+    pgwire.terminate(s)
+    s.close()
+    wait_idle(d, 1)
+    return pid, key
+
+
 def cancel_sleep(d, cluster, s, app, key):
     """Runs pg_sleep(30) on raw session `s` and cancels it with `key`: the query must end
     with 57014 (query_canceled)."""
@@ -260,6 +271,30 @@ def test_next_identical_client_gets_the_same_backend(l5pgd, request, transport):
     assert second == first, "the second client got a new backend instead of the kept one"
     assert d.metric("l5pg_sessions_total", transport=transport) == sessions + 2, \
         f"the clients did not go over {transport}"
+
+
+def test_newer_protocol_client_gets_3_0_on_the_kept_backend(l5pgd, cluster):
+    # l5pgd negotiates protocol 3.2 and "_pq_." options down itself (test_startup.py checks
+    # the answer against Postgres's own): Postgres sees the StartupMessage of a 3.0 client,
+    # so the backend such a client left is reused, and 3.0's cancel key works.
+    d = l5pgd.start()
+    app = new_app()
+    first, _ = kept_backend(d, app)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(60)
+    s.connect(str(d.socket_path))
+    s.sendall(pgwire.startup_packet_of([("user", "postgres"), ("database", "postgres"),
+                                        ("application_name", app), ("_pq_.l5pg_test", "1")],
+                                       version=pgwire.PROTO_3_2))
+    msgs = pgwire.read_until_ready(s)
+    types = [t for t, _ in msgs]
+    assert types[0] == "v" and types.count("v") == 1 and types[-1] == "Z", types
+    keys = [body for t, body in msgs if t == "K"]
+    assert [len(k) for k in keys] == [8], types
+    assert raw_pid(s) == first, "the 3.2 client got a new backend instead of the kept one"
+    cancel_sleep(d, cluster, s, app, keys[0])
+    pgwire.terminate(s)
+    s.close()
 
 
 def test_metrics_count_returned_and_reused(l5pgd):
@@ -529,11 +564,7 @@ def test_client_failing_the_check_never_gets_a_kept_backend(l5pgd):
     StartupMessage is refused, and the kept backend stays for root."""
     d = l5pgd.start()
     app = new_app()
-    s, _ = raw_connect(d, app)
-    first = raw_pid(s)
-    pgwire.terminate(s)
-    s.close()
-    wait_idle(d, 1)
+    first, _ = kept_backend(d, app)
     startup = pgwire.startup_packet(application_name=app)
     r = subprocess.run([PYTHON, "-c", STARTUP_PROBE, str(d.socket_path), startup.hex()],
                        user="nobody", capture_output=True, text=True, timeout=60, cwd="/")
@@ -653,11 +684,7 @@ def test_psql_sigint_cancels_on_a_reused_session(l5pgd, cluster, request, transp
 def test_previous_clients_key_does_not_cancel_the_next_client(l5pgd, cluster):
     d = l5pgd.start()
     app = new_app()
-    s1, old_key = raw_connect(d, app)
-    first = raw_pid(s1)
-    pgwire.terminate(s1)
-    s1.close()
-    wait_idle(d, 1)
+    first, old_key = kept_backend(d, app)
 
     s2, key = raw_connect(d, app)
     try:

@@ -1,11 +1,12 @@
 """l5pgd's handling of invalid startup traffic, unreachable upstream, and bad configuration."""
+import socket
 import struct
 import subprocess
 import time
 
 import pytest
 
-from tests.harness import paths, pgwire
+from tests.harness import l5wire, paths, pgwire
 from tests.harness.client import make_target, psql, psql_cmd, run
 from tests.harness.l5pgd import L5pgd
 from tests.harness.ports import free_port
@@ -128,3 +129,40 @@ def test_config_errors(l5pgd_binary, tmp_path, override, key):
                   override)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert key in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("options", [[], [("_pq_.l5pg_test", "1")]], ids=["3.2", "3.2-option"])
+@pytest.mark.parametrize("kind", ["tcp", "shm"])
+def test_newer_protocol_negotiated_down_as_postgres_does(l5pgd, cluster, kind, options):
+    packet = pgwire.startup_packet_of([("user", "postgres"), ("database", "postgres"), *options],
+                                      version=pgwire.PROTO_3_2)
+    with socket.socket(socket.AF_UNIX) as direct:
+        direct.settimeout(10)
+        direct.connect(str(cluster.socket_dir / f".s.PGSQL.{cluster.port}"))
+        direct.sendall(packet)
+        from_postgres = pgwire.read_until_ready(direct)
+        pgwire.terminate(direct)
+    assert from_postgres[0][0] == "v", from_postgres[:2]
+    if kind == "shm":
+        client = l5wire.ShmClient(l5pgd.socket_path)
+        assert client.upgrade() == b"L"
+        client.write_bytes(packet)
+        msgs, run = client.read_until_ready(), client.query
+    else:
+        s = pgwire.connect(l5pgd.host, l5pgd.port)
+        s.sendall(packet)
+        msgs, run = pgwire.read_until_ready(s), lambda sql: pgwire.query(s, sql)
+    types = [t for t, _ in msgs]
+    # l5pgd answers what Postgres answers, first; and only once: Postgres behind it got 3.0
+    # without options, or it would have sent a NegotiateProtocolVersion of its own.
+    assert msgs[0] == from_postgres[0], (msgs[0], from_postgres[0])
+    assert types.count("v") == 1 and types[-1] == "Z", types
+    # Protocol 3.0's cancel key: a pid and a 4-byte secret.
+    assert [len(body) for t, body in msgs if t == "K"] == [8], types
+    assert [body for t, body in run("select 41 + 1") if t == "D"][0].endswith(b"42")
+    if kind == "shm":
+        client.close()
+    else:
+        pgwire.terminate(s)
+        s.close()

@@ -3,15 +3,18 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/startup.hpp"
+#include "protocol/version_negotiation.hpp"
 #include "protocol/wire.hpp"
 
 using Catch::Matchers::Contains;
@@ -199,6 +202,55 @@ TEST_CASE("startup: StartupMessage without parameters and with 3.x minor", "[pro
     REQUIRE(r.status == ParseStatus::Ok);
     CHECK(r.packet.code == (kProtocolVersion3 | 2));
     CHECK(is_startup_message(minor));
+}
+
+namespace {
+
+// The negotiation for a StartupMessage of `version` with `params`.
+std::optional<ProtocolDowngrade> downgrade_of(const Params& params, uint32_t version) {
+    Bytes msg = build_startup_message(params);
+    write_be32(msg.data() + 4, version);
+    const auto r = parse_startup_packet(msg);
+    REQUIRE(r.status == ParseStatus::Ok);
+    return downgrade_to_3_0(r.packet);
+}
+
+}  // namespace
+
+TEST_CASE("startup: a newer 3.x or protocol options are negotiated down to 3.0",
+          "[protocol][startup]") {
+    const Params plain{{"user", "u"}, {"database", "d"}};
+    const uint32_t v3_2 = kProtocolVersion3 | 2;
+    SECTION("3.0 without options goes on as it is") {
+        CHECK_FALSE(downgrade_of(plain, kProtocolVersion3).has_value());
+    }
+    SECTION("3.2 with options: 'v' names 3.0 and the options, which Postgres never sees") {
+        const auto downgrade = downgrade_of(
+            {{"user", "u"}, {"_pq_.one", "1"}, {"database", "d"}, {"_pq_.two", ""}}, v3_2);
+        REQUIRE(downgrade.has_value());
+        CHECK(downgrade->startup == build_startup_message(plain));
+        const Bytes& v = downgrade->negotiate;
+        REQUIRE(v.size() == 1 + 4 + 4 + 4 + sizeof "_pq_.one" + sizeof "_pq_.two");
+        CHECK(v[0] == std::byte{'v'});
+        CHECK(read_be32(v.data() + 1) == v.size() - 1);
+        CHECK(read_be32(v.data() + 5) == kProtocolVersion3);
+        CHECK(read_be32(v.data() + 9) == 2);
+        CHECK(std::string(reinterpret_cast<const char*>(v.data() + 13)) == "_pq_.one");
+        CHECK(std::string(reinterpret_cast<const char*>(v.data() + 13 + sizeof "_pq_.one")) ==
+              "_pq_.two");
+    }
+    SECTION("3.0 with an option, 3.2 without: 'v' all the same") {
+        for (const auto& [params, version, options] :
+             {std::tuple{Params{{"user", "u"}, {"_pq_.x", "1"}, {"database", "d"}},
+                         kProtocolVersion3, 1u},
+              std::tuple{plain, v3_2, 0u}}) {
+            const auto downgrade = downgrade_of(params, version);
+            REQUIRE(downgrade.has_value());
+            CHECK(downgrade->startup == build_startup_message(plain));
+            CHECK(read_be32(downgrade->negotiate.data() + 5) == kProtocolVersion3);
+            CHECK(read_be32(downgrade->negotiate.data() + 9) == options);
+        }
+    }
 }
 
 TEST_CASE("startup: SSLRequest and GSSENCRequest", "[protocol][startup]") {
