@@ -227,7 +227,7 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             return;
         case StartupKind::Startup: {
             startup_slot_.release();
-            // Before any other answer, as Postgres sends it (protocol/startup.hpp).
+            // Before any other answer, as Postgres sends it (protocol/version_negotiation.hpp).
             const std::optional<protocol::ProtocolDowngrade> downgrade =
                 protocol::downgrade_to_3_0(packet);
             if (downgrade)
