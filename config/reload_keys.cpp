@@ -108,6 +108,14 @@ std::vector<KeyChange> diff(const Config& running, const Config& loaded) {
     return changes;
 }
 
+std::vector<KeySetting> settings_of(const Config& running) {
+    static const Config defaults;
+    std::vector<KeySetting> settings;
+    for (const KeyRule& rule : rules())
+        settings.push_back({rule.key, rule.show(running), rule.show(defaults), rule.reload});
+    return settings;
+}
+
 Config keep_restart_keys(const Config& running, Config loaded) {
     loaded.listen = running.listen;
     loaded.workers = running.workers;

@@ -29,6 +29,18 @@ struct KeyChange {
 // The keys whose values differ between `running` and `loaded`.
 [[nodiscard]] std::vector<KeyChange> diff(const Config& running, const Config& loaded);
 
+// One key as the running l5pgd has it, its value and the default written as diff() writes
+// values (strings quoted, so that an empty one shows).
+struct KeySetting {
+    std::string_view key;
+    std::string value;
+    std::string default_value;
+    Reload reload;
+};
+
+// Every key of `running`, in the order of reload_keys(): the admin console's SHOW CONFIG.
+[[nodiscard]] std::vector<KeySetting> settings_of(const Config& running);
+
 // `loaded` with every Reload::Restart key set back to its value in `running`: what a
 // reload applies.
 [[nodiscard]] Config keep_restart_keys(const Config& running, Config loaded);

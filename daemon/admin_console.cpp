@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <string_view>
+#include <utility>
 
 #include "daemon/admin_query.hpp"
 #include "l5pg_version.hpp"
@@ -50,7 +51,8 @@ struct AdminConsole::Connection {
     bool closing = false;            // end once `out` is written
 };
 
-AdminConsole::AdminConsole(event_base* base, AdminView view) : base_(base), view_(view) {}
+AdminConsole::AdminConsole(event_base* base, std::function<AdminView()> view)
+    : base_(base), view_(std::move(view)) {}
 
 AdminConsole::~AdminConsole() = default;
 
@@ -154,7 +156,7 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
     if (type == 'Q') {
         const auto* text = reinterpret_cast<const char*>(body.data());
         const std::string_view sql(text, std::find(text, text + body.size(), '\0') - text);
-        answer_admin_query(sql, view_, out);
+        answer_admin_query(sql, view_(), out);
     } else if (type == 'X') {
         go_on = false;
     } else if (type == 'S') {  // Sync: the end of a refused extended-protocol exchange

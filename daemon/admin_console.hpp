@@ -12,6 +12,7 @@
 #include <event2/event.h>
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -25,7 +26,8 @@ namespace l5pg::daemon {
 
 class AdminConsole {
   public:
-    AdminConsole(event_base* base, AdminView view);
+    // `view` is called for each query on the worker thread: what the console reads then.
+    AdminConsole(event_base* base, std::function<AdminView()> view);
     ~AdminConsole();
     AdminConsole(const AdminConsole&) = delete;
     AdminConsole& operator=(const AdminConsole&) = delete;
@@ -47,7 +49,7 @@ class AdminConsole {
     void drop(Connection& c);
 
     event_base* base_;
-    const AdminView view_;
+    const std::function<AdminView()> view_;
     std::map<const Connection*, std::unique_ptr<Connection>> connections_;
 };
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "config/reload_keys.hpp"
 #include "l5pg_version.hpp"
 
 namespace l5pg::daemon {
@@ -90,6 +91,16 @@ void show_pools(AdminView view, protocol::BackendWriter& out) {
     out.command_complete(fmt::format("SHOW {}", rows.size()));
 }
 
+// As PgBouncer's SHOW CONFIG: `changeable` says whether a reload (SIGHUP) applies the key.
+void show_config(const config::Config& running, protocol::BackendWriter& out) {
+    const std::vector<config::KeySetting> settings = config::settings_of(running);
+    out.row_description({"key", "value", "default", "changeable"});
+    for (const config::KeySetting& s : settings)
+        out.data_row({std::string(s.key), s.value, s.default_value,
+                      s.reload == config::Reload::Live ? "yes" : "no"});
+    out.command_complete(fmt::format("SHOW {}", settings.size()));
+}
+
 void show_rows(std::string_view column, const std::vector<std::string>& rows,
                protocol::BackendWriter& out) {
     out.row_description({column});
@@ -109,10 +120,13 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
         show_sessions(view.sessions, out, clock);
     } else if (command == "show pools") {
         show_pools(view, out);
+    } else if (command == "show config") {
+        show_config(view.config, out);
     } else if (command == "show version") {
         show_rows("version", {"l5pgd " L5PG_VERSION}, out);
     } else if (command == "show help") {
-        show_rows("command", {"SHOW SESSIONS", "SHOW POOLS", "SHOW VERSION", "SHOW HELP"}, out);
+        show_rows("command",
+                  {"SHOW SESSIONS", "SHOW POOLS", "SHOW CONFIG", "SHOW VERSION", "SHOW HELP"}, out);
     } else {
         out.error("ERROR", "0A000",
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",

@@ -3,6 +3,7 @@
 //
 //   SHOW SESSIONS   who is connected (also SHOW CLIENTS, as in PgBouncer)
 //   SHOW POOLS      per database and role: sessions now, server connections kept idle
+//   SHOW CONFIG     every configuration key: value in force, default, reloadable or not
 //   SHOW VERSION    l5pgd's version
 //   SHOW HELP       these commands
 //
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <string_view>
 
+#include "config/config.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/session_directory.hpp"
 #include "protocol/backend_messages.hpp"
@@ -22,10 +24,12 @@ struct AdminClock {
     std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
 };
 
-// What the console reads: the admitted sessions and the kept server connections.
+// What the console reads: the admitted sessions, the kept server connections and the
+// configuration the answering worker runs with (after a reload, the reloaded one).
 struct AdminView {
     const SessionDirectory& sessions;
     const PoolDirectory& pools;
+    const config::Config& config;
 };
 
 // Appends the answer to `sql`, ending with ReadyForQuery. An unknown command is an ERROR

@@ -231,8 +231,9 @@ void Worker::adopt_handed_over() {
 
 AdminConsole& Worker::admin_console() {
     if (!admin_console_)
-        admin_console_ = std::make_unique<AdminConsole>(
-            base_.get(), AdminView{admission_state_.sessions, admission_state_.pools});
+        admin_console_ = std::make_unique<AdminConsole>(base_.get(), [this] {
+            return AdminView{admission_state_.sessions, admission_state_.pools, config()};
+        });
     return *admin_console_;
 }
 

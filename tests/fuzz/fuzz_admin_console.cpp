@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/config.hpp"
 #include "daemon/admin_query.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/wire.hpp"
@@ -53,6 +54,11 @@ const l5pg::daemon::PoolDirectory& pools() {
     return idle;
 }
 
+const l5pg::config::Config& config() {
+    static const l5pg::config::Config defaults;
+    return defaults;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -70,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             l5pg::protocol::BackendWriter out;
             l5pg::daemon::answer_admin_query(
                 std::string_view(reinterpret_cast<const char*>(body.data()), body.size()),
-                l5pg::daemon::AdminView{directory(), pools()}, out);
+                l5pg::daemon::AdminView{directory(), pools(), config()}, out);
             check_framing(out.bytes());
         }
         in = in.subspan(total);

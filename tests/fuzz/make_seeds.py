@@ -73,7 +73,8 @@ SEEDS = {
         "tls": b"tls:\n  mode: require\n  cert_file: /c\n  key_file: /k\n",
     },
     "admin_console": {
-        "show": message(b"Q", b"SHOW SESSIONS;\0") + message(b"Q", b"  show   version \0"),
+        "show": message(b"Q", b"SHOW SESSIONS;\0") + message(b"Q", b"  show   version \0")
+        + message(b"Q", b"show config\0"),
         "other": message(b"Q", b"select 1\0") + message(b"Q", b"\0") + message(b"Q", b"SHOW HELP"),
     },
     "pool_protocol": {

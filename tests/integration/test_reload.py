@@ -22,6 +22,12 @@ shm:
 """
 
 
+def show_config(d):
+    """The admin console's SHOW CONFIG: key -> [value, default, changeable]."""
+    out = run(psql_cmd("-d", "l5pgd", "-F", "\t", "-c", "SHOW CONFIG"), unix_target(d)).stdout
+    return {cols[0]: cols[1:] for cols in (line.split("\t") for line in out.splitlines())}
+
+
 def debug_lines(text):
     return [ln for ln in text.splitlines() if "[debug]" in ln]
 
@@ -110,6 +116,11 @@ def test_restart_keys_are_named_and_kept(configured):
     assert "reload: limits.max_startup_per_peer: 100 -> 7" in log
     assert "reload: done" in log
     assert psql(unix_target(d), "select 1") == "1"
+    # The admin console shows what runs: the reloaded live key, the restart key's old value.
+    config_rows = show_config(d)
+    assert config_rows["limits.max_startup_per_peer"] == ["7", "100", "yes"]
+    assert config_rows["listen.backlog"] == ["4096", "4096", "no"]
+    assert config_rows["shm.spin_us"][:1] == ["50"]  # from the file since the start
 
     # Nothing changed: files are read again (certificates, ident map), nothing else.
     assert "no key to apply" in d.reload()

@@ -15,6 +15,7 @@ using l5pg::config::keep_restart_keys;
 using l5pg::config::load_from_string;
 using l5pg::config::Reload;
 using l5pg::config::reload_keys;
+using l5pg::config::settings_of;
 
 namespace {
 
@@ -101,4 +102,24 @@ TEST_CASE("reload: keep_restart_keys keeps exactly the restart keys") {
     const auto applied = diff(running, keep_restart_keys(running, live));
     REQUIRE(applied.size() == 1);
     CHECK(applied[0].key == "shm.yield_us");
+}
+
+TEST_CASE("reload: settings_of gives every key's value beside its default") {
+    // A file without keys is the defaults: each value is its own default.
+    for (const auto& s : settings_of(load_from_string("", {}))) {
+        INFO(s.key);
+        CHECK(s.value == s.default_value);
+    }
+    const auto settings = settings_of(load_from_string("", {"listen.port=7000", "shm.yield_us=3"}));
+    REQUIRE(settings.size() == reload_keys().size());
+    size_t changed = 0;
+    for (const auto& s : settings) {
+        if (s.value == s.default_value)
+            continue;
+        ++changed;
+        INFO(s.key);
+        CHECK((s.key == "listen.port" || s.key == "shm.yield_us"));
+        CHECK(s.reload == (s.key == "listen.port" ? Reload::Restart : Reload::Live));
+    }
+    CHECK(changed == 2);
 }

@@ -2,10 +2,15 @@
 // tests/integration/test_admin_console.py).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
+#include "config/reload_keys.hpp"
 #include "daemon/admin_query.hpp"
 #include "protocol/wire.hpp"
 
@@ -34,10 +39,27 @@ std::vector<Message> split(const std::vector<std::byte>& bytes) {
 }
 
 std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions,
-                         const PoolDirectory& pools = PoolDirectory()) {
+                         const PoolDirectory& pools = PoolDirectory(),
+                         const config::Config& config = config::Config()) {
     protocol::BackendWriter out;
-    answer_admin_query(sql, AdminView{sessions, pools}, out);
+    answer_admin_query(sql, AdminView{sessions, pools, config}, out);
     return split(out.bytes());
+}
+
+// A DataRow's columns (none of them NULL here).
+std::vector<std::string> columns(const Message& row) {
+    REQUIRE(row.type == 'D');
+    const auto* p = reinterpret_cast<const std::byte*>(row.body.data());
+    const size_t n = (static_cast<size_t>(p[0]) << 8) | static_cast<size_t>(p[1]);
+    std::vector<std::string> out;
+    size_t at = 2;
+    for (size_t i = 0; i < n; ++i) {
+        const uint32_t len = protocol::read_be32(p + at);
+        REQUIRE(at + 4 + len <= row.body.size());
+        out.push_back(row.body.substr(at + 4, len));
+        at += 4 + len;
+    }
+    return out;
 }
 
 std::string types(const std::vector<Message>& messages) {
@@ -80,7 +102,7 @@ TEST_CASE("admin console: unknown commands are errors, empty queries are empty")
     CHECK(unknown[0].body.find("SHOW HELP") != std::string::npos);
     CHECK(types(ask(" ; ", sessions)) == "IZ");
     CHECK(types(ask("show version", sessions)) == "TDCZ");
-    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDCZ");
+    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDCZ");
 }
 
 TEST_CASE(
@@ -112,4 +134,29 @@ TEST_CASE(
                                                                  10));
     CHECK(m[2].body.find("crm") != std::string::npos);
     CHECK(m[3].body == std::string("SHOW 2") + '\0');
+}
+
+TEST_CASE("admin console: SHOW CONFIG lists every key with its value, default and reloadability") {
+    const SessionDirectory sessions;
+    const config::Config running =
+        config::load_from_string("shm:\n  spin_us: 7\n", {"listen.port=7000"});
+    const auto m = ask("Show Config;", sessions, PoolDirectory(), running);
+    const size_t keys = config::reload_keys().size();
+    REQUIRE(types(m) == "T" + std::string(keys, 'D') + "CZ");
+    std::vector<std::vector<std::string>> rows;
+    for (size_t i = 1; i <= keys; ++i)
+        rows.push_back(columns(m[i]));
+    const auto row = [&](std::string_view key) {
+        const auto it =
+            std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.at(0) == key; });
+        REQUIRE(it != rows.end());
+        return *it;
+    };
+    CHECK(row("shm.spin_us") ==
+          std::vector<std::string>{"shm.spin_us", "7", std::to_string(config::Config().shm.spin_us),
+                                   "yes"});
+    CHECK(row("listen.port") == std::vector<std::string>{"listen.port", "7000", "6432", "no"});
+    CHECK(row("listen.tcp_address")[1] == "\"127.0.0.1\"");
+    CHECK(row("pool.mode") == std::vector<std::string>{"pool.mode", "none", "none", "yes"});
+    CHECK(m[keys + 1].body == fmt::format("SHOW {}", keys) + '\0');
 }
