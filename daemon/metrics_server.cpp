@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "daemon/log_limiter.hpp"
+#include "daemon/thread_name.hpp"
 
 namespace l5pg::daemon {
 
@@ -249,7 +250,10 @@ struct MetricsServer::Impl {
             by_http()[http] = this;
         }
         evconnlistener_set_error_cb(listener, &Impl::on_accept_error);
-        thread = std::thread([this] { event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY); });
+        thread = std::thread([this] {
+            name_this_thread("l5pgd-metrics");
+            event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
+        });
     }
 };
 

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/session.hpp"
+#include "daemon/thread_name.hpp"
 #include "transport/wait/block.hpp"
 #include "transport/wait/spin.hpp"
 #include "transport/wait/wait_id.hpp"
@@ -458,6 +459,7 @@ constexpr unsigned kSocketCheckInterval = 16;
 
 void Worker::run() {
     block_process_signals();
+    name_this_thread(fmt::format("l5pgd-worker-{}", index_));
     const auto& cpus = settings_->config.workers.cpu_affinity;
     if (!cpus.empty())
         pin_current_thread(cpus[index_ % cpus.size()], index_);
