@@ -336,29 +336,29 @@ void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept {
 
 short channel_revents(Channel& ch, short events) noexcept {
     short revents = 0;
-    if ((events & POLLIN) && ch.end->ready(Want::Read))
-        revents |= POLLIN;
-    if ((events & POLLOUT) && ch.end->ready(Want::Write))
-        revents |= POLLOUT;
+    if ((events & kPollReadable) && ch.end->ready(Want::Read))
+        revents |= events & kPollReadable;
+    if ((events & kPollWritable) && ch.end->ready(Want::Write))
+        revents |= events & kPollWritable;
     if (ch.end->broken())
         revents |= POLLERR;
     if (ch.end->hung_up())
-        revents |= POLLHUP;
+        revents |= POLLHUP | (events & POLLRDHUP);
     return revents;
 }
 
 // False from arm() means ready already (or broken): the caller's re-check sees it.
 void channel_arm(Channel& ch, short events, uint64_t wait_id) noexcept {
-    if (events & POLLIN)
+    if (events & kPollReadable)
         (void)ch.end->arm(Want::Read, wait_id);
-    if (events & POLLOUT)
+    if (events & kPollWritable)
         (void)ch.end->arm(Want::Write, wait_id);
 }
 
 void channel_disarm(Channel& ch, short events) noexcept {
-    if (events & POLLIN)
+    if (events & kPollReadable)
         ch.end->disarm(Want::Read);
-    if (events & POLLOUT)
+    if (events & kPollWritable)
         ch.end->disarm(Want::Write);
 }
 

@@ -16,6 +16,8 @@
 // l5pgd a doorbell byte per response.
 #pragma once
 
+#include <poll.h>
+
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -80,7 +82,13 @@ void channel_forget_all_after_fork() noexcept;
 // faster than blocking at 8 clients, blocking 80 % faster at 1 (docs/performance.md).
 [[nodiscard]] wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept;
 
-// poll() support: readiness from ring state (POLLIN/POLLOUT/POLLHUP/POLLERR).
+// What a socket reports, as Linux's unix_poll() does: readable is POLLIN | POLLRDNORM,
+// writable POLLOUT | POLLWRNORM | POLLWRBAND. poll() keeps those the caller asked for.
+inline constexpr short kPollReadable = POLLIN | POLLRDNORM;
+inline constexpr short kPollWritable = POLLOUT | POLLWRNORM | POLLWRBAND;
+
+// poll() support: readiness from ring state, those of `events` that hold (kPollReadable,
+// kPollWritable, POLLRDHUP), and POLLHUP / POLLERR whatever was asked.
 [[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;
 // Arms `events` under the name of the caller's wait (transport/wait/wait_id.hpp).
 void channel_arm(Channel& ch, short events, uint64_t wait_id) noexcept;

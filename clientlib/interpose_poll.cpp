@@ -105,7 +105,10 @@ class MixedPoll {
         PollWaiter waiter(*this, deadline, mask);
         if (!wait::block_until_ready(waiter))
             return -1;
-        return finish(scan_rings() + waiter.ordinary_ready());
+        // Ordinary fds the last real ppoll() found ready keep its revents and are counted
+        // once; probing them again could find one drained meanwhile by another thread.
+        return finish(scan_rings(),
+                      waiter.ordinary_ready() > 0 ? Ordinary::Polled : Ordinary::Probe);
     }
 
     // The largest budget any upgraded fd earned (channel_wait_budget), cut to the
@@ -181,19 +184,28 @@ class MixedPoll {
         return rc < 0 ? -1 : ordinary_ready;
     }
 
-    // Ordinary fds are checked without waiting once some upgraded fd is ready, and the
-    // readiness invariant (channel.hpp) is restored for upgraded fds with empty rings.
-    int finish(int ring_ready) noexcept {
+    // Whether the ordinary fds' revents come from a real ppoll() that found some ready
+    // (Polled), or must be looked at now without waiting (Probe: an upgraded fd was ready
+    // first, or the wait ended without an ordinary fd).
+    enum class Ordinary { Probe, Polled };
+
+    // Counts the ready entries, each once, and restores the readiness invariant
+    // (channel.hpp) for upgraded fds with empty rings.
+    int finish(int ring_ready, Ordinary ordinary = Ordinary::Probe) noexcept {
         int ordinary_ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
             const FdEntry entry = fd_lookup(fds_[i].fd);
             if (entry.kind == FdKind::Upgraded) {
-                if ((fds_[i].revents & POLLIN) == 0 && foreign_waiters_possible())
+                if ((fds_[i].revents & kPollReadable) == 0 && foreign_waiters_possible())
                     channel_arm(*entry.channel, POLLIN, wait::kUnnamedWait);
                 continue;
             }
             if (entry.kind == FdKind::Forked)
                 continue;
+            if (ordinary == Ordinary::Polled) {
+                ordinary_ready += fds_[i].revents != 0 ? 1 : 0;
+                continue;
+            }
             pollfd probe{fds_[i].fd, fds_[i].events, 0};
             fds_[i].revents = 0;
             if (real().poll(&probe, 1, 0) > 0) {
