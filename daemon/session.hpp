@@ -32,6 +32,7 @@
 #include "protocol/backend_key_watcher.hpp"
 #include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
+#include "protocol/parameter_status_follower.hpp"
 #include "protocol/pool_reset.hpp"
 #include "protocol/server_greeting.hpp"
 #include "protocol/startup.hpp"
@@ -304,8 +305,9 @@ class Session final : public ClientEndHost {
         bool pooled = false;
         std::string key;                                            // the StartupMessage's bytes
         std::unique_ptr<protocol::GreetingReader> greeting_reader;  // until a new backend's 'Z'
-        protocol::ServerGreeting greeting;    // the server connection's, kept with it
-        ClientWalk from_client;               // what went to Postgres
+        protocol::ServerGreeting greeting;             // the server connection's, kept with it
+        protocol::ParameterStatusFollower parameters;  // keeps `greeting` what Postgres last said
+        ClientWalk from_client;                        // what went to Postgres
         ClientWalk walked;                    // before_terminate()'s walk, until it is sent
         std::vector<std::byte> client_chunk;  // the client's bytes, copied to be walked and sent
         uint64_t readies = 0;  // ReadyForQuery from Postgres (the greeting's not counted)

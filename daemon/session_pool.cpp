@@ -7,7 +7,8 @@
 //      BackendKeyData with a key of l5pgd's (cancel_keys.hpp), never the backend's.
 //   2. Forwarding: the client's messages are walked as they go (one step per message) to
 //      count the requests that Postgres answers with a ReadyForQuery, and to hold back its
-//      Terminate, which would end the backend.
+//      Terminate, which would end the backend; Postgres's ParameterStatus reports update
+//      the greeting kept for the next client (protocol/parameter_status_follower.hpp).
 //   3. Departure: if the client sent Terminate, Postgres answered every request and is idle
 //      outside a transaction, the connection is reset (protocol/pool_reset.hpp) instead of
 //      shut; otherwise the session ends as a plain one does (session_depart.cpp).
@@ -198,6 +199,10 @@ void Session::note_from_upstream(std::span<const std::byte> bytes) {
         pool_.readies += type == 'Z' ? 1 : 0;
         return true;
     });
+    if (pool_.pooled && !pool_.greeting_reader)
+        pool_.parameters.feed(bytes, [this](const std::string& name, const std::string& value) {
+            pool_.greeting.set_parameter(name, value);
+        });
 }
 
 // Why this server connection cannot be kept, or nothing if it can: the client said goodbye
@@ -219,6 +224,8 @@ std::optional<std::string_view> Session::pool_refusal() const {
         return "extended-protocol messages after the last Sync";
     if (pool_.from_client.requests != pool_.readies || !from_upstream_.at_boundary())
         return "Postgres had not answered every request";
+    if (pool_.parameters.broken())
+        return "Postgres's ParameterStatus reports could not be followed";
     if (from_upstream_.ready_status() != 'I')
         return "the backend is inside a transaction";
     if (!pool_wanted())

@@ -85,6 +85,16 @@ def read_until_ready(s):
             return msgs
 
 
+def parameter_statuses(msgs):
+    """The ParameterStatus reports among (type, body) messages: {name: value}."""
+    out = {}
+    for typ, body in msgs:
+        if typ == "S":
+            name, value = body.rstrip(b"\0").split(b"\0")
+            out[name.decode()] = value.decode()
+    return out
+
+
 def query(s, sql):
     body = sql.encode() + b"\0"
     s.sendall(b"Q" + struct.pack("!I", len(body) + 4) + body)

@@ -178,9 +178,8 @@ def backend_pid(target, *setup, app, env=None):
 
 # -- the protocol by hand (Unix socket) ------------------------------------------------------
 
-def raw_connect(d, app):
-    """A logged-in session over l5pgd's Unix socket: (socket, the 8 bytes of its
-    BackendKeyData: process id and secret key as l5pgd sent them)."""
+def raw_login(d, app):
+    """A session logged in over l5pgd's Unix socket: (socket, the greeting's messages)."""
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(60)
     s.connect(str(d.socket_path))
@@ -188,6 +187,13 @@ def raw_connect(d, app):
     msgs = pgwire.read_until_ready(s)
     errors = [pgwire.parse_fields(body) for t, body in msgs if t == "E"]
     assert not errors, errors
+    return s, msgs
+
+
+def raw_connect(d, app):
+    """A logged-in session over l5pgd's Unix socket: (socket, the 8 bytes of its
+    BackendKeyData: process id and secret key as l5pgd sent them)."""
+    s, msgs = raw_login(d, app)
     keys = [body[:8] for t, body in msgs if t == "K"]
     assert len(keys) == 1, f"expected one BackendKeyData: {[t for t, _ in msgs]}"
     return s, keys[0]
@@ -373,6 +379,46 @@ def test_advisory_lock_free_for_others_once_its_client_left(l5pgd, cluster):
     # Directly on the cluster: the lock is free although the backend that took it lives on.
     assert cluster.sql("select pg_try_advisory_lock(4242)") == "t"
     assert backend_pid(target, app=app) == first, "the kept backend was not reused"
+
+
+@pytest.fixture
+def datestyle_default(cluster):
+    """Changes DateStyle's default by a reload (as a promotion changes in_hot_standby's),
+    and back afterwards; the argument is the new default."""
+    def change(value):
+        cluster.sql(f"ALTER SYSTEM SET DateStyle = '{value}'")
+        cluster.sql("SELECT pg_reload_conf()")
+    yield change
+    cluster.sql("ALTER SYSTEM RESET DateStyle")
+    cluster.sql("SELECT pg_reload_conf()")
+
+
+def test_reused_backend_greets_with_what_postgres_last_reported(l5pgd, datestyle_default):
+    # Postgres reports a setting only when it differs from what it last reported: the client
+    # that held the backend through the reload heard of the new default, DISCARD ALL keeps it
+    # without a word, so only l5pgd can tell the next client, as a new backend would.
+    d = l5pgd.start()
+    app = new_app()
+    s, msgs = raw_login(d, app)
+    assert pgwire.parameter_statuses(msgs)["DateStyle"] == "ISO, MDY"
+    pid = raw_pid(s)
+    datestyle_default("SQL, DMY")
+
+    def reloaded():
+        send_query(s, "SHOW DateStyle")
+        rows, error = read_result(s)
+        assert error is None, error
+        return rows == [["SQL, DMY"]]
+    wait_for(reloaded, WAIT, "the backend to take the new DateStyle")
+    pgwire.terminate(s)
+    s.close()
+    wait_idle(d, 1)
+
+    s, msgs = raw_login(d, app)
+    assert raw_pid(s) == pid, "not reused: this case would prove nothing"
+    assert pgwire.parameter_statuses(msgs)["DateStyle"] == "SQL, DMY"
+    pgwire.terminate(s)
+    s.close()
 
 
 # -- clients that give nothing back ----------------------------------------------------------

@@ -1,6 +1,7 @@
 // The protocol pieces of session pooling: the tracker's walk (where a Terminate begins, the
-// ReadyForQuery status), the server greeting l5pgd keeps, and the reset's strict answer;
-// and the watcher that picks a plain session's cancel key out of Postgres's first bytes.
+// ReadyForQuery status), the server greeting l5pgd keeps and the ParameterStatus reports
+// that update it, and the reset's strict answer; and the watcher that picks a plain session's
+// cancel key out of Postgres's first bytes.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include "protocol/backend_key_watcher.hpp"
 #include "protocol/backend_messages.hpp"
 #include "protocol/framing.hpp"
+#include "protocol/parameter_status_follower.hpp"
 #include "protocol/pool_reset.hpp"
 #include "protocol/server_greeting.hpp"
 #include "protocol/wire.hpp"
@@ -280,4 +282,63 @@ TEST_CASE("BackendKeyWatcher: no usable key, and nothing after the first ReadyFo
             oversized.feed(std::span(huge).subspan(i, std::min<size_t>(8192, huge.size() - i)));
     CHECK(status == BackendKeyWatcher::Status::Done);
     CHECK_FALSE(oversized.key().has_value());
+}
+
+namespace {
+
+// What a client's session may get from Postgres: a query's answer with two reports (a SET
+// of a reported setting, a reload's new default) between other messages.
+Bytes answer_with_reports() {
+    BackendWriter before;
+    before.row_description({"DateStyle"});
+    before.data_row({"SQL, DMY"});
+    before.command_complete("SHOW");
+    before.parameter_status("DateStyle", "SQL, DMY");
+    // A NoticeResponse, whose fields begin with 'S' (severity) too.
+    const Bytes notice = message('N', text(cstrings({"SNOTICE", "C00000", "Ma notice", ""})));
+    BackendWriter after;
+    after.parameter_status("TimeZone", "Europe/Berlin");
+    after.ready_for_query('I');
+    return concat({before.take(), notice, after.take()});
+}
+
+using Reports = std::vector<std::pair<std::string, std::string>>;
+
+}  // namespace
+
+TEST_CASE("ParameterStatusFollower: every report once, in any pieces") {
+    const Bytes stream = concat({answer_with_reports(), answer_with_reports()});
+    const Reports expected = {{"DateStyle", "SQL, DMY"},
+                              {"TimeZone", "Europe/Berlin"},
+                              {"DateStyle", "SQL, DMY"},
+                              {"TimeZone", "Europe/Berlin"}};
+    for (size_t piece : {size_t{1}, size_t{2}, size_t{5}, size_t{7}, size_t{13}, stream.size()}) {
+        INFO(piece);
+        ParameterStatusFollower follower;
+        Reports seen;
+        for (size_t i = 0; i < stream.size(); i += piece)
+            follower.feed(
+                std::span(stream).subspan(i, std::min(piece, stream.size() - i)),
+                [&](const std::string& n, const std::string& v) { seen.emplace_back(n, v); });
+        CHECK(seen == expected);
+        CHECK_FALSE(follower.broken());
+    }
+}
+
+TEST_CASE("ParameterStatusFollower: a malformed or oversized report breaks it") {
+    const auto follow = [](const Bytes& stream) {
+        ParameterStatusFollower follower;
+        size_t reports = 0;
+        follower.feed(stream, [&](const std::string&, const std::string&) { ++reports; });
+        return std::pair(follower.broken(), reports);
+    };
+    CHECK(follow(message('S', text(cstrings({"DateStyle"})))) == std::pair(true, size_t{0}));
+    Bytes huge = message('S', std::string(ParameterStatusFollower::kMaxStatus, 'x'));
+    CHECK(follow(huge).first);
+    Bytes bad_length = message('Z', "I");
+    write_be32(bad_length.data() + 1, 2);
+    CHECK(follow(concat({bad_length, answer_with_reports()})).first);
+    // A long message of another type is skipped, not collected.
+    CHECK(follow(concat({message('D', std::string(1 << 20, 'y')), answer_with_reports()})) ==
+          std::pair(false, size_t{2}));
 }
