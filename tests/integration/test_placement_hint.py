@@ -44,10 +44,15 @@ def usable_cpus():
 @pytest.mark.parametrize("pinned_l5pgd", [usable_cpus()[-1]], indirect=True, ids=["worker-cpu"])
 def test_same_cpu_blocks_instead_of_spinning(pinned_l5pgd, pgbench_db, shim):
     d, cpu = pinned_l5pgd
-    doorbells, blocks = run_confined(d, cpu)
     # Every answer but a few at the start (before the hints are exchanged) wakes a blocked
     # client, every request a blocked worker. This needs the CPU otherwise idle: where other
-    # programs keep it busy, an answer is often there before the client would wait at all.
+    # programs keep it busy, an answer is often there before the client would wait at all
+    # (a compile beside a `make test` once made 10 doorbells in 1,000). So up to three
+    # tries; a client that ignores the hint fails all three.
+    for _ in range(3):
+        doorbells, blocks = run_confined(d, cpu)
+        if doorbells >= 0.9 * T:
+            break
     assert doorbells >= 0.9 * T, (doorbells, blocks)
     assert blocks >= 0.9 * T, (doorbells, blocks)
 
