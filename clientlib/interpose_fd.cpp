@@ -49,9 +49,18 @@ int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) noexc
 extern "C" {
 
 int connect(int fd, const sockaddr* addr, socklen_t len) {
-    release_entry(fd_forget(fd));  // a reused fd number starts from scratch
     const int rc = real().connect(fd, addr, len);
-    if ((rc == 0 || errno == EINPROGRESS) && settings().mode != TransportMode::Off) {
+    // A connection begun on an fd number we still track (closed without close(): a raw
+    // system call, close_range) starts from scratch. A connect() that fails (EISCONN on
+    // a connected or upgraded socket, EALREADY, EBADF) leaves the entry as it is.
+    if (rc != 0 && errno != EINPROGRESS)
+        return rc;
+    {
+        const int saved = errno;
+        release_entry(fd_forget(fd));
+        errno = saved;
+    }
+    if (settings().mode != TransportMode::Off) {
         const int saved = errno;
         if (is_l5pgd_socket(addr, len)) {
             fd_set_candidate(fd);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "clientlib/channel.hpp"
@@ -26,6 +27,30 @@ struct Route {
     RouteKind kind = RouteKind::Real;
     Channel* channel = nullptr;
 };
+
+// The argument checks the kernel makes before it looks at a socket (readv(2), writev(2)):
+// a count outside 0..IOV_MAX, or a length that is negative as an ssize_t, is EINVAL. (A sum
+// beyond SSIZE_MAX, which only invalid buffers reach, is EINVAL here too, as readv(2) says;
+// the kernel caps it and then fails with EFAULT.)
+bool valid_iov(const iovec* iov, int iovcnt) noexcept {
+    if (iovcnt < 0 || iovcnt > IOV_MAX)
+        return false;
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; ++i) {
+        if (iov[i].iov_len > static_cast<size_t>(SSIZE_MAX) - total)
+            return false;
+        total += iov[i].iov_len;
+    }
+    return true;
+}
+
+// sendmsg(2) and recvmsg(2) refuse more than IOV_MAX pieces with EMSGSIZE.
+bool too_many_pieces(int fd, const msghdr* msg) noexcept {
+    if (fd_lookup(fd).kind != FdKind::Upgraded || msg->msg_iovlen <= IOV_MAX)
+        return false;
+    errno = EMSGSIZE;
+    return true;
+}
 
 size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) noexcept {
     size_t n = 0;
@@ -102,6 +127,10 @@ ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
         case RouteKind::Real:
             return real_send();
         case RouteKind::Channel:
+            if (!valid_iov(iov, iovcnt)) {
+                errno = EINVAL;
+                return -1;
+            }
             return channel_send(*route.channel, fd, iov, iovcnt, flags, nosignal);
         case RouteKind::Eof:
         case RouteKind::Error:
@@ -122,6 +151,10 @@ ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_
         case RouteKind::Real:
             return real_recv();
         case RouteKind::Channel:
+            if (!valid_iov(iov, iovcnt)) {
+                errno = EINVAL;
+                return -1;
+            }
             return channel_recv(*route.channel, fd, iov, iovcnt, flags);
         case RouteKind::Eof:
             return 0;
@@ -152,6 +185,8 @@ ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* a
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+    if (too_many_pieces(fd, msg))
+        return -1;
     if (fd_lookup(fd).kind == FdKind::Upgraded && msg->msg_controllen > 0) {
         errno = EOPNOTSUPP;  // ancillary data cannot travel through the rings
         return -1;
@@ -183,6 +218,8 @@ ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, sockl
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+    if (too_many_pieces(fd, msg))
+        return -1;
     if (fd_lookup(fd).kind == FdKind::Upgraded) {
         msg->msg_namelen = 0;
         msg->msg_controllen = 0;

@@ -1,0 +1,138 @@
+"""The shim's interposed calls answer as libc's would on an upgraded connection: poll() over
+it and ordinary descriptors (clientlib/interpose_poll.cpp) returns the number of entries with
+revents, POLLRDNORM and POLLWRNORM mean what they mean on a socket; connect() on it fails
+with EISCONN and leaves the connection as it was (clientlib/interpose_fd.cpp); readv(),
+writev(), sendmsg() and recvmsg() check their vector as the kernel does
+(clientlib/interpose_io.cpp)."""
+import pytest
+
+from tests.harness.client import run_python_json, shm_target
+
+# psycopg's connection socket is upgraded by the shim; a pipe beside it is an ordinary fd.
+# poll() is called directly through ctypes, so its return value is seen as it is (Python's
+# select.poll builds its result list from that count and walks past the array when the
+# count is too high).
+POLL_SCRIPT = r'''
+import ctypes, json, os, select, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+shim = ctypes.CDLL(None)
+
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+def poll(entries, timeout_ms):
+    arr = (PollFd * len(entries))(*[PollFd(fd, ev, 0) for fd, ev in entries])
+    n = libc.poll(arr, len(entries), timeout_ms)
+    return n, [a.revents for a in arr]
+
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+out = {"transport": shim.l5pg_fd_transport(sock)}
+r, w = os.pipe()
+os.write(w, b"x")
+# The connection has nothing to read (its ring is empty), the pipe has a byte.
+out["pipe_only"] = poll([(sock, select.POLLIN), (r, select.POLLIN)], -1)
+out["pipe_only_timeout"] = poll([(sock, select.POLLIN), (r, select.POLLIN)], 1000)
+# Writable connection, readable pipe: two entries.
+out["both"] = poll([(sock, select.POLLOUT), (r, select.POLLIN)], -1)
+# POLLRDNORM / POLLWRNORM alone, as on a socket.
+out["wrnorm"] = poll([(sock, select.POLLWRNORM)], 1000)
+conn.pgconn.send_query(b"select 1")
+while conn.pgconn.flush():
+    pass
+out["rdnorm"] = poll([(sock, select.POLLRDNORM)], 5000)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_poll_counts_each_ready_entry_once(l5pgd, shim):
+    import select
+    out, _ = run_python_json(shm_target(l5pgd), POLL_SCRIPT)
+    assert out["transport"] == 1, out  # L5PG_TRANSPORT_SHM
+    assert out["pipe_only"] == [1, [0, select.POLLIN]], out
+    assert out["pipe_only_timeout"] == [1, [0, select.POLLIN]], out
+    assert out["both"] == [2, [select.POLLOUT, select.POLLIN]], out
+    assert out["wrnorm"] == [1, [select.POLLWRNORM]], out
+    assert out["rdnorm"] == [1, [select.POLLRDNORM]], out
+
+
+# A second connect() on a connected socket is EISCONN and changes nothing; some event loops
+# call it to learn that a non-blocking connect() finished.
+CONNECT_AGAIN_SCRIPT = r'''
+import ctypes, errno, json, socket, sys, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+shim = ctypes.CDLL(None)
+
+class SockaddrUn(ctypes.Structure):
+    _fields_ = [("sun_family", ctypes.c_ushort), ("sun_path", ctypes.c_char * 108)]
+
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+before = shim.l5pg_fd_transport(sock)
+addr = SockaddrUn(socket.AF_UNIX, sys.argv[1].encode())
+rc = libc.connect(sock, ctypes.byref(addr), ctypes.sizeof(addr))
+err = ctypes.get_errno()
+row = conn.execute("select 40 + 2").fetchone()[0]
+print(json.dumps({"before": before, "rc": rc, "eisconn": err == errno.EISCONN,
+                  "after": shim.l5pg_fd_transport(sock), "row": row}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_connect_again_is_eisconn_and_keeps_the_connection(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), CONNECT_AGAIN_SCRIPT,
+                             args=[str(l5pgd.socket_path)])
+    assert out == {"before": 1, "rc": -1, "eisconn": True, "after": 1, "row": 42}, out
+
+
+IOV_SCRIPT = r'''
+import ctypes, errno, json, os, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+shim = ctypes.CDLL(None)
+
+class Iovec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+class Msghdr(ctypes.Structure):
+    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint),
+                ("msg_iov", ctypes.POINTER(Iovec)), ("msg_iovlen", ctypes.c_size_t),
+                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
+                ("msg_flags", ctypes.c_int)]
+
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+buf = ctypes.create_string_buffer(16)
+iovs = (Iovec * 1025)(*[Iovec(ctypes.cast(buf, ctypes.c_void_p), 1) for _ in range(1025)])
+huge = (Iovec * 2)(Iovec(ctypes.cast(buf, ctypes.c_void_p), 2**63),  # negative as ssize_t
+                   Iovec(ctypes.cast(buf, ctypes.c_void_p), 2))
+
+def call(f, *args):
+    ctypes.set_errno(0)
+    rc = f(*args)
+    return [rc, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())]
+
+msg = Msghdr(None, 0, iovs, 1025, None, 0, 0)
+out = {
+    "transport": shim.l5pg_fd_transport(sock),
+    "readv_negative": call(libc.readv, sock, iovs, -1),
+    "writev_too_many": call(libc.writev, sock, iovs, 1025),
+    "writev_overflow": call(libc.writev, sock, huge, 2),
+    "sendmsg_too_many": call(libc.sendmsg, sock, ctypes.byref(msg), 0),
+    "recvmsg_too_many": call(libc.recvmsg, sock, ctypes.byref(msg), 0),
+    "row": conn.execute("select 7").fetchone()[0],
+}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_vector_calls_check_their_vector_as_the_kernel_does(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), IOV_SCRIPT)
+    assert out == {"transport": 1, "readv_negative": [-1, "EINVAL"],
+                   "writev_too_many": [-1, "EINVAL"], "writev_overflow": [-1, "EINVAL"],
+                   "sendmsg_too_many": [-1, "EMSGSIZE"], "recvmsg_too_many": [-1, "EMSGSIZE"],
+                   "row": 7}, out
