@@ -186,8 +186,14 @@ uint32_t channel_index(const Channel& channel) noexcept {
     return static_cast<uint32_t>(&channel - g_pool.data());
 }
 
-void channel_add_ref(Channel& channel) noexcept {
-    channel.refs.fetch_add(1, std::memory_order_relaxed);
+// Acquire on success: the holder then sees the end as the one who published it left it.
+bool channel_try_add_ref(Channel& channel) noexcept {
+    uint32_t refs = channel.refs.load(std::memory_order_relaxed);
+    while (refs != 0)
+        if (channel.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acquire,
+                                               std::memory_order_relaxed))
+            return true;
+    return false;
 }
 
 // Before the last close of an upgraded socket: closing a socket with unread bytes in it

@@ -58,7 +58,9 @@ struct Channel {
                                            bool nonblocking) noexcept;
 [[nodiscard]] Channel* channel_at(uint32_t index) noexcept;
 [[nodiscard]] uint32_t channel_index(const Channel& channel) noexcept;
-void channel_add_ref(Channel& channel) noexcept;
+// Takes a reference if the channel still has one (it is not being freed); false otherwise.
+// (dup() of its fd, a call in flight: channel_ref.hpp.)
+[[nodiscard]] bool channel_try_add_ref(Channel& channel) noexcept;
 // Drops one reference; the last one tells l5pgd we are gone (client_closed), destroys
 // the end (unmaps, tears the queue pair down) and frees the slot. Call before closing the socket
 // itself; `closing_fd` is that socket when the caller is about to close it (see quiesce_socket() in

@@ -85,9 +85,9 @@ void fd_duplicate(int from, int to) noexcept {
     const uint32_t raw = g_table[from].load(std::memory_order_acquire);
     if (raw >= kChannelBase) {
         Channel* channel = channel_at(raw - kChannelBase);
-        if (channel == nullptr)
+        // None, or `from` was closed by another thread meanwhile (its last reference gone).
+        if (channel == nullptr || !channel_try_add_ref(*channel))
             return;
-        channel_add_ref(*channel);
     }
     g_table[to].store(raw, std::memory_order_release);
 }

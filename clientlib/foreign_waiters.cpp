@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/channel_ref.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/settings.hpp"
@@ -43,11 +44,9 @@ void note_epoll_ctl(int op, int fd) noexcept {
     g_foreign_waiters.store(true, std::memory_order_relaxed);
     debug_log().str("fd ").inum(fd).str(": registered with epoll; keeping sockets readable").end();
     // Channels used so far did not keep the invariant: establish it on each of them.
-    for (int other = 0; other < kMaxTrackedFd; ++other) {
-        const FdEntry entry = fd_lookup(other);
-        if (entry.kind == FdKind::Upgraded)
-            channel_prepare_for_foreign_wait(*entry.channel, other);
-    }
+    for (int other = 0; other < kMaxTrackedFd; ++other)
+        if (const ChannelRef channel = ChannelRef::of(other))
+            channel_prepare_for_foreign_wait(*channel, other);
 }
 
 }  // namespace l5pg::shim

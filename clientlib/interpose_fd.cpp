@@ -10,6 +10,7 @@
 #include <cstdarg>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/channel_ref.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/real_calls.hpp"
@@ -27,9 +28,8 @@ void release_entry(const FdEntry& entry, int closing_fd = -1) noexcept {
 }
 
 void track_nonblocking(int fd, bool on) noexcept {
-    const FdEntry entry = fd_lookup(fd);
-    if (entry.kind == FdKind::Upgraded)
-        entry.channel->nonblocking.store(on, std::memory_order_relaxed);
+    if (const ChannelRef channel = ChannelRef::of(fd))
+        channel->nonblocking.store(on, std::memory_order_relaxed);
 }
 
 template <class RealFcntl>

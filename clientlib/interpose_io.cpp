@@ -11,8 +11,10 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <utility>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/channel_ref.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/upgrade.hpp"
@@ -25,8 +27,16 @@ namespace {
 enum class RouteKind { Real, Channel, Error, Eof };
 struct Route {
     RouteKind kind = RouteKind::Real;
-    Channel* channel = nullptr;
+    ChannelRef channel;  // Channel: held until the call returns (channel_ref.hpp)
 };
+
+// An fd another thread closed just now is libc's again (EBADF, or its new use).
+Route via_channel(int fd) noexcept {
+    ChannelRef channel = ChannelRef::of(fd);
+    if (!channel)
+        return {RouteKind::Real, {}};
+    return {RouteKind::Channel, std::move(channel)};
+}
 
 // The argument checks the kernel makes before it looks at a socket (readv(2), writev(2)):
 // a count outside 0..IOV_MAX, or a length that is negative as an ssize_t, is EINVAL. (A sum
@@ -72,51 +82,49 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept
     switch (result) {
         case UpgradeResult::Upgraded:
             if (fd_attach_channel(fd, *channel))
-                return {RouteKind::Channel, channel};
+                return via_channel(fd);
             channel_release(*channel);  // fd closed concurrently: nothing left to serve
             errno = EBADF;
-            return {RouteKind::Error};
+            return {RouteKind::Error, {}};
         case UpgradeResult::Plain:
             (void)fd_forget(fd);
-            return {RouteKind::Real};
+            return {RouteKind::Real, {}};
         case UpgradeResult::Failed:
             (void)fd_forget(fd);
-            return {RouteKind::Error};
+            return {RouteKind::Error, {}};
     }
-    return {RouteKind::Real};
+    return {RouteKind::Real, {}};
 }
 
 Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
-    const FdEntry entry = fd_lookup(fd);
-    switch (entry.kind) {
+    switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
-            return {RouteKind::Real};
+            return {RouteKind::Real, {}};
         case FdKind::Upgraded:
-            return {RouteKind::Channel, entry.channel};
+            return via_channel(fd);
         case FdKind::Forked:
             errno = EPIPE;
-            return {RouteKind::Error};
+            return {RouteKind::Error, {}};
         case FdKind::Candidate:
             return decide_candidate(fd, iov, iovcnt, false);
         case FdKind::RdmaCandidate:
             return decide_candidate(fd, iov, iovcnt, true);
     }
-    return {RouteKind::Real};
+    return {RouteKind::Real, {}};
 }
 
 Route route_recv(int fd) noexcept {
-    const FdEntry entry = fd_lookup(fd);
-    switch (entry.kind) {
+    switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
         case FdKind::Candidate:
         case FdKind::RdmaCandidate:
-            return {RouteKind::Real};
+            return {RouteKind::Real, {}};
         case FdKind::Upgraded:
-            return {RouteKind::Channel, entry.channel};
+            return via_channel(fd);
         case FdKind::Forked:
-            return {RouteKind::Eof};
+            return {RouteKind::Eof, {}};
     }
-    return {RouteKind::Real};
+    return {RouteKind::Real, {}};
 }
 
 template <class RealSend>

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/channel_ref.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
@@ -44,10 +45,20 @@ bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
     return false;
 }
 
-// One poll() call over a mix of upgraded and ordinary descriptors.
+// One poll() call over a mix of upgraded and ordinary descriptors. What each fd is, and a
+// reference to each upgraded fd's channel, are taken once for the whole call
+// (channel_ref.hpp): another thread's close() meanwhile leaves this call its channels.
 class MixedPoll {
   public:
-    MixedPoll(pollfd* fds, nfds_t n) : fds_(fds), n_(n), saved_events_(n) {}
+    MixedPoll(pollfd* fds, nfds_t n) : fds_(fds), n_(n), saved_events_(n), entries_(n) {
+        for (nfds_t i = 0; i < n_; ++i) {
+            Entry& e = entries_[i];
+            e.channel = ChannelRef::of(fds_[i].fd);
+            e.kind = e.channel ? FdKind::Upgraded : fd_lookup(fds_[i].fd).kind;
+            if (e.kind == FdKind::Upgraded && !e.channel)
+                e.kind = FdKind::Untracked;  // closed just now: libc's again
+        }
+    }
 
     int run(int64_t timeout_ns, const sigset_t* mask) noexcept {
         if (int ready = scan_rings(); ready > 0 || timeout_ns == 0)
@@ -134,7 +145,7 @@ class MixedPoll {
     int scan_rings() noexcept {
         int ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
-            const FdEntry entry = fd_lookup(fds_[i].fd);
+            const Entry& entry = entries_[i];
             if (entry.kind == FdKind::Forked) {
                 fds_[i].revents = kForkedRevents;
             } else if (entry.kind == FdKind::Upgraded) {
@@ -154,7 +165,7 @@ class MixedPoll {
     int block(int64_t deadline, const sigset_t* mask) noexcept {
         for (nfds_t i = 0; i < n_; ++i) {
             saved_events_[i] = fds_[i].events;
-            if (fd_lookup(fds_[i].fd).kind == FdKind::Upgraded)
+            if (entries_[i].kind == FdKind::Upgraded)
                 fds_[i].events = POLLIN;
         }
         timespec ts{};
@@ -170,7 +181,7 @@ class MixedPoll {
         int ordinary_ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
             fds_[i].events = saved_events_[i];
-            const FdEntry entry = fd_lookup(fds_[i].fd);
+            const Entry& entry = entries_[i];
             if (entry.kind == FdKind::Upgraded) {
                 channel_disarm(*entry.channel, fds_[i].events);
                 if (rc > 0 && fds_[i].revents != 0)
@@ -194,7 +205,7 @@ class MixedPoll {
     int finish(int ring_ready, Ordinary ordinary = Ordinary::Probe) noexcept {
         int ordinary_ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
-            const FdEntry entry = fd_lookup(fds_[i].fd);
+            const Entry& entry = entries_[i];
             if (entry.kind == FdKind::Upgraded) {
                 if ((fds_[i].revents & kPollReadable) == 0 && foreign_waiters_possible())
                     channel_arm(*entry.channel, POLLIN, wait::kUnnamedWait);
@@ -219,15 +230,21 @@ class MixedPoll {
     template <class Fn>
     void for_each_upgraded(Fn fn) noexcept {
         for (nfds_t i = 0; i < n_; ++i) {
-            const FdEntry entry = fd_lookup(fds_[i].fd);
+            const Entry& entry = entries_[i];
             if (entry.kind == FdKind::Upgraded)
                 fn(*entry.channel, fds_[i].events);
         }
     }
 
+    struct Entry {
+        FdKind kind = FdKind::Untracked;
+        ChannelRef channel;  // Upgraded only
+    };
+
     pollfd* fds_;
     nfds_t n_;
     std::vector<short> saved_events_;
+    std::vector<Entry> entries_;
 };
 
 int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noexcept {

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/channel_ref.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/l5pg.h"
@@ -45,10 +46,8 @@ __attribute__((constructor)) void load_shim() noexcept {
 extern "C" {
 
 int l5pg_fd_transport(int fd) {
-    const l5pg::shim::FdEntry entry = l5pg::shim::fd_lookup(fd);
-    if (entry.kind != l5pg::shim::FdKind::Upgraded)
-        return L5PG_TRANSPORT_SOCKET;
-    return entry.channel->transport;
+    const l5pg::shim::ChannelRef channel = l5pg::shim::ChannelRef::of(fd);
+    return channel ? channel->transport : L5PG_TRANSPORT_SOCKET;
 }
 
 const char* l5pg_version(void) {

@@ -3,7 +3,8 @@ it and ordinary descriptors (clientlib/interpose_poll.cpp) returns the number of
 revents, POLLRDNORM and POLLWRNORM mean what they mean on a socket; connect() on it fails
 with EISCONN and leaves the connection as it was (clientlib/interpose_fd.cpp); readv(),
 writev(), sendmsg() and recvmsg() check their vector as the kernel does
-(clientlib/interpose_io.cpp)."""
+(clientlib/interpose_io.cpp); a call that another thread's close() overtakes goes on with the
+connection it began with (clientlib/channel_ref.hpp)."""
 import pytest
 
 from tests.harness.client import run_python_json, shm_target
@@ -136,3 +137,45 @@ def test_vector_calls_check_their_vector_as_the_kernel_does(l5pgd, shim):
                    "writev_too_many": [-1, "EINVAL"], "writev_overflow": [-1, "EINVAL"],
                    "sendmsg_too_many": [-1, "EMSGSIZE"], "recvmsg_too_many": [-1, "EMSGSIZE"],
                    "row": 7}, out
+
+
+# Thread A waits in a blocking recv() for the answer to pg_sleep(0.5); thread B closes the
+# fd after 0.2 s. With libc, A's recv() goes on with the socket it began with and returns the
+# answer; the shim used to free the channel under it (a crash).
+CLOSE_UNDER_RECV_SCRIPT = r'''
+import ctypes, fcntl, json, os, threading, time, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+conn = psycopg.connect("", autocommit=True)
+pg = conn.pgconn
+sock = pg.socket
+pg.send_query(b"select pg_sleep(0.5), 42")
+while pg.flush():
+    pass
+flags = fcntl.fcntl(sock, fcntl.F_GETFL)
+fcntl.fcntl(sock, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+out = {}
+
+def reader():
+    buf = ctypes.create_string_buffer(4096)
+    n = libc.recv(sock, buf, 4096, 0)
+    out["recv"] = n
+    out["errno"] = ctypes.get_errno()
+    out["has_42"] = n > 0 and b"42" in buf.raw[:n]
+
+t = threading.Thread(target=reader)
+t.start()
+time.sleep(0.2)
+out["close"] = libc.close(sock)
+t.join(10)
+out["reader_done"] = not t.is_alive()
+print(json.dumps(out), flush=True)
+os._exit(0)  # psycopg would close the fd again
+'''
+
+
+@pytest.mark.timeout(60)
+def test_close_by_another_thread_leaves_a_waiting_recv_its_connection(l5pgd, shim):
+    out, r = run_python_json(shm_target(l5pgd), CLOSE_UNDER_RECV_SCRIPT)
+    assert out["close"] == 0 and out["reader_done"], (out, r.stderr)
+    assert out["recv"] > 0 and out["has_42"], (out, r.stderr)

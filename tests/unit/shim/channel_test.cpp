@@ -303,12 +303,22 @@ TEST_CASE("channel poll support: arm and disarm set and take back the end's flag
 
 TEST_CASE("channel references: only the last release closes the end, once", "[shim]") {
     Connection c;
-    l5pg::shim::channel_add_ref(*c.ch);  // a dup() of the socket
+    REQUIRE(l5pg::shim::channel_try_add_ref(*c.ch));  // a dup() of the socket
     l5pg::shim::channel_release(*c.ch);
     CHECK(c.end.closes_by_application() == 0);
     l5pg::shim::channel_release(*c.ch);
     CHECK(c.end.closes_by_application() == 1);
     c.ch = nullptr;  // released: the slot may be reused
+}
+
+TEST_CASE("channel references: none is taken of a channel whose last one went", "[shim]") {
+    Connection c;
+    l5pg::shim::Channel& ch = *c.ch;
+    l5pg::shim::channel_release(ch);
+    c.ch = nullptr;
+    // A call that looked the fd up just before the close: it must not revive the slot.
+    CHECK_FALSE(l5pg::shim::channel_try_add_ref(ch));
+    CHECK(c.end.closes_by_application() == 1);
 }
 
 TEST_CASE("channel recv: zero-length buffers return 0 at once", "[shim]") {
