@@ -28,7 +28,11 @@ namespace l5pg::shim {
 namespace {
 
 constexpr int64_t kForever = -1;
-constexpr short kForkedRevents = POLLIN | POLLHUP;
+// A forked child's copy of an upgraded fd reads EOF and writes EPIPE. Like a Unix socket
+// whose peer left: hung up, readable (the EOF) and writable (the EPIPE) where asked for.
+short forked_revents(short events) noexcept {
+    return static_cast<short>(POLLHUP | (events & (kPollReadable | kPollWritable | POLLRDHUP)));
+}
 
 int64_t now_ns() noexcept {
     timespec ts{};
@@ -147,7 +151,7 @@ class MixedPoll {
         for (nfds_t i = 0; i < n_; ++i) {
             const Entry& entry = entries_[i];
             if (entry.kind == FdKind::Forked) {
-                fds_[i].revents = kForkedRevents;
+                fds_[i].revents = forked_revents(fds_[i].events);
             } else if (entry.kind == FdKind::Upgraded) {
                 fds_[i].revents = channel_revents(*entry.channel, fds_[i].events);
             } else {

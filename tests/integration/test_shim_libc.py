@@ -179,3 +179,40 @@ def test_close_by_another_thread_leaves_a_waiting_recv_its_connection(l5pgd, shi
     out, r = run_python_json(shm_target(l5pgd), CLOSE_UNDER_RECV_SCRIPT)
     assert out["close"] == 0 and out["reader_done"], (out, r.stderr)
     assert out["recv"] > 0 and out["has_42"], (out, r.stderr)
+
+
+# In a forked child the parent's upgraded connection is hung up (EOF, EPIPE): poll() says
+# POLLHUP always, POLLIN and POLLOUT where they were asked for, as for a socket whose peer
+# left (a socketpair beside it, its peer closed, is the yardstick).
+FORKED_POLL_SCRIPT = r'''
+import json, os, select, socket, psycopg
+
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    a, b = socket.socketpair()
+    b.close()
+    out = {}
+    for name, events in (("in", select.POLLIN), ("out", select.POLLOUT)):
+        for fd, kind in ((sock, "shim"), (a.fileno(), "socket")):
+            p = select.poll()
+            p.register(fd, events)
+            out[f"{kind}_{name}"] = [rev for _, rev in p.poll(1000)]
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+child = json.loads(os.read(r, 4096))
+print(json.dumps({"child": child, "parent_row": conn.execute("select 5").fetchone()[0]}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_forked_child_polls_the_parents_connection_as_hung_up(l5pgd, shim):
+    import select
+    out, _ = run_python_json(shm_target(l5pgd), FORKED_POLL_SCRIPT)
+    child = out["child"]
+    assert child["shim_in"] == child["socket_in"] == [select.POLLIN | select.POLLHUP], out
+    assert child["shim_out"] == child["socket_out"] == [select.POLLOUT | select.POLLHUP], out
+    assert out["parent_row"] == 5, out
