@@ -260,8 +260,37 @@ int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noe
     }
 }
 
+// A wait longer than this is forever (the kernel caps such timeouts the same way).
+constexpr int64_t kMaxTimeoutSec = int64_t{1} << 32;
+
+// The timeouts the kernel refuses with EINVAL before it waits: for ppoll() and pselect() a
+// negative second or a nanosecond outside 0..999,999,999; for select() a negative second or
+// microsecond (it carries whole seconds out of tv_usec).
+bool valid_timeout(const timespec* ts) noexcept {
+    return ts == nullptr || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000);
+}
+bool valid_timeout(const timeval* tv) noexcept {
+    return tv == nullptr || (tv->tv_sec >= 0 && tv->tv_usec >= 0);
+}
+
+int einval() noexcept {
+    errno = EINVAL;
+    return -1;
+}
+
+int64_t timeout_ns(int64_t sec, int64_t nsec) noexcept {
+    return sec >= kMaxTimeoutSec ? kForever : sec * 1'000'000'000 + nsec;
+}
+
 int64_t timespec_ns(const timespec* ts) noexcept {
-    return ts == nullptr ? kForever : int64_t{ts->tv_sec} * 1'000'000'000 + ts->tv_nsec;
+    return ts == nullptr ? kForever : timeout_ns(ts->tv_sec, ts->tv_nsec);
+}
+
+int64_t timeval_ns(const timeval* tv) noexcept {
+    if (tv == nullptr)
+        return kForever;
+    const int64_t sec = int64_t{tv->tv_sec} + tv->tv_usec / 1'000'000;
+    return timeout_ns(sec, int64_t{tv->tv_usec % 1'000'000} * 1000);
 }
 
 // select()/pselect() on top of poll_ns(): fd_sets in, fd_sets out, counting set bits.
@@ -340,6 +369,8 @@ int poll(pollfd* fds, nfds_t n, int timeout_ms) {
 int ppoll(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* mask) {
     if (!any_tracked(fds, n))
         return real().ppoll(fds, n, timeout, mask);
+    if (!valid_timeout(timeout))
+        return einval();
     return poll_ns(fds, n, timespec_ns(timeout), mask);
 }
 
@@ -359,13 +390,13 @@ int __ppoll_chk(pollfd* fds, nfds_t n, const timespec* timeout, const sigset_t* 
 int select(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, timeval* timeout) {
     if (!select_has_tracked(nfds, rd, wr, ex))
         return real().select(nfds, rd, wr, ex, timeout);
-    const int64_t timeout_ns = timeout == nullptr ? kForever
-                                                  : int64_t{timeout->tv_sec} * 1'000'000'000 +
-                                                        int64_t{timeout->tv_usec} * 1000;
+    if (!valid_timeout(timeout))
+        return einval();
+    const int64_t wait_ns = timeval_ns(timeout);
     const int64_t start = now_ns();
-    const int rc = select_ns(nfds, rd, wr, ex, timeout_ns, nullptr);
-    if (timeout != nullptr) {  // Linux select() reports the time left
-        const int64_t left = std::max<int64_t>(timeout_ns - (now_ns() - start), 0);
+    const int rc = select_ns(nfds, rd, wr, ex, wait_ns, nullptr);
+    if (timeout != nullptr && wait_ns != kForever) {  // Linux select() reports the time left
+        const int64_t left = std::max<int64_t>(wait_ns - (now_ns() - start), 0);
         timeout->tv_sec = left / 1'000'000'000;
         timeout->tv_usec = (left % 1'000'000'000) / 1000;
     }
@@ -376,6 +407,8 @@ int pselect(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, const timespec* timeou
             const sigset_t* mask) {
     if (!select_has_tracked(nfds, rd, wr, ex))
         return real().pselect(nfds, rd, wr, ex, timeout, mask);
+    if (!valid_timeout(timeout))
+        return einval();
     return select_ns(nfds, rd, wr, ex, timespec_ns(timeout), mask);
 }
 

@@ -4,7 +4,8 @@ revents, POLLRDNORM and POLLWRNORM mean what they mean on a socket; connect() on
 with EISCONN and leaves the connection as it was (clientlib/interpose_fd.cpp); readv(),
 writev(), sendmsg() and recvmsg() check their vector as the kernel does
 (clientlib/interpose_io.cpp); a call that another thread's close() overtakes goes on with the
-connection it began with (clientlib/channel_ref.hpp)."""
+connection it began with (clientlib/channel_ref.hpp); invalid timeouts are EINVAL. Where
+they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
 from tests.harness.client import run_python_json, shm_target
@@ -216,3 +217,59 @@ def test_forked_child_polls_the_parents_connection_as_hung_up(l5pgd, shim):
     assert child["shim_in"] == child["socket_in"] == [select.POLLIN | select.POLLHUP], out
     assert child["shim_out"] == child["socket_out"] == [select.POLLOUT | select.POLLHUP], out
     assert out["parent_row"] == 5, out
+
+
+# Timeouts the kernel refuses (EINVAL) or accepts (select() carries whole seconds out of
+# tv_usec), on the upgraded connection and on a plain socket beside it.
+TIMEOUT_SCRIPT = r'''
+import ctypes, errno, json, socket, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+class Timeval(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_usec", ctypes.c_long)]
+
+class FdSet(ctypes.Structure):
+    _fields_ = [("bits", ctypes.c_ulong * 16)]
+
+def fdset(fd):
+    s = FdSet()
+    s.bits[fd // 64] |= 1 << (fd % 64)
+    return s
+
+def call(f, *args):
+    ctypes.set_errno(0)
+    rc = f(*args)
+    return [rc, errno.errorcode.get(ctypes.get_errno(), 0) if rc < 0 else None]
+
+def cases(fd):
+    pfd = PollFd(fd, 1, 0)  # POLLIN: nothing to read
+    return {
+        "ppoll_nsec_1e9": call(libc.ppoll, ctypes.byref(pfd), 1, ctypes.byref(Timespec(0, 10**9)), None),
+        "ppoll_negative": call(libc.ppoll, ctypes.byref(pfd), 1, ctypes.byref(Timespec(-1, 0)), None),
+        "select_negative_usec": call(libc.select, fd + 1, ctypes.byref(fdset(fd)), None, None,
+                                     ctypes.byref(Timeval(0, -1))),
+        "select_usec_carried": call(libc.select, fd + 1, ctypes.byref(fdset(fd)), None, None,
+                                    ctypes.byref(Timeval(0, 1_100_000))),
+        "pselect_negative": call(libc.pselect, fd + 1, ctypes.byref(fdset(fd)), None, None,
+                                 ctypes.byref(Timespec(-1, 0)), None),
+    }
+
+conn = psycopg.connect("", autocommit=True)
+a, b = socket.socketpair()
+print(json.dumps({"shim": cases(conn.pgconn.socket), "socket": cases(a.fileno())}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_invalid_timeouts_are_einval_as_for_a_socket(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), TIMEOUT_SCRIPT)
+    assert out["shim"] == out["socket"], out
+    assert out["shim"]["ppoll_nsec_1e9"] == [-1, "EINVAL"], out
+    assert out["shim"]["select_usec_carried"] == [0, None], out
