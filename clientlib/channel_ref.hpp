@@ -8,6 +8,7 @@
 // whichever reference goes last frees it.
 #pragma once
 
+#include <cerrno>
 #include <utility>
 
 #include "clientlib/channel.hpp"
@@ -59,9 +60,13 @@ class ChannelRef {
 
   private:
     explicit ChannelRef(Channel* ch) noexcept : ch_(ch) {}
+    // The last reference may go here, after the call set errno: unmapping must not change it.
     void reset() noexcept {
-        if (ch_ != nullptr)
-            channel_release(*std::exchange(ch_, nullptr));
+        if (ch_ == nullptr)
+            return;
+        const int saved = errno;
+        channel_release(*std::exchange(ch_, nullptr));
+        errno = saved;
     }
 
     Channel* ch_ = nullptr;
