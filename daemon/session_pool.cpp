@@ -195,14 +195,19 @@ void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
 }
 
 void Session::note_from_upstream(std::span<const std::byte> bytes) {
-    (void)from_upstream_.walk(bytes, [this](char type, size_t) {
+    const auto count_ready = [this](char type, size_t) {
         pool_.readies += type == 'Z' ? 1 : 0;
         return true;
-    });
-    if (pool_.pooled && !pool_.greeting_reader)
-        pool_.parameters.feed(bytes, [this](const std::string& name, const std::string& value) {
-            pool_.greeting.set_parameter(name, value);
-        });
+    };
+    if (!pool_.pooled || pool_.greeting_reader) {
+        (void)from_upstream_.walk(bytes, count_ready);
+        return;
+    }
+    // The same walk keeps the greeting what Postgres last reported.
+    (void)pool_.parameters.walk(from_upstream_, bytes, count_ready,
+                                [this](const std::string& name, const std::string& value) {
+                                    pool_.greeting.set_parameter(name, value);
+                                });
 }
 
 // Why this server connection cannot be kept, or nothing if it can: the client said goodbye

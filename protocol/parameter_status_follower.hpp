@@ -24,38 +24,47 @@ class ParameterStatusFollower {
     // followed: broken().
     static constexpr size_t kMaxStatus = 64 * 1024;
 
-    // Walks `bytes`, which follow those fed before and begin at a message boundary the first
-    // time, and calls on_status(name, value) for each ParameterStatus complete in them.
-    template <class OnStatus>
-    void feed(std::span<const std::byte> bytes, OnStatus&& on_status);
+    // Walks `bytes` with the stream's own `boundaries` (the session follows Postgres's
+    // messages anyway: one walk serves both), passing each message start to
+    // on_message(type, offset) as MessageBoundaryTracker::walk() does, and calls
+    // on_status(name, value) for each ParameterStatus complete in them. The first bytes walked
+    // with a follower begin at a message boundary.
+    template <class OnMessage, class OnStatus>
+    size_t walk(MessageBoundaryTracker& boundaries, std::span<const std::byte> bytes,
+                OnMessage&& on_message, OnStatus&& on_status);
 
-    // A length or a report that could not be read: the values are unknown from here on.
-    [[nodiscard]] bool broken() const noexcept { return broken_ || boundaries_.broken(); }
+    // A report that could not be read: the values are unknown from here on. (A length that
+    // could not be read breaks the boundaries themselves.)
+    [[nodiscard]] bool broken() const noexcept { return broken_; }
 
   private:
     // Appends a piece of the ParameterStatus being collected; calls on_status once it is whole.
     template <class OnStatus>
     void collect(std::span<const std::byte> piece, OnStatus& on_status);
 
-    MessageBoundaryTracker boundaries_;
     std::vector<std::byte> status_;  // the ParameterStatus under way, from its type byte
     bool collecting_ = false;
     bool broken_ = false;
     std::string name_, value_;
 };
 
-template <class OnStatus>
-void ParameterStatusFollower::feed(std::span<const std::byte> bytes, OnStatus&& on_status) {
+template <class OnMessage, class OnStatus>
+size_t ParameterStatusFollower::walk(MessageBoundaryTracker& boundaries,
+                                     std::span<const std::byte> bytes, OnMessage&& on_message,
+                                     OnStatus&& on_status) {
     size_t from = 0;  // where the piece of a ParameterStatus in these bytes begins
-    (void)boundaries_.walk(bytes, [&](char type, size_t at) {
+    const size_t walked = boundaries.walk(bytes, [&](char type, size_t at) {
         if (collecting_)  // a message begins here: the ParameterStatus before it ended
             collect(bytes.subspan(from, at - from), on_status);
+        if (!on_message(type, at))
+            return false;
         collecting_ = type == 'S';
         from = at;
         return true;
     });
     if (collecting_)
-        collect(bytes.subspan(from), on_status);
+        collect(bytes.subspan(from, walked - from), on_status);
+    return walked;
 }
 
 template <class OnStatus>

@@ -304,6 +304,19 @@ Bytes answer_with_reports() {
 
 using Reports = std::vector<std::pair<std::string, std::string>>;
 
+// The follower as the session drives it: on the stream's own boundaries.
+struct FollowedStream {
+    MessageBoundaryTracker boundaries;
+    ParameterStatusFollower follower;
+
+    template <class OnStatus>
+    void feed(std::span<const std::byte> bytes, OnStatus&& on_status) {
+        (void)follower.walk(
+            boundaries, bytes, [](char, size_t) { return true; }, on_status);
+    }
+    [[nodiscard]] bool broken() const { return follower.broken() || boundaries.broken(); }
+};
+
 }  // namespace
 
 TEST_CASE("ParameterStatusFollower: every report once, in any pieces") {
@@ -314,7 +327,7 @@ TEST_CASE("ParameterStatusFollower: every report once, in any pieces") {
                               {"TimeZone", "Europe/Berlin"}};
     for (size_t piece : {size_t{1}, size_t{2}, size_t{5}, size_t{7}, size_t{13}, stream.size()}) {
         INFO(piece);
-        ParameterStatusFollower follower;
+        FollowedStream follower;
         Reports seen;
         for (size_t i = 0; i < stream.size(); i += piece)
             follower.feed(
@@ -327,7 +340,7 @@ TEST_CASE("ParameterStatusFollower: every report once, in any pieces") {
 
 TEST_CASE("ParameterStatusFollower: a malformed or oversized report breaks it") {
     const auto follow = [](const Bytes& stream) {
-        ParameterStatusFollower follower;
+        FollowedStream follower;
         size_t reports = 0;
         follower.feed(stream, [&](const std::string&, const std::string&) { ++reports; });
         return std::pair(follower.broken(), reports);
