@@ -114,6 +114,19 @@ bool wait_for(Channel& ch, int fd, Want want) noexcept {
     return channel_wait(ch, waiter);
 }
 
+// recv(2) of zero bytes on a stream socket: 0 once there is something to read or the peer
+// has left (the bytes stay), and on an empty socket what any recv() does there: EAGAIN when
+// it must not block, else a wait.
+ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
+    while (!ch.end->ready(Want::Read)) {
+        if (would_block(ch, flags))
+            return fail(EAGAIN);
+        if (!wait_for(ch, fd, Want::Read))
+            return -1;
+    }
+    return 0;
+}
+
 }  // namespace
 
 wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept {
@@ -297,7 +310,7 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
     const size_t total = iov_total(iov, iovcnt);
     const bool wait_all = (flags & MSG_WAITALL) != 0 && !would_block(ch, flags) && !peek;
     if (total == 0)
-        return 0;
+        return recv_nothing(ch, fd, flags);
     size_t got = 0;
     for (;;) {
         const IoResult r = fill_from_end(ch, fd, iov, iovcnt, peek, got);

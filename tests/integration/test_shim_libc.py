@@ -4,7 +4,8 @@ revents, POLLRDNORM and POLLWRNORM mean what they mean on a socket; connect() on
 with EISCONN and leaves the connection as it was (clientlib/interpose_fd.cpp); readv(),
 writev(), sendmsg() and recvmsg() check their vector as the kernel does
 (clientlib/interpose_io.cpp); a call that another thread's close() overtakes goes on with the
-connection it began with (clientlib/channel_ref.hpp); invalid timeouts are EINVAL. Where
+connection it began with (clientlib/channel_ref.hpp); invalid timeouts are EINVAL; a
+zero-byte recv() is EAGAIN on an empty connection (clientlib/channel.cpp). Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
@@ -273,3 +274,47 @@ def test_invalid_timeouts_are_einval_as_for_a_socket(l5pgd, shim):
     assert out["shim"] == out["socket"], out
     assert out["shim"]["ppoll_nsec_1e9"] == [-1, "EINVAL"], out
     assert out["shim"]["select_usec_carried"] == [0, None], out
+
+
+# recv() of zero bytes: EAGAIN on an empty non-blocking connection, 0 once there is something
+# to read (which stays there), as on a socketpair.
+ZERO_RECV_SCRIPT = r'''
+import ctypes, errno, json, select, socket, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+MSG_DONTWAIT = 0x40
+buf = ctypes.create_string_buffer(64)
+
+def zero_recv(fd):
+    ctypes.set_errno(0)
+    rc = libc.recv(fd, buf, 0, MSG_DONTWAIT)
+    return [rc, errno.errorcode.get(ctypes.get_errno(), 0) if rc < 0 else None]
+
+def cases(fd, make_readable):
+    empty = zero_recv(fd)
+    make_readable()
+    select.select([fd], [], [], 5)
+    readable = zero_recv(fd)
+    return {"empty": empty, "readable": readable, "then": libc.recv(fd, buf, 64, MSG_DONTWAIT) > 0}
+
+conn = psycopg.connect("", autocommit=True)
+pg = conn.pgconn
+
+def query():
+    pg.send_query(b"select 1")
+    while pg.flush():
+        pass
+
+a, b = socket.socketpair()
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(pg.socket),
+                  "shim": cases(pg.socket, query),
+                  "socket": cases(a.fileno(), lambda: b.send(b"x"))}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_zero_byte_recv_answers_as_on_a_socket(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), ZERO_RECV_SCRIPT)
+    assert out["transport"] == 1, out  # L5PG_TRANSPORT_SHM
+    assert out["shim"] == out["socket"], out
+    assert out["shim"] == {"empty": [-1, "EAGAIN"], "readable": [0, None], "then": True}, out

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
@@ -321,9 +322,38 @@ TEST_CASE("channel references: none is taken of a channel whose last one went", 
     CHECK(c.end.closes_by_application() == 1);
 }
 
-TEST_CASE("channel recv: zero-length buffers return 0 at once", "[shim]") {
+// As recv(2) of zero bytes on a Unix stream socket (a socketpair says the same).
+TEST_CASE("channel recv: zero bytes are 0 once something is there, else as an empty recv",
+          "[shim]") {
     Connection c;
+    ssize_t rc = -1;
+    errno = 0;
+    CHECK(c.recv(0, MSG_DONTWAIT, &rc).empty());
+    CHECK(rc == -1);
+    CHECK(errno == EAGAIN);
+
+    c.end.deliver("ab");
+    CHECK(c.recv(0, MSG_DONTWAIT, &rc).empty());
+    CHECK(rc == 0);
+    CHECK(c.recv(16) == "ab");  // nothing was taken
+
+    c.end.close_from_peer();
+    CHECK(c.recv(0, MSG_DONTWAIT, &rc).empty());
+    CHECK(rc == 0);
+}
+
+TEST_CASE("channel recv: zero bytes on a blocking empty end wait for data", "[shim]") {
+    Connection c;
+    std::atomic<bool> delivered{false};
+    std::thread peer([&] {
+        std::this_thread::sleep_for(50ms);
+        delivered.store(true);
+        c.end.deliver("z", c.peer);  // rings if the reader armed
+    });
     ssize_t rc = -1;
     CHECK(c.recv(0, 0, &rc).empty());
     CHECK(rc == 0);
+    CHECK(delivered.load());
+    peer.join();
+    CHECK(c.recv(16) == "z");
 }
