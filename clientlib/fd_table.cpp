@@ -1,5 +1,7 @@
 #include "clientlib/fd_table.hpp"
 
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
 
@@ -19,8 +21,22 @@ constexpr uint32_t kChannelBase = 16;
 // Zero-initialised static storage: valid before any constructor runs.
 std::array<std::atomic<uint32_t>, kMaxTrackedFd> g_table;
 
+// The process the table belongs to. A vfork() child runs in its parent's memory until it
+// execs or exits, and no fork handler runs for it: the dup2() and close() it makes on its
+// own copies of the fds (Python's subprocess does) must not change the parent's entries.
+// Asked only before a tracked entry changes, as getpid() is a system call.
+std::atomic<pid_t> g_owner{0};
+
+bool owned_here() noexcept {
+    return ::getpid() == g_owner.load(std::memory_order_relaxed);
+}
+
 bool in_range(int fd) noexcept {
     return fd >= 0 && fd < kMaxTrackedFd;
+}
+
+bool tracked(int fd) noexcept {
+    return in_range(fd) && g_table[fd].load(std::memory_order_relaxed) != kUntracked;
 }
 
 FdEntry decode(uint32_t raw) noexcept {
@@ -48,13 +64,17 @@ FdEntry fd_lookup(int fd) noexcept {
     return decode(g_table[fd].load(std::memory_order_acquire));
 }
 
+void fd_table_take_ownership() noexcept {
+    g_owner.store(::getpid(), std::memory_order_relaxed);
+}
+
 void fd_set_candidate(int fd) noexcept {
-    if (in_range(fd))
+    if (in_range(fd) && owned_here())
         g_table[fd].store(kCandidate, std::memory_order_release);
 }
 
 void fd_set_rdma_candidate(int fd) noexcept {
-    if (in_range(fd))
+    if (in_range(fd) && owned_here())
         g_table[fd].store(kRdmaCandidate, std::memory_order_release);
 }
 
@@ -69,13 +89,13 @@ bool fd_attach_channel(int fd, Channel& channel) noexcept {
 }
 
 FdEntry fd_forget(int fd) noexcept {
-    if (!in_range(fd))
+    if (!tracked(fd) || !owned_here())
         return {};
     return decode(g_table[fd].exchange(kUntracked, std::memory_order_acq_rel));
 }
 
 void fd_duplicate(int from, int to) noexcept {
-    if (from == to)
+    if (from == to || ((tracked(from) || tracked(to)) && !owned_here()))
         return;
     const FdEntry previous = fd_forget(to);
     if (previous.kind == FdKind::Upgraded)

@@ -26,6 +26,10 @@ struct FdEntry {
 };
 
 [[nodiscard]] FdEntry fd_lookup(int fd) noexcept;
+// At load and in a forked child: this process owns the table. In a process that does not
+// (a vfork() child, in its parent's memory) the calls below leave tracked entries alone and
+// fd_forget() returns Untracked: the child's fds are plain copies of the parent's.
+void fd_table_take_ownership() noexcept;
 void fd_set_candidate(int fd) noexcept;
 void fd_set_rdma_candidate(int fd) noexcept;
 // Candidate or RdmaCandidate -> Upgraded; false if the entry changed meanwhile (closed by another

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <vector>
 
 #include "clientlib/channel.hpp"
@@ -52,9 +54,14 @@ bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
 // One poll() call over a mix of upgraded and ordinary descriptors. What each fd is, and a
 // reference to each upgraded fd's channel, are taken once for the whole call
 // (channel_ref.hpp): another thread's close() meanwhile leaves this call its channels.
+//
+// poll() is async-signal-safe, and programs call it in signal handlers: what the call keeps
+// per fd lives in a buffer on the stack (kInlineBytes, a few dozen fds); only a larger
+// array goes to the heap.
 class MixedPoll {
   public:
-    MixedPoll(pollfd* fds, nfds_t n) : fds_(fds), n_(n), saved_events_(n), entries_(n) {
+    MixedPoll(pollfd* fds, nfds_t n)
+        : fds_(fds), n_(n), arena_(inline_.data(), inline_.size()), entries_(n, &arena_) {
         for (nfds_t i = 0; i < n_; ++i) {
             Entry& e = entries_[i];
             e.channel = ChannelRef::of(fds_[i].fd);
@@ -168,7 +175,7 @@ class MixedPoll {
     // Returns the number of ready ordinary fds, or -1 with errno.
     int block(int64_t deadline, const sigset_t* mask) noexcept {
         for (nfds_t i = 0; i < n_; ++i) {
-            saved_events_[i] = fds_[i].events;
+            entries_[i].saved_events = fds_[i].events;
             if (entries_[i].kind == FdKind::Upgraded)
                 fds_[i].events = POLLIN;
         }
@@ -184,8 +191,8 @@ class MixedPoll {
         const int saved_errno = errno;
         int ordinary_ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
-            fds_[i].events = saved_events_[i];
             const Entry& entry = entries_[i];
+            fds_[i].events = entry.saved_events;
             if (entry.kind == FdKind::Upgraded) {
                 channel_disarm(*entry.channel, fds_[i].events);
                 if (rc > 0 && fds_[i].revents != 0)
@@ -242,13 +249,16 @@ class MixedPoll {
 
     struct Entry {
         FdKind kind = FdKind::Untracked;
-        ChannelRef channel;  // Upgraded only
+        ChannelRef channel;      // Upgraded only
+        short saved_events = 0;  // the caller's events while block() asks for others
     };
+    static constexpr size_t kInlineBytes = 1024;
 
     pollfd* fds_;
     nfds_t n_;
-    std::vector<short> saved_events_;
-    std::vector<Entry> entries_;
+    alignas(std::max_align_t) std::array<std::byte, kInlineBytes> inline_;
+    std::pmr::monotonic_buffer_resource arena_;  // inline_, then the heap
+    std::pmr::vector<Entry> entries_;
 };
 
 int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noexcept {

@@ -20,6 +20,7 @@ namespace {
 // A forked child must never touch its parent's rings: l5pgd serves exactly one reader
 // and one writer per ring. Its copies of upgraded fds report EOF/EPIPE instead.
 void after_fork_in_child() noexcept {
+    fd_table_take_ownership();
     fd_mark_all_forked();
     wait::seed_wait_ids();  // the parent goes on counting from the same start
     shm_forget_rung_waits_after_fork();
@@ -29,6 +30,7 @@ void after_fork_in_child() noexcept {
 
 __attribute__((constructor)) void load_shim() noexcept {
     resolve_real_calls();
+    fd_table_take_ownership();
     load_settings();
     wait::seed_wait_ids();
     ::pthread_atfork(nullptr, nullptr, after_fork_in_child);

@@ -5,11 +5,14 @@ with EISCONN and leaves the connection as it was (clientlib/interpose_fd.cpp); r
 writev(), sendmsg() and recvmsg() check their vector as the kernel does
 (clientlib/interpose_io.cpp); a call that another thread's close() overtakes goes on with the
 connection it began with (clientlib/channel_ref.hpp); invalid timeouts are EINVAL; a
-zero-byte recv() is EAGAIN on an empty connection (clientlib/channel.cpp). Where
+zero-byte recv() is EAGAIN on an empty connection (clientlib/channel.cpp); a vfork() child's
+dup2() and close() leave the parent its connection (clientlib/fd_table.cpp); poll() in a
+signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls). Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
-from tests.harness.client import run_python_json, shm_target
+from tests.harness import paths
+from tests.harness.client import run, run_python_json, shm_target
 
 # psycopg's connection socket is upgraded by the shim; a pipe beside it is an ordinary fd.
 # poll() is called directly through ctypes, so its return value is seen as it is (Python's
@@ -318,3 +321,31 @@ def test_zero_byte_recv_answers_as_on_a_socket(l5pgd, shim):
     assert out["transport"] == 1, out  # L5PG_TRANSPORT_SHM
     assert out["shim"] == out["socket"], out
     assert out["shim"] == {"empty": [-1, "EAGAIN"], "readable": [0, None], "then": True}, out
+
+
+PROBE = paths.BUILD_DIR / "bin" / "l5pg-libc-probe"
+
+
+def probe(l5pgd, mode):
+    r = run([PROBE, mode], shm_target(l5pgd), timeout=30)
+    return dict(field.split("=", 1) for field in r.stdout.split())
+
+
+# A vfork() child shares its parent's memory until it execs or exits; Python's subprocess
+# makes one and dup2()s and close()s descriptors in it. What the child does to its own fds
+# must leave the parent's connection (and the shim's table of it) as it was.
+@pytest.mark.timeout(60)
+def test_vfork_child_closing_the_connection_leaves_the_parent_its_connection(l5pgd, shim):
+    out = probe(l5pgd, "vfork")
+    assert out == {"transport": "1", "spare": "0", "answer": "42"}, out
+
+
+# poll() is async-signal-safe: a signal handler may poll an upgraded fd, so the shim must not
+# call malloc there (a signal that interrupts malloc would deadlock on its lock).
+@pytest.mark.timeout(60)
+def test_poll_in_a_signal_handler_does_not_allocate(l5pgd, shim):
+    import select
+    out = probe(l5pgd, "poll-in-handler")
+    if out["mallocs"] == "-1":
+        pytest.skip("malloc is not counted under sanitizers")
+    assert out == {"transport": "1", "mallocs": "0", "out": str(select.POLLOUT), "in": "0"}, out

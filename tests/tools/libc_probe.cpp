@@ -1,0 +1,144 @@
+// Test helper for tests/integration/test_shim_libc.py: libc calls on an upgraded libpq
+// connection that Python cannot make safely, each answered on one stdout line.
+//
+//   l5pg-libc-probe vfork            (connection from the PG* environment)
+//       A vfork() child (as Python's subprocess makes one) dup2()s the connection's fd to
+//       kSpareFd and close()s it, then _exit()s. The child shares the parent's memory, so
+//       the shim must leave its table alone: the parent keeps its connection.
+//       Prints "transport=<fd's> spare=<kSpareFd's> answer=<select 42>".
+//   l5pg-libc-probe poll-in-handler
+//       A signal handler poll()s the connection (at once, and with a 10 ms wait on an empty
+//       ring); poll() is async-signal-safe and must not call malloc there.
+//       Prints "transport=<fd's> mallocs=<count, -1 when not counted under sanitizers>
+//       out=<POLLOUT poll's revents> in=<POLLIN poll's result>".
+//
+// The shim's l5pg_fd_transport() is looked up at run time: this program runs with and
+// without it. Exit status 1 with a message on stderr when the connection fails.
+#include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <libpq-fe.h>
+
+namespace {
+
+constexpr int kSpareFd = 200;
+
+// malloc() calls while `g_counting` is set. The executable's malloc() comes before libc's
+// for every library in the process, the shim included. Not under sanitizers, which
+// replace malloc themselves.
+std::atomic<bool> g_counting{false};
+std::atomic<int> g_mallocs{0};
+
+}  // namespace
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define L5PG_COUNT_MALLOCS 1
+extern "C" void* __libc_malloc(size_t size);
+extern "C" void* malloc(size_t size) {
+    if (g_counting.load(std::memory_order_relaxed))
+        g_mallocs.fetch_add(1, std::memory_order_relaxed);
+    return __libc_malloc(size);
+}
+#endif
+
+namespace {
+
+[[noreturn]] void die(PGconn* conn, const char* what) {
+    std::fprintf(stderr, "%s: %s", what, conn != nullptr ? PQerrorMessage(conn) : "\n");
+    std::exit(1);
+}
+
+int transport_of(int fd) {
+    using Fn = int (*)(int);
+    const auto fn = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "l5pg_fd_transport"));
+    return fn != nullptr ? fn(fd) : 0;
+}
+
+PGconn* connect_and_ask(const char* sql, char* answer, size_t size) {
+    PGconn* conn = PQconnectdb("");
+    if (PQstatus(conn) != CONNECTION_OK)
+        die(conn, "connect");
+    PGresult* res = PQexec(conn, sql);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        die(conn, sql);
+    std::snprintf(answer, size, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return conn;
+}
+
+int vfork_mode() {
+    char answer[32];
+    PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
+    const int fd = PQsocket(conn);
+    const pid_t pid = ::vfork();
+    if (pid == 0) {
+        ::dup2(fd, kSpareFd);
+        ::close(fd);
+        ::_exit(0);
+    }
+    if (pid < 0 || ::waitpid(pid, nullptr, 0) != pid)
+        die(nullptr, "vfork");
+    PGresult* res = PQexec(conn, "select 42");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        die(conn, "select 42 after the vfork child");
+    std::printf("transport=%d spare=%d answer=%s\n", transport_of(fd), transport_of(kSpareFd),
+                PQgetvalue(res, 0, 0));
+    PQclear(res);
+    PQfinish(conn);
+    return 0;
+}
+
+int g_fd = -1;
+short g_out_revents = -1;
+int g_in_rc = -2;
+
+void poll_in_handler(int) {
+    const int saved = errno;
+    g_counting.store(true, std::memory_order_relaxed);
+    pollfd out{g_fd, POLLOUT, 0};
+    if (::poll(&out, 1, 0) >= 0)
+        g_out_revents = out.revents;
+    pollfd in{g_fd, POLLIN, 0};  // nothing to read: the whole wait, to its timeout
+    g_in_rc = ::poll(&in, 1, 10);
+    g_counting.store(false, std::memory_order_relaxed);
+    errno = saved;
+}
+
+int poll_in_handler_mode() {
+    char answer[32];
+    PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
+    g_fd = PQsocket(conn);
+    struct sigaction sa {};
+    sa.sa_handler = poll_in_handler;
+    ::sigaction(SIGUSR1, &sa, nullptr);
+    ::raise(SIGUSR1);
+#ifdef L5PG_COUNT_MALLOCS
+    const int mallocs = g_mallocs.load();
+#else
+    const int mallocs = -1;
+#endif
+    std::printf("transport=%d mallocs=%d out=%d in=%d\n", transport_of(g_fd), mallocs,
+                g_out_revents, g_in_rc);
+    PQfinish(conn);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc == 2 && std::strcmp(argv[1], "vfork") == 0)
+        return vfork_mode();
+    if (argc == 2 && std::strcmp(argv[1], "poll-in-handler") == 0)
+        return poll_in_handler_mode();
+    std::fprintf(stderr, "usage: %s vfork|poll-in-handler\n", argv[0]);
+    return 2;
+}
