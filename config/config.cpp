@@ -208,6 +208,15 @@ TlsMode get_tls_mode(const YAML::Node& node, const std::string& key) {
     fail(key, "must be one of disable, allow, require (got " + describe(node) + ")");
 }
 
+MetricsLabels get_metrics_labels(const YAML::Node& node, const std::string& key) {
+    const std::string value = get_string(node, key);
+    for (MetricsLabels m :
+         {MetricsLabels::None, MetricsLabels::Database, MetricsLabels::DatabaseUser})
+        if (value == to_string(m))
+            return m;
+    fail(key, "must be one of none, database, database_user (got " + describe(node) + ")");
+}
+
 PoolMode get_pool_mode(const YAML::Node& node, const std::string& key) {
     const std::string value = get_string(node, key);
     for (PoolMode m : {PoolMode::None, PoolMode::Session})
@@ -277,6 +286,10 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.rdma.soft_port = get_uint<uint16_t>(n, k, 0); }},
         {"metrics.listen",
          [](Config& c, N n, K k) { c.metrics.listen = get_metrics_listen(n, k); }},
+        {"metrics.labels",
+         [](Config& c, N n, K k) { c.metrics.labels = get_metrics_labels(n, k); }},
+        {"metrics.label_limit",
+         [](Config& c, N n, K k) { c.metrics.label_limit = get_uint<unsigned>(n, k, 1, 100000); }},
         {"limits.max_sessions",
          [](Config& c, N n, K k) { c.limits.max_sessions = get_uint<unsigned>(n, k, 1); }},
         {"limits.startup_timeout_ms",
@@ -527,6 +540,18 @@ std::string_view to_string(AuthMethod m) noexcept {
             return "passthrough";
         case AuthMethod::Reject:
             return "reject";
+    }
+    return "?";
+}
+
+std::string_view to_string(MetricsLabels m) noexcept {
+    switch (m) {
+        case MetricsLabels::None:
+            return "none";
+        case MetricsLabels::Database:
+            return "database";
+        case MetricsLabels::DatabaseUser:
+            return "database_user";
     }
     return "?";
 }

@@ -75,8 +75,18 @@ struct RdmaConfig {
     uint16_t soft_port = 0;
 };
 
+// Which names label the per-database session metrics (daemon/database_metrics.hpp).
+enum class MetricsLabels {
+    None,          // no per-database series
+    Database,      // database="..."
+    DatabaseUser,  // database="...", user="..."
+};
+[[nodiscard]] std::string_view to_string(MetricsLabels m) noexcept;
+
 struct MetricsConfig {
     std::string listen = "127.0.0.1:6439";  // host:port; "" disables
+    MetricsLabels labels = MetricsLabels::None;
+    unsigned label_limit = 100;  // distinct label sets; sessions beyond go unlabeled
 };
 
 struct LimitsConfig {

@@ -63,6 +63,8 @@ const std::vector<KeyRule>& rules() {
         {"rdma.completion_timeout_ms", R, [](C c) { return text(c.rdma.completion_timeout_ms); }},
         {"rdma.soft_port", R, [](C c) { return text(c.rdma.soft_port); }},
         {"metrics.listen", R, [](C c) { return quoted(c.metrics.listen); }},
+        {"metrics.labels", R, [](C c) { return text(to_string(c.metrics.labels)); }},
+        {"metrics.label_limit", R, [](C c) { return text(c.metrics.label_limit); }},
         {"limits.max_sessions", L, [](C c) { return text(c.limits.max_sessions); }},
         {"limits.startup_timeout_ms", L, [](C c) { return text(c.limits.startup_timeout_ms); }},
         {"limits.session_buffer_bytes", L, [](C c) { return text(c.limits.session_buffer_bytes); }},

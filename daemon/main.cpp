@@ -101,6 +101,7 @@ int run(l5pg::daemon::SettingsPtr settings, l5pg::daemon::ConfigSource source) {
     ::signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(config.limits.max_sessions);
     Metrics metrics;
+    metrics.databases().configure(config.metrics.labels, config.metrics.label_limit);
     std::unique_ptr<MetricsServer> metrics_server;
     if (!config.metrics.listen.empty()) {
         const auto [host, port] =

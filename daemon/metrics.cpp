@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "daemon/prometheus_text.hpp"
 #include "l5pg_version.hpp"
 
 #include <algorithm>
@@ -26,9 +27,7 @@ uint64_t read(const std::atomic<uint64_t>& counter) noexcept {
     return counter.load(std::memory_order_relaxed);
 }
 
-void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
-    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
+using prometheus::header;
 
 template <class T>
 void per_transport(std::string& out, std::string_view name, std::string_view type,
@@ -208,6 +207,7 @@ std::string Metrics::render() const {
                    pool_idle_.load(std::memory_order_relaxed));
     render_refusals(out);
     render_round_trips(out);
+    databases_.render(out);
     header(out, "l5pg_build_info", "gauge", "l5pgd's version (the value is always 1).");
     fmt::format_to(std::back_inserter(out), "l5pg_build_info{{version=\"{}\"}} 1\n", L5PG_VERSION);
     return out;

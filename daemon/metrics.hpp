@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "daemon/auth_failure.hpp"
+#include "daemon/database_metrics.hpp"
 
 namespace l5pg::daemon {
 
@@ -59,6 +60,8 @@ class Metrics {
     [[nodiscard]] int64_t sessions_active(Transport t) const noexcept {
         return sessions_active_[static_cast<size_t>(t)].load(std::memory_order_relaxed);
     }
+    // The per-database series (metrics.labels), rendered after these.
+    [[nodiscard]] DatabaseMetrics& databases() noexcept { return databases_; }
 
     // Prometheus text exposition format 0.0.4, with HELP and TYPE lines:
     //   l5pg_sessions_total{transport}            counter
@@ -75,6 +78,7 @@ class Metrics {
     //   l5pg_connections_refused_total{reason}            counter
     //   l5pg_upstream_round_trip_seconds{transport}       histogram
     //   l5pg_build_info{version}                          gauge, always 1
+    // and DatabaseMetrics' series when metrics.labels asks for them.
     [[nodiscard]] std::string render() const;
 
     // Upper bounds of the round-trip histogram's buckets, in seconds (+Inf follows).
@@ -111,6 +115,7 @@ class Metrics {
         std::atomic<uint64_t> sum_ns{0};
     };
     std::array<Histogram, kTransportCount> round_trips_{};
+    DatabaseMetrics databases_;
 };
 
 }  // namespace l5pg::daemon

@@ -224,6 +224,8 @@ void Session::close(std::string_view reason, bool error) {
         if (error && was_forwarding)
             metrics_.session_error(transport_);
     }
+    if (database_counters_ != nullptr)
+        database_counters_->closed(error && was_forwarding);
     // No callback may come any more. Everything else -- the mapping, the RDMA channel, the
     // sockets (then Postgres sees EOF and rolls back an open transaction) -- stays until
     // the worker reaps the session after the current callback (issue 21): whatever

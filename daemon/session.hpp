@@ -163,6 +163,7 @@ class Session final : public ClientEndHost {
     // of a session l5pgd serves, translated to the backend's.
     [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
     void watch_for_key(std::span<const std::byte> copy);
+    void note_logged_in();
     // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
     [[nodiscard]] std::span<const std::byte> copy_client_chunk(std::span<const std::byte> data);
     [[nodiscard]] size_t before_terminate(std::span<const std::byte> data);
@@ -256,6 +257,8 @@ class Session final : public ClientEndHost {
     std::chrono::steady_clock::time_point request_forwarded_at_;  // awaiting_upstream_ began
     bool admin_ = false;                     // served by the admin console, not Postgres
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
+    // metrics.labels: this session's database counters, once Postgres accepted its login.
+    DatabaseCounters* database_counters_ = nullptr;
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
     std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
 

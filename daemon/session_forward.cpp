@@ -61,6 +61,8 @@ void Session::upstream_write_failed(int err) {
 
 void Session::count_bytes(Direction direction, uint64_t n) {
     metrics_.add_bytes(transport_, direction, n);
+    if (database_counters_ != nullptr)
+        database_counters_->add_bytes(direction, n);
     if (!record_)
         return;
     auto& total = direction == Direction::ClientToServer ? record_->bytes_from_client

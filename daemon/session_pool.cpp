@@ -122,6 +122,7 @@ void Session::read_greeting() {
 }
 
 void Session::greet_client() {
+    note_logged_in();  // a new backend's complete greeting, or a kept backend's
     cancel_lease_ = worker_.cancel_keys().issue(pool_.greeting.key);
     const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());
     from_upstream_.feed(greeting);

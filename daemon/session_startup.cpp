@@ -407,6 +407,16 @@ void Session::publish_record(std::string_view role, std::string_view database) {
     worker_.sessions().add(std::move(record));
 }
 
+// From Postgres's acceptance of the login on, the session counts under its database and
+// role (metrics.labels): what exists, not what a client asked for, makes series.
+void Session::note_logged_in() {
+    if (database_counters_ != nullptr || !record_)
+        return;
+    database_counters_ = metrics_.databases().counters_for(record_->database, record_->role);
+    if (database_counters_ != nullptr)
+        database_counters_->opened();
+}
+
 bool Session::admit_startup(const protocol::StartupPacket& packet) {
     const std::string_view role = parameter(packet, "user");
     const std::string_view database = parameter(packet, "database");

@@ -92,6 +92,8 @@ shm:
   follow_client_cpu: false
 metrics:
   listen: "[::1]:0"
+  labels: database_user
+  label_limit: 7
 limits:
   max_sessions: 5
   startup_timeout_ms: 250
@@ -120,6 +122,8 @@ logging:
     CHECK_FALSE(c.shm.block_when_crowded);
     CHECK_FALSE(c.shm.follow_client_cpu);
     CHECK(c.metrics.listen == "[::1]:0");
+    CHECK(c.metrics.labels == l5pg::config::MetricsLabels::DatabaseUser);
+    CHECK(c.metrics.label_limit == 7);
     CHECK(c.limits.max_sessions == 5);
     CHECK(c.limits.startup_timeout_ms == 250);
     CHECK(c.limits.session_buffer_bytes == 65536);
@@ -179,6 +183,9 @@ TEST_CASE("range errors") {
     CHECK_THAT(error_of("metrics:\n  listen: nohostport\n"), StartsWith("metrics.listen:"));
     CHECK(error_of("metrics:\n  listen: \"\"\n").empty());
     CHECK(error_of("metrics:\n  listen: 127.0.0.1:0\n").empty());
+    CHECK_THAT(error_of("metrics:\n  labels: role\n"),
+               StartsWith("metrics.labels: must be one of none, database, database_user"));
+    CHECK_THAT(error_of("metrics:\n  label_limit: 0\n"), StartsWith("metrics.label_limit:"));
 }
 
 TEST_CASE("cross-field validation") {
@@ -260,6 +267,8 @@ TEST_CASE("files: missing, syntax error, example") {
     CHECK(example.listen.unix_socket_mode == defaults.listen.unix_socket_mode);
     CHECK(example.shm.max_ring_size == defaults.shm.max_ring_size);
     CHECK(example.metrics.listen == defaults.metrics.listen);
+    CHECK(example.metrics.labels == defaults.metrics.labels);
+    CHECK(example.metrics.label_limit == defaults.metrics.label_limit);
     CHECK(example.upstream.host == defaults.upstream.host);
     CHECK(example.logging.level == defaults.logging.level);
 }

@@ -48,6 +48,8 @@ const std::vector<std::string> kRestartOverrides = {
     "rdma.completion_timeout_ms=5",
     "rdma.soft_port=7002",
     "metrics.listen=127.0.0.1:9999",
+    "metrics.labels=database",
+    "metrics.label_limit=5",
 };
 
 }  // namespace

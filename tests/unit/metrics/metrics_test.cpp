@@ -202,3 +202,55 @@ TEST_CASE("Metrics: round-trip histogram is cumulative, with sum, count and buil
     CHECK(has_line(text, "# TYPE l5pg_upstream_round_trip_seconds histogram"));
     CHECK(has_line(text, std::string(R"(l5pg_build_info{version=")") + L5PG_VERSION + "\"} 1"));
 }
+
+TEST_CASE("database metrics: off by default, nothing rendered") {
+    Metrics m;
+    CHECK(m.databases().counters_for("app", "alice") == nullptr);
+    CHECK_THAT(m.render(), !Contains("l5pg_database_"));
+}
+
+TEST_CASE("database metrics: per database and user, names escaped") {
+    Metrics m;
+    m.databases().configure(l5pg::config::MetricsLabels::DatabaseUser, 10);
+    l5pg::daemon::DatabaseCounters* app = m.databases().counters_for("app", "alice");
+    REQUIRE(app != nullptr);
+    CHECK(m.databases().counters_for("app", "alice") == app);  // one series per label set
+    app->opened();
+    app->opened();
+    app->add_bytes(Direction::ClientToServer, 40);
+    app->add_bytes(Direction::ServerToClient, 2);
+    app->closed(/*error=*/true);
+    l5pg::daemon::DatabaseCounters* odd = m.databases().counters_for("we\"ird\\db", "x\ny");
+    REQUIRE(odd != nullptr);
+    odd->opened();
+    const std::string text = m.render();
+    const std::string alice = "database=\"app\",user=\"alice\"";
+    CHECK(has_line(text, "l5pg_database_sessions_total{" + alice + "} 2"));
+    CHECK(has_line(text, "l5pg_database_sessions_active{" + alice + "} 1"));
+    CHECK(has_line(text,
+                   "l5pg_database_bytes_total{" + alice + ",direction=\"client_to_server\"} 40"));
+    CHECK(has_line(text,
+                   "l5pg_database_bytes_total{" + alice + ",direction=\"server_to_client\"} 2"));
+    CHECK(has_line(text, "l5pg_database_session_errors_total{" + alice + "} 1"));
+    CHECK(has_line(text,
+                   "l5pg_database_sessions_total{database=\"we\\\"ird\\\\db\",user=\"x\\ny\"} 1"));
+    CHECK(has_line(text, "# TYPE l5pg_database_sessions_active gauge"));
+    CHECK(has_line(text, "l5pg_database_sessions_unlabeled_total 0"));
+}
+
+TEST_CASE("database metrics: database labels only, and the limit") {
+    Metrics m;
+    m.databases().configure(l5pg::config::MetricsLabels::Database, 2);
+    l5pg::daemon::DatabaseCounters* a = m.databases().counters_for("a", "alice");
+    CHECK(m.databases().counters_for("a", "bob") == a);  // users share their database's series
+    CHECK(m.databases().counters_for("b", "bob") != nullptr);
+    CHECK(m.databases().counters_for("c", "carol") == nullptr);  // beyond label_limit
+    CHECK(m.databases().counters_for("c", "carol") == nullptr);
+    CHECK(m.databases().counters_for("b", "alice") != nullptr);  // known sets go on
+    const std::string text = m.render();
+    CHECK(has_line(text, "l5pg_database_sessions_total{database=\"a\"} 0"));
+    CHECK(has_line(text, "l5pg_database_sessions_total{database=\"b\"} 0"));
+    CHECK_THAT(text, !Contains("database=\"c\""));
+    CHECK_THAT(text, !Contains("user="));
+    CHECK(has_line(text, "l5pg_database_sessions_unlabeled_total 2"));
+}
