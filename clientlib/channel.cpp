@@ -115,8 +115,8 @@ bool wait_for(Channel& ch, int fd, Want want) noexcept {
 }
 
 // recv(2) of zero bytes on a stream socket: 0 once there is something to read or the peer
-// has left (the bytes stay), and on an empty socket what any recv() does there: EAGAIN when
-// it must not block, else a wait.
+// has left (the bytes stay), ECONNRESET on a broken connection, and on an empty socket what
+// any recv() does there: EAGAIN when it must not block, else a wait.
 ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
     while (!ch.end->ready(Want::Read)) {
         if (would_block(ch, flags))
@@ -124,6 +124,9 @@ ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
         if (!wait_for(ch, fd, Want::Read))
             return -1;
     }
+    if (ch.end->broken())
+        return fail(ECONNRESET);
+    prepare_return(ch, fd);  // the wait drained the doorbell a foreign poller may look for
     return 0;
 }
 

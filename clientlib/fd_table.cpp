@@ -24,11 +24,13 @@ std::array<std::atomic<uint32_t>, kMaxTrackedFd> g_table;
 // The process the table belongs to. A vfork() child runs in its parent's memory until it
 // execs or exits, and no fork handler runs for it: the dup2() and close() it makes on its
 // own copies of the fds (Python's subprocess does) must not change the parent's entries.
-// Asked only before a tracked entry changes, as getpid() is a system call.
+// Asked only where a tracked entry may change, as getpid() is a system call. 0: the shim's
+// constructor has not run yet (another library's constructor connects): ours.
 std::atomic<pid_t> g_owner{0};
 
 bool owned_here() noexcept {
-    return ::getpid() == g_owner.load(std::memory_order_relaxed);
+    const pid_t owner = g_owner.load(std::memory_order_relaxed);
+    return owner == 0 || ::getpid() == owner;
 }
 
 bool in_range(int fd) noexcept {
@@ -95,7 +97,9 @@ FdEntry fd_forget(int fd) noexcept {
 }
 
 void fd_duplicate(int from, int to) noexcept {
-    if (from == to || ((tracked(from) || tracked(to)) && !owned_here()))
+    // Not `tracked() && !owned_here()`: a thread of a vfork() child's parent may make either
+    // entry tracked between the two looks.
+    if (from == to || !owned_here())
         return;
     const FdEntry previous = fd_forget(to);
     if (previous.kind == FdKind::Upgraded)

@@ -56,8 +56,8 @@ bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
 // (channel_ref.hpp): another thread's close() meanwhile leaves this call its channels.
 //
 // poll() is async-signal-safe, and programs call it in signal handlers: what the call keeps
-// per fd lives in a buffer on the stack (kInlineBytes, a few dozen fds); only a larger
-// array goes to the heap.
+// per fd lives in a buffer on the stack (kInlineBytes, about 20 fds); only a larger array
+// goes to the heap.
 class MixedPoll {
   public:
     MixedPoll(pollfd* fds, nfds_t n)
@@ -252,7 +252,7 @@ class MixedPoll {
         ChannelRef channel;      // Upgraded only
         short saved_events = 0;  // the caller's events while block() asks for others
     };
-    static constexpr size_t kInlineBytes = 1024;
+    static constexpr size_t kInlineBytes = 512;  // ~20 fds; small on a signal stack too
 
     pollfd* fds_;
     nfds_t n_;
