@@ -31,12 +31,29 @@ void DatabaseMetrics::configure(config::MetricsLabels labels, unsigned limit) {
     limit_ = limit;
 }
 
+namespace {
+
+// Postgres cuts a startup packet's database and user names to NAMEDATALEN - 1 bytes and
+// serves the cut name: longer names that differ only beyond it are one database.
+constexpr size_t kMaxNameBytes = 63;
+
+std::string name_label(std::string_view name) {
+    return std::string(name.substr(0, kMaxNameBytes));
+}
+
+template <class T>
+T read(const std::atomic<T>& v) noexcept {
+    return v.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
 DatabaseCounters* DatabaseMetrics::counters_for(std::string_view database, std::string_view user) {
     if (!enabled())
         return nullptr;
     std::pair<std::string, std::string> key{
-        std::string(database),
-        labels_ == config::MetricsLabels::DatabaseUser ? std::string(user) : std::string()};
+        name_label(database),
+        labels_ == config::MetricsLabels::DatabaseUser ? name_label(user) : std::string()};
     const std::lock_guard lock(mutex_);
     if (const auto it = series_.find(key); it != series_.end())
         return it->second.get();
@@ -48,28 +65,27 @@ DatabaseCounters* DatabaseMetrics::counters_for(std::string_view database, std::
         .first->second.get();
 }
 
-namespace {
-
-template <class T>
-T read(const std::atomic<T>& v) noexcept {
-    return v.load(std::memory_order_relaxed);
-}
-
-}  // namespace
-
 void DatabaseMetrics::render(std::string& out) const {
     if (!enabled())
         return;
     const bool with_user = labels_ == config::MetricsLabels::DatabaseUser;
-    const std::lock_guard lock(mutex_);
+    std::vector<std::pair<const std::pair<std::string, std::string>*, const DatabaseCounters*>>
+        listed;
+    {
+        const std::lock_guard lock(mutex_);
+        listed.reserve(series_.size());
+        for (const auto& [names, counters] : series_)
+            listed.emplace_back(&names, counters.get());
+    }
     // The label set of each series, rendered once: database="...",user="..."
     std::vector<std::pair<std::string, const DatabaseCounters*>> sets;
-    sets.reserve(series_.size());
-    for (const auto& [names, counters] : series_) {
+    sets.reserve(listed.size());
+    for (const auto& [names_ptr, counters] : listed) {
+        const auto& names = *names_ptr;
         std::string labels = fmt::format("database=\"{}\"", prometheus::label_value(names.first));
         if (with_user)
             labels += fmt::format(",user=\"{}\"", prometheus::label_value(names.second));
-        sets.emplace_back(std::move(labels), counters.get());
+        sets.emplace_back(std::move(labels), counters);
     }
     auto samples = [&](std::string_view name, std::string_view type, std::string_view help,
                        auto value) {

@@ -6,10 +6,11 @@
 //   l5pg_database_sessions_unlabeled_total                    counter
 //
 // A session is counted under its names once Postgres accepted its login, so only databases
-// and roles that exist make series, never what a client merely asked for. Series are kept
-// for metrics.label_limit label sets; sessions beyond it are counted as unlabeled only.
-// Workers bump relaxed atomics through the pointer their session got at login; only the
-// first session of a label set, and the metrics thread's rendering, take the lock.
+// and roles that exist make series, never what a client merely asked for (names are cut to
+// 63 bytes, as Postgres cuts them). Series are kept for metrics.label_limit label sets;
+// sessions beyond it are counted as unlabeled only. Workers bump relaxed atomics through the
+// pointer their session got at login; the lock is taken once per login, and by rendering
+// just long enough to copy the list (series are never removed, so the pointers stay good).
 #pragma once
 
 #include <atomic>

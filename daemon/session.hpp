@@ -258,6 +258,7 @@ class Session final : public ClientEndHost {
     bool admin_ = false;                     // served by the admin console, not Postgres
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     // metrics.labels: this session's database counters, once Postgres accepted its login.
+    bool login_noted_ = false;
     DatabaseCounters* database_counters_ = nullptr;
     std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
     std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry

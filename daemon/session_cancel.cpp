@@ -26,10 +26,11 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
 void Session::watch_for_key(std::span<const std::byte> copy) {
     if (!key_watcher_ || key_watcher_->feed(copy) == protocol::BackendKeyWatcher::Status::Watching)
         return;
-    if (const std::optional<protocol::CancelKey> key = key_watcher_->key()) {
+    if (key_watcher_->logged_in())
+        note_logged_in();
+    if (const std::optional<protocol::CancelKey> key = key_watcher_->key())
         cancel_lease_ = worker_.cancel_keys().serve(*key);
-        note_logged_in();  // Postgres sends its key only once the login succeeded
-    } else
+    else
         spdlog::debug("session {}: Postgres sent no cancel key l5pgd can use", id_);
     key_watcher_.reset();
 }

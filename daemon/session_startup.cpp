@@ -407,11 +407,13 @@ void Session::publish_record(std::string_view role, std::string_view database) {
     worker_.sessions().add(std::move(record));
 }
 
-// From Postgres's acceptance of the login on, the session counts under its database and
-// role (metrics.labels): what exists, not what a client asked for, makes series.
+// From Postgres's acceptance of the login on (its first ReadyForQuery, or a kept backend's
+// greeting), the session counts under its database and role (metrics.labels): what exists,
+// not what a client asked for, makes series.
 void Session::note_logged_in() {
-    if (database_counters_ != nullptr || !record_)
+    if (login_noted_ || !record_)
         return;
+    login_noted_ = true;
     database_counters_ = metrics_.databases().counters_for(record_->database, record_->role);
     if (database_counters_ != nullptr)
         database_counters_->opened();

@@ -15,8 +15,12 @@ BackendKeyWatcher::Status BackendKeyWatcher::feed(std::span<const std::byte> byt
                 status_ = Status::Done;
             return status_;
         }
-        if (msg.status == ParseStatus::Invalid || msg.type == 'Z')
+        if (msg.status == ParseStatus::Invalid)
             return status_ = Status::Done;
+        if (msg.type == 'Z') {
+            logged_in_ = true;
+            return status_ = Status::Done;
+        }
         if (msg.type == 'K')
             key_ = parse_backend_key_data(msg.body);
     }

@@ -23,11 +23,14 @@ class BackendKeyWatcher {
 
     Status feed(std::span<const std::byte> bytes);
     [[nodiscard]] std::optional<CancelKey> key() const noexcept { return key_; }
+    // The first ReadyForQuery came: Postgres accepted the login.
+    [[nodiscard]] bool logged_in() const noexcept { return logged_in_; }
 
   private:
     MessageBuffer buffer_;
     std::optional<CancelKey> key_;
     Status status_ = Status::Watching;
+    bool logged_in_ = false;
 };
 
 }  // namespace l5pg::protocol

@@ -254,3 +254,22 @@ TEST_CASE("database metrics: database labels only, and the limit") {
     CHECK_THAT(text, !Contains("user="));
     CHECK(has_line(text, "l5pg_database_sessions_unlabeled_total 2"));
 }
+
+TEST_CASE("database metrics: names as Postgres serves them, valid UTF-8 in the text") {
+    Metrics m;
+    m.databases().configure(l5pg::config::MetricsLabels::Database, 10);
+    const std::string long_name(63, 'd');
+    // Postgres cuts names to 63 bytes: these are one database.
+    CHECK(m.databases().counters_for(long_name + "x", "u") ==
+          m.databases().counters_for(long_name + "y", "u"));
+    REQUIRE(m.databases().counters_for("caf\xC3\xA9", "u") != nullptr);     // UTF-8 é
+    REQUIRE(m.databases().counters_for("caf\xE9", "u") != nullptr);         // LATIN1 é
+    REQUIRE(m.databases().counters_for("x\xED\xA0\x80y", "u") != nullptr);  // a surrogate
+    const std::string text = m.render();
+    CHECK(has_line(text, "l5pg_database_sessions_total{database=\"" + long_name + "\"} 0"));
+    CHECK(has_line(text, "l5pg_database_sessions_total{database=\"caf\xC3\xA9\"} 0"));
+    CHECK(has_line(text, "l5pg_database_sessions_total{database=\"caf\xEF\xBF\xBD\"} 0"));
+    CHECK(has_line(
+        text,
+        "l5pg_database_sessions_total{database=\"x\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDy\"} 0"));
+}

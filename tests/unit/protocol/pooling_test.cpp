@@ -246,6 +246,7 @@ TEST_CASE("BackendKeyWatcher: the key of a trusted or a password login, in any p
                 status =
                     watcher.feed(std::span(start).subspan(i, std::min(piece, start.size() - i)));
             CHECK(status == BackendKeyWatcher::Status::Done);
+            CHECK(watcher.logged_in());
             REQUIRE(watcher.key().has_value());
             CHECK(*watcher.key() == CancelKey{4242, 0xdeadbeef});
         }
@@ -258,6 +259,7 @@ TEST_CASE("BackendKeyWatcher: no usable key, and nothing after the first ReadyFo
     BackendKeyWatcher without_key;
     CHECK(without_key.feed(concat({ok, ready})) == BackendKeyWatcher::Status::Done);
     CHECK_FALSE(without_key.key().has_value());
+    CHECK(without_key.logged_in());  // logged in all the same
     // Too late: the key must come before the first ReadyForQuery.
     CHECK(without_key.feed(message('K', std::string(8, '\x01'))) ==
           BackendKeyWatcher::Status::Done);
@@ -273,6 +275,7 @@ TEST_CASE("BackendKeyWatcher: no usable key, and nothing after the first ReadyFo
     write_be32(bad.data() + 1, 2);  // a length below the header's own 4 bytes
     CHECK(bad_length.feed(bad) == BackendKeyWatcher::Status::Done);
     CHECK_FALSE(bad_length.key().has_value());
+    CHECK_FALSE(bad_length.logged_in());
 
     BackendKeyWatcher oversized;  // gives up, keeping no more than its limit and a piece
     const Bytes huge = message('N', std::string(BackendKeyWatcher::kMaxSize, 'x'));
@@ -282,6 +285,12 @@ TEST_CASE("BackendKeyWatcher: no usable key, and nothing after the first ReadyFo
             oversized.feed(std::span(huge).subspan(i, std::min<size_t>(8192, huge.size() - i)));
     CHECK(status == BackendKeyWatcher::Status::Done);
     CHECK_FALSE(oversized.key().has_value());
+    CHECK_FALSE(oversized.logged_in());
+
+    BackendKeyWatcher refused;  // a failed login: ErrorResponse, then Postgres closes
+    CHECK(refused.feed(message('E', text(cstrings({"SFATAL", "C28P01", "Mno", ""})))) ==
+          BackendKeyWatcher::Status::Watching);
+    CHECK_FALSE(refused.logged_in());
 }
 
 namespace {
