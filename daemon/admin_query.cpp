@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <ctime>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -91,6 +92,26 @@ void show_pools(AdminView view, protocol::BackendWriter& out) {
     out.command_complete(fmt::format("SHOW {}", rows.size()));
 }
 
+// PgBouncer's SHOW STATS has a row per database; l5pgd counts per transport (per database
+// too with metrics.labels, on /metrics). A round trip is a request forwarded to Postgres
+// until its first answer byte, as l5pgd sees it.
+void show_stats(const Metrics& metrics, protocol::BackendWriter& out) {
+    out.row_description({"transport", "sessions_total", "sessions_active", "session_errors",
+                         "bytes_from_clients", "bytes_to_clients", "round_trips",
+                         "avg_round_trip_us"});
+    constexpr Transport kAll[] = {Transport::Unix, Transport::Shm, Transport::Tcp, Transport::Rdma};
+    for (const Transport t : kAll) {
+        const TransportStats s = metrics.stats(t);
+        const double avg_us =
+            s.round_trips == 0 ? 0.0 : static_cast<double>(s.round_trip_ns) / 1e3 / s.round_trips;
+        out.data_row({std::string(to_string(t)), std::to_string(s.sessions_total),
+                      std::to_string(s.sessions_active), std::to_string(s.session_errors),
+                      std::to_string(s.bytes_from_clients), std::to_string(s.bytes_to_clients),
+                      std::to_string(s.round_trips), fmt::format("{:.1f}", avg_us)});
+    }
+    out.command_complete(fmt::format("SHOW {}", std::size(kAll)));
+}
+
 // As PgBouncer's SHOW CONFIG: `changeable` says whether a reload (SIGHUP) applies the key.
 void show_config(const config::Config& running, protocol::BackendWriter& out) {
     const std::vector<config::KeySetting> settings = config::settings_of(running);
@@ -120,13 +141,17 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
         show_sessions(view.sessions, out, clock);
     } else if (command == "show pools") {
         show_pools(view, out);
+    } else if (command == "show stats") {
+        show_stats(view.metrics, out);
     } else if (command == "show config") {
         show_config(view.config, out);
     } else if (command == "show version") {
         show_rows("version", {"l5pgd " L5PG_VERSION}, out);
     } else if (command == "show help") {
         show_rows("command",
-                  {"SHOW SESSIONS", "SHOW POOLS", "SHOW CONFIG", "SHOW VERSION", "SHOW HELP"}, out);
+                  {"SHOW SESSIONS", "SHOW POOLS", "SHOW STATS", "SHOW CONFIG", "SHOW VERSION",
+                   "SHOW HELP"},
+                  out);
     } else {
         out.error("ERROR", "0A000",
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",

@@ -3,6 +3,7 @@
 //
 //   SHOW SESSIONS   who is connected (also SHOW CLIENTS, as in PgBouncer)
 //   SHOW POOLS      per database and role: sessions now, server connections kept idle
+//   SHOW STATS      per transport: sessions, errors, bytes, round trips since l5pgd started
 //   SHOW CONFIG     every configuration key: value in force, default, reloadable or not
 //   SHOW VERSION    l5pgd's version
 //   SHOW HELP       these commands
@@ -14,6 +15,7 @@
 #include <string_view>
 
 #include "config/config.hpp"
+#include "daemon/metrics.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/session_directory.hpp"
 #include "protocol/backend_messages.hpp"
@@ -24,12 +26,14 @@ struct AdminClock {
     std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
 };
 
-// What the console reads: the admitted sessions, the kept server connections and the
-// configuration the answering worker runs with (after a reload, the reloaded one).
+// What the console reads: the admitted sessions, the kept server connections, the
+// configuration the answering worker runs with (after a reload, the reloaded one) and
+// l5pgd's counters.
 struct AdminView {
     const SessionDirectory& sessions;
     const PoolDirectory& pools;
     const config::Config& config;
+    const Metrics& metrics;
 };
 
 // Appends the answer to `sql`, ending with ReadyForQuery. An unknown command is an ERROR

@@ -152,6 +152,20 @@ void Metrics::observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) 
     bump(h.sum_ns, static_cast<uint64_t>(std::max<int64_t>(elapsed.count(), 0)));
 }
 
+TransportStats Metrics::stats(Transport t) const noexcept {
+    const Histogram& h = round_trips_[idx(t)];
+    uint64_t round_trips = 0;
+    for (const auto& bucket : h.buckets)
+        round_trips += read(bucket);
+    return {read(sessions_total_[idx(t)]),
+            sessions_active_[idx(t)].load(std::memory_order_relaxed),
+            read(session_errors_[idx(t)]),
+            read(bytes_c2s_[idx(t)]),
+            read(bytes_s2c_[idx(t)]),
+            round_trips,
+            read(h.sum_ns)};
+}
+
 std::string Metrics::render() const {
     std::string out;
     out.reserve(4096);

@@ -34,6 +34,17 @@ inline constexpr size_t kConnectionRefusalCount = 5;
 // "out_of_fds"
 [[nodiscard]] std::string_view to_string(ConnectionRefusal r) noexcept;
 
+// One transport's totals, as the admin console's SHOW STATS lists them.
+struct TransportStats {
+    uint64_t sessions_total = 0;
+    int64_t sessions_active = 0;
+    uint64_t session_errors = 0;
+    uint64_t bytes_from_clients = 0;
+    uint64_t bytes_to_clients = 0;
+    uint64_t round_trips = 0;  // the round-trip histogram's count and sum
+    uint64_t round_trip_ns = 0;
+};
+
 class Metrics {
   public:
     void session_opened(Transport t) noexcept;
@@ -60,6 +71,7 @@ class Metrics {
     [[nodiscard]] int64_t sessions_active(Transport t) const noexcept {
         return sessions_active_[static_cast<size_t>(t)].load(std::memory_order_relaxed);
     }
+    [[nodiscard]] TransportStats stats(Transport t) const noexcept;
     // The per-database series (metrics.labels), rendered after these.
     [[nodiscard]] DatabaseMetrics& databases() noexcept { return databases_; }
 

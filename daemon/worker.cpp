@@ -233,7 +233,7 @@ void Worker::adopt_handed_over() {
 AdminConsole& Worker::admin_console() {
     if (!admin_console_)
         admin_console_ = std::make_unique<AdminConsole>(base_.get(), [this] {
-            return AdminView{admission_state_.sessions, admission_state_.pools, config()};
+            return AdminView{admission_state_.sessions, admission_state_.pools, config(), metrics_};
         });
     return *admin_console_;
 }

@@ -74,7 +74,7 @@ SEEDS = {
     },
     "admin_console": {
         "show": message(b"Q", b"SHOW SESSIONS;\0") + message(b"Q", b"  show   version \0")
-        + message(b"Q", b"show config\0"),
+        + message(b"Q", b"show config\0") + message(b"Q", b"SHOW STATS\0"),
         "other": message(b"Q", b"select 1\0") + message(b"Q", b"\0") + message(b"Q", b"SHOW HELP"),
     },
     "pool_protocol": {

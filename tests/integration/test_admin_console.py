@@ -62,6 +62,33 @@ def test_console_over_shared_memory(l5pgd, shim):
     assert any(r["database"] == "l5pgd" and r["transport"] == "shm" for r in rows), rows
 
 
+STATS_COLUMNS = ["transport", "sessions_total", "sessions_active", "session_errors",
+                 "bytes_from_clients", "bytes_to_clients", "round_trips", "avg_round_trip_us"]
+
+
+def show_stats(target):
+    out = run(psql_cmd("-d", "l5pgd", "-F", "\t", "-c", "SHOW STATS"), target).stdout
+    rows = [dict(zip(STATS_COLUMNS, line.split("\t"))) for line in out.splitlines() if line]
+    return {r["transport"]: r for r in rows}
+
+
+@pytest.mark.timeout(60)
+def test_show_stats_counts_per_transport_as_the_metrics_do(l5pgd, shim):
+    before = show_stats(unix_target(l5pgd))
+    psql(shm_target(l5pgd), "select 1")
+    after = show_stats(unix_target(l5pgd))
+    assert set(after) == {"unix", "shm", "tcp", "rdma"}, after
+    shm, was = after["shm"], before["shm"]
+    assert int(shm["sessions_total"]) == int(was["sessions_total"]) + 1, (was, shm)
+    assert int(shm["round_trips"]) > int(was["round_trips"]), (was, shm)
+    assert int(shm["bytes_to_clients"]) > int(was["bytes_to_clients"]), (was, shm)
+    assert float(shm["avg_round_trip_us"]) > 0, shm
+    # The same counters /metrics shows.
+    assert int(shm["sessions_total"]) == l5pgd.metric("l5pg_sessions_total", transport="shm")
+    # The console's own sessions are Unix ones, one of them open now.
+    assert int(after["unix"]["sessions_active"]) >= 1, after
+
+
 def test_unknown_command_is_an_error_and_the_session_goes_on(l5pgd):
     r = run(psql_cmd("-d", "l5pgd", "-v", "ON_ERROR_STOP=0", "-c", "select 1", "-c",
                      "SHOW VERSION;"), unix_target(l5pgd), check=False)

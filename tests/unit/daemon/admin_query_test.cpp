@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,9 +41,10 @@ std::vector<Message> split(const std::vector<std::byte>& bytes) {
 
 std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions,
                          const PoolDirectory& pools = PoolDirectory(),
-                         const config::Config& config = config::Config()) {
+                         const config::Config& config = config::Config(),
+                         const Metrics& metrics = Metrics()) {
     protocol::BackendWriter out;
-    answer_admin_query(sql, AdminView{sessions, pools, config}, out);
+    answer_admin_query(sql, AdminView{sessions, pools, config, metrics}, out);
     return split(out.bytes());
 }
 
@@ -102,7 +104,7 @@ TEST_CASE("admin console: unknown commands are errors, empty queries are empty")
     CHECK(unknown[0].body.find("SHOW HELP") != std::string::npos);
     CHECK(types(ask(" ; ", sessions)) == "IZ");
     CHECK(types(ask("show version", sessions)) == "TDCZ");
-    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDCZ");
+    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDDCZ");
 }
 
 TEST_CASE(
@@ -159,4 +161,23 @@ TEST_CASE("admin console: SHOW CONFIG lists every key with its value, default an
     CHECK(row("listen.tcp_address")[1] == "\"127.0.0.1\"");
     CHECK(row("pool.mode") == std::vector<std::string>{"pool.mode", "none", "none", "yes"});
     CHECK(m[keys + 1].body == fmt::format("SHOW {}", keys) + '\0');
+}
+
+TEST_CASE("admin console: SHOW STATS lists each transport's totals") {
+    const SessionDirectory sessions;
+    Metrics metrics;
+    metrics.session_opened(Transport::Shm);
+    metrics.session_opened(Transport::Shm);
+    metrics.session_closed(Transport::Shm);
+    metrics.session_error(Transport::Shm);
+    metrics.add_bytes(Transport::Shm, Direction::ClientToServer, 120);
+    metrics.add_bytes(Transport::Shm, Direction::ServerToClient, 4000);
+    metrics.observe_round_trip(Transport::Shm, std::chrono::microseconds(30));
+    metrics.observe_round_trip(Transport::Shm, std::chrono::microseconds(50));
+    const auto m = ask("show stats;", sessions, PoolDirectory(), config::Config(), metrics);
+    REQUIRE(types(m) == "TDDDDCZ");
+    CHECK(columns(m[1]) == std::vector<std::string>{"unix", "0", "0", "0", "0", "0", "0", "0.0"});
+    CHECK(columns(m[2]) ==
+          std::vector<std::string>{"shm", "2", "1", "1", "120", "4000", "2", "40.0"});
+    CHECK(m[5].body == std::string("SHOW 4") + '\0');
 }
