@@ -261,13 +261,20 @@ class MixedPoll {
     std::pmr::vector<Entry> entries_;
 };
 
-int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noexcept {
+// Runs `call`: std::bad_alloc (from more fds than the stack buffers hold, the only
+// exception possible here) must not cross into C.
+template <class Call>
+int enomem_on_throw(Call call) noexcept {
     try {
-        return MixedPoll(fds, n).run(timeout_ns, mask);
-    } catch (...) {  // only std::bad_alloc is possible; never let it cross into C
+        return call();
+    } catch (...) {
         errno = ENOMEM;
         return -1;
     }
+}
+
+int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noexcept {
+    return enomem_on_throw([&] { return MixedPoll(fds, n).run(timeout_ns, mask); });
 }
 
 // A wait longer than this is forever (the kernel caps such timeouts the same way).
@@ -303,22 +310,34 @@ int64_t timeval_ns(const timeval* tv) noexcept {
     return timeout_ns(sec, int64_t{tv->tv_usec % 1'000'000} * 1000);
 }
 
-// select()/pselect() on top of poll_ns(): fd_sets in, fd_sets out, counting set bits.
-int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
-              const sigset_t* mask) noexcept {
-    std::array<pollfd, FD_SETSIZE> fds{};
-    nfds_t n = 0;
-    for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
-        short events = 0;
-        if (rd && FD_ISSET(fd, rd))
-            events |= POLLIN;
-        if (wr && FD_ISSET(fd, wr))
-            events |= POLLOUT;
-        if (ex && FD_ISSET(fd, ex))
-            events |= POLLPRI;
-        if (events != 0)
-            fds[n++] = {fd, events, 0};
-    }
+short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex) noexcept {
+    short events = 0;
+    if (rd && FD_ISSET(fd, rd))
+        events |= POLLIN;
+    if (wr && FD_ISSET(fd, wr))
+        events |= POLLOUT;
+    if (ex && FD_ISSET(fd, ex))
+        events |= POLLPRI;
+    return events;
+}
+
+// select()/pselect() on top of poll_ns(): fd_sets in, fd_sets out, counting set bits. The
+// pollfd array lives on the stack for up to 64 fds (as MixedPoll's state: async-signal-safe,
+// and small on a signal stack), on the heap beyond.
+int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
+               const sigset_t* mask) {
+    nfds = std::min(nfds, FD_SETSIZE);
+    size_t asked = 0;
+    for (int fd = 0; fd < nfds; ++fd)
+        asked += select_events(fd, rd, wr, ex) != 0 ? 1 : 0;
+    alignas(std::max_align_t) std::array<std::byte, 64 * sizeof(pollfd)> inline_fds;
+    std::pmr::monotonic_buffer_resource arena(inline_fds.data(), inline_fds.size());
+    std::pmr::vector<pollfd> fds(&arena);
+    fds.reserve(asked);
+    for (int fd = 0; fd < nfds; ++fd)
+        if (const short events = select_events(fd, rd, wr, ex); events != 0)
+            fds.push_back({fd, events, 0});
+    const nfds_t n = fds.size();
     const int rc = poll_ns(fds.data(), n, timeout_ns, mask);
     if (rc < 0)
         return -1;
@@ -346,11 +365,14 @@ int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
     return count;
 }
 
+int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
+              const sigset_t* mask) noexcept {
+    return enomem_on_throw([&] { return select_fds(nfds, rd, wr, ex, timeout_ns, mask); });
+}
+
 bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) noexcept {
     for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
-        const bool asked =
-            (rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex));
-        if (!asked)
+        if (select_events(fd, rd, wr, ex) == 0)
             continue;
         const FdKind kind = fd_lookup(fd).kind;
         if (kind == FdKind::Upgraded || kind == FdKind::Forked)

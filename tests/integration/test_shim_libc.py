@@ -348,4 +348,30 @@ def test_poll_in_a_signal_handler_does_not_allocate(l5pgd, shim):
     out = probe(l5pgd, "poll-in-handler")
     if out["mallocs"] == "-1":
         pytest.skip("malloc is not counted under sanitizers")
-    assert out == {"transport": "1", "mallocs": "0", "out": str(select.POLLOUT), "in": "0"}, out
+    assert out == {"transport": "1", "mallocs": "0", "out": str(select.POLLOUT), "in": "0",
+                   "select": "1"}, out
+
+
+# select() over an upgraded fd and more descriptors than its stack buffer holds (64): the
+# pollfd array goes to the heap and every answer is still right.
+MANY_SELECT_SCRIPT = r'''
+import json, os, select, psycopg
+
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+pipes = [os.pipe() for _ in range(100)]
+os.write(pipes[57][1], b"x")
+readers = [r for r, _ in pipes]
+readable, writable, _ = select.select(readers + [sock], [sock], [], 5)
+print(json.dumps({"transport": __import__("ctypes").CDLL(None).l5pg_fd_transport(sock),
+                  "readable": [readers.index(r) for r in readable if r in readers],
+                  "sock_readable": sock in readable, "sock_writable": sock in writable,
+                  "row": conn.execute("select 3").fetchone()[0]}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_select_over_many_descriptors(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), MANY_SELECT_SCRIPT)
+    assert out == {"transport": 1, "readable": [57], "sock_readable": False,
+                   "sock_writable": True, "row": 3}, out

@@ -8,15 +8,16 @@
 //       Prints "transport=<fd's> spare=<kSpareFd's> answer=<select 42>".
 //   l5pg-libc-probe poll-in-handler
 //       A signal handler poll()s the connection (at once, and with a 10 ms wait on an empty
-//       ring); poll() is async-signal-safe and must not call malloc there.
+//       ring) and select()s it; both are async-signal-safe and must not call malloc there.
 //       Prints "transport=<fd's> mallocs=<count, -1 when not counted under sanitizers>
-//       out=<POLLOUT poll's revents> in=<POLLIN poll's result>".
+//       out=<POLLOUT poll's revents> in=<POLLIN poll's result> select=<its result>".
 //
 // The shim's l5pg_fd_transport() is looked up at run time: this program runs with and
 // without it. Exit status 1 with a message on stderr when the connection fails.
 #include <dlfcn.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/select.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,7 @@ int vfork_mode() {
 int g_fd = -1;
 short g_out_revents = -1;
 int g_in_rc = -2;
+int g_select_rc = -2;
 
 void poll_in_handler(int) {
     const int saved = errno;
@@ -109,6 +111,11 @@ void poll_in_handler(int) {
         g_out_revents = out.revents;
     pollfd in{g_fd, POLLIN, 0};  // nothing to read: the whole wait, to its timeout
     g_in_rc = ::poll(&in, 1, 10);
+    fd_set writable;
+    FD_ZERO(&writable);
+    FD_SET(g_fd, &writable);
+    timeval zero{0, 0};
+    g_select_rc = ::select(g_fd + 1, nullptr, &writable, nullptr, &zero);
     g_counting.store(false, std::memory_order_relaxed);
     errno = saved;
 }
@@ -126,8 +133,8 @@ int poll_in_handler_mode() {
 #else
     const int mallocs = -1;
 #endif
-    std::printf("transport=%d mallocs=%d out=%d in=%d\n", transport_of(g_fd), mallocs,
-                g_out_revents, g_in_rc);
+    std::printf("transport=%d mallocs=%d out=%d in=%d select=%d\n", transport_of(g_fd), mallocs,
+                g_out_revents, g_in_rc, g_select_rc);
     PQfinish(conn);
     return 0;
 }
