@@ -1,11 +1,13 @@
-// Descriptor lifecycle: connect marks l5pgd sockets as upgrade candidates; close, dup*
-// and F_DUPFD keep the fd table and channel references right; F_SETFL and FIONBIO keep
-// a channel's idea of O_NONBLOCK current (checking it per call would cost a syscall).
+// Descriptor lifecycle: connect marks l5pgd sockets as upgrade candidates; close,
+// close_range, closefrom, dup* and F_DUPFD keep the fd table and channel references right; F_SETFL
+// and FIONBIO keep a channel's idea of O_NONBLOCK current (checking it per call would cost a
+// syscall).
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 
@@ -25,6 +27,16 @@ namespace {
 void release_entry(const FdEntry& entry, int closing_fd = -1) noexcept {
     if (entry.kind == FdKind::Upgraded)
         channel_release(*entry.channel, closing_fd);
+}
+
+// close_range(2) and closefrom(3) close as close() does: each upgraded fd in the range says
+// goodbye to l5pgd first (its last messages are delivered), and no entry stays behind for
+// the numbers the kernel hands out again (a stale one would send a new file's bytes into
+// the old rings).
+void release_range(unsigned first, unsigned last) noexcept {
+    const unsigned end = std::min<unsigned>(last, kMaxTrackedFd - 1);
+    for (unsigned fd = first; fd <= end; ++fd)
+        release_entry(fd_forget(static_cast<int>(fd)), static_cast<int>(fd));
 }
 
 void track_nonblocking(int fd, bool on) noexcept {
@@ -85,6 +97,21 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
 int close(int fd) {
     release_entry(fd_forget(fd), fd);
     return real().close(fd);
+}
+
+int close_range(unsigned first, unsigned last, int flags) noexcept {
+    // The kernel refuses first > last and unknown flags (EINVAL) and closes nothing then;
+    // CLOSE_RANGE_CLOEXEC only marks the fds.
+    constexpr int kKnown = CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC;
+    if (first <= last && (flags & ~kKnown) == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0)
+        release_range(first, last);
+    return real().close_range(first, last, flags);
+}
+
+void closefrom(int lowfd) noexcept {
+    if (lowfd >= 0)
+        release_range(static_cast<unsigned>(lowfd), ~0U);
+    real().closefrom(lowfd);
 }
 
 int dup(int fd) noexcept {

@@ -1,6 +1,7 @@
 #include "clientlib/real_calls.hpp"
 
 #include <dlfcn.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -33,6 +34,14 @@ void resolve_optional(Fn& slot, const char* name, Fn fallback) noexcept {
     slot = sym != nullptr ? reinterpret_cast<Fn>(sym) : fallback;
 }
 
+// For a glibc before 2.34, which has neither (no program linked against it calls ours).
+int close_range_call(unsigned first, unsigned last, int flags) {
+    return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
+}
+void closefrom_call(int lowfd) {
+    (void)close_range_call(static_cast<unsigned>(lowfd), ~0U, 0);
+}
+
 }  // namespace
 
 void resolve_real_calls() noexcept {
@@ -41,6 +50,8 @@ void resolve_real_calls() noexcept {
     RealCalls r{};
     resolve(r.connect, "connect");
     resolve(r.close, "close");
+    resolve_optional(r.close_range, "close_range", &close_range_call);
+    resolve_optional(r.closefrom, "closefrom", &closefrom_call);
     resolve(r.send, "send");
     resolve(r.sendto, "sendto");
     resolve(r.sendmsg, "sendmsg");

@@ -15,6 +15,8 @@ namespace l5pg::shim {
 struct RealCalls {
     int (*connect)(int, const sockaddr*, socklen_t);
     int (*close)(int);
+    int (*close_range)(unsigned, unsigned, int);  // glibc >= 2.34, else the system call
+    void (*closefrom)(int);                       // glibc >= 2.34, else by close_range
     ssize_t (*send)(int, const void*, size_t, int);
     ssize_t (*sendto)(int, const void*, size_t, int, const sockaddr*, socklen_t);
     ssize_t (*sendmsg)(int, const msghdr*, int);

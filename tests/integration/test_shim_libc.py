@@ -7,7 +7,8 @@ writev(), sendmsg() and recvmsg() check their vector as the kernel does
 connection it began with (clientlib/channel_ref.hpp); invalid timeouts are EINVAL; a
 zero-byte recv() is EAGAIN on an empty connection (clientlib/channel.cpp); a vfork() child's
 dup2() and close() leave the parent its connection (clientlib/fd_table.cpp); poll() in a
-signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls). Where
+signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls);
+close_range() closes an upgraded fd as close() does. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
@@ -375,3 +376,35 @@ def test_select_over_many_descriptors(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), MANY_SELECT_SCRIPT)
     assert out == {"transport": 1, "readable": [57], "sock_readable": False,
                    "sock_writable": True, "row": 3}, out
+
+
+# os.closerange() calls close_range(): the upgraded connection is closed as close() closes
+# it (l5pgd sees the session end), and the fd number, handed out again for a pipe, is a
+# plain pipe, not the old connection.
+CLOSE_RANGE_SCRIPT = r'''
+import ctypes, json, os, psycopg
+
+shim = ctypes.CDLL(None)
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+before = shim.l5pg_fd_transport(sock)
+os.closerange(sock, sock + 1)
+ends = []
+while sock not in ends and len(ends) < 64:  # the lowest free numbers come first
+    ends.extend(os.pipe())
+r, w = (sock, ends[ends.index(sock) + 1]) if ends.index(sock) % 2 == 0 else \
+       (ends[ends.index(sock) - 1], sock)
+os.write(w, b"through the pipe")
+print(json.dumps({"before": before, "after": shim.l5pg_fd_transport(sock),
+                  "read": os.read(r, 64).decode()}))
+os._exit(0)  # psycopg would close the number again
+'''
+
+
+@pytest.mark.timeout(60)
+def test_close_range_closes_the_connection_as_close_does(l5pgd, shim):
+    from tests.harness.waiting import wait_for
+    out, _ = run_python_json(shm_target(l5pgd), CLOSE_RANGE_SCRIPT)
+    assert out == {"before": 1, "after": 0, "read": "through the pipe"}, out
+    wait_for(lambda: l5pgd.metric("l5pg_sessions_active", transport="shm") == 0, 15,
+             "l5pgd saw the session end")
