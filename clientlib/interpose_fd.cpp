@@ -101,9 +101,10 @@ int close(int fd) {
 
 int close_range(unsigned first, unsigned last, int flags) noexcept {
     // The kernel refuses first > last and unknown flags (EINVAL) and closes nothing then;
-    // CLOSE_RANGE_CLOEXEC only marks the fds.
-    constexpr int kKnown = CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC;
-    if (first <= last && (flags & ~kKnown) == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0)
+    // CLOSE_RANGE_CLOEXEC only marks the fds; CLOSE_RANGE_UNSHARE closes them in a copy of
+    // the fd table private to the calling thread, while the process's other threads keep
+    // theirs (and the table here, which they share): as in a vfork() child, left alone.
+    if (first <= last && flags == 0)
         release_range(first, last);
     return real().close_range(first, last, flags);
 }
