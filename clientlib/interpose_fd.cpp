@@ -29,14 +29,20 @@ void release_entry(const FdEntry& entry, int closing_fd = -1) noexcept {
         channel_release(*entry.channel, closing_fd);
 }
 
-// close_range(2) and closefrom(3) close as close() does: each upgraded fd in the range says
-// goodbye to l5pgd first (its last messages are delivered), and no entry stays behind for
-// the numbers the kernel hands out again (a stale one would send a new file's bytes into
-// the old rings).
-void release_range(unsigned first, unsigned last) noexcept {
+// close_range(2) and closefrom(3) close each fd the shim tracks in the range as close()
+// does, before the call closes the rest: an upgraded one says goodbye to l5pgd first (its
+// last messages are delivered), and no entry stays behind for the numbers the kernel hands
+// out again (a stale one would send a new file's bytes into the old rings). Should the call
+// then fail (ENOSYS before Linux 5.9, a seccomp filter), no dead descriptor is left open.
+void close_tracked_in_range(unsigned first, unsigned last) noexcept {
     const unsigned end = std::min<unsigned>(last, kMaxTrackedFd - 1);
-    for (unsigned fd = first; fd <= end; ++fd)
-        release_entry(fd_forget(static_cast<int>(fd)), static_cast<int>(fd));
+    for (unsigned fd = first; fd <= end; ++fd) {
+        const FdEntry entry = fd_forget(static_cast<int>(fd));
+        if (entry.kind == FdKind::Untracked)
+            continue;
+        release_entry(entry, static_cast<int>(fd));
+        (void)real().close(static_cast<int>(fd));
+    }
 }
 
 void track_nonblocking(int fd, bool on) noexcept {
@@ -101,17 +107,17 @@ int close(int fd) {
 
 int close_range(unsigned first, unsigned last, int flags) noexcept {
     // The kernel refuses first > last and unknown flags (EINVAL) and closes nothing then;
-    // CLOSE_RANGE_CLOEXEC only marks the fds; CLOSE_RANGE_UNSHARE closes them in a copy of
-    // the fd table private to the calling thread, while the process's other threads keep
-    // theirs (and the table here, which they share): as in a vfork() child, left alone.
-    if (first <= last && flags == 0)
-        release_range(first, last);
+    // CLOSE_RANGE_CLOEXEC only marks the fds. CLOSE_RANGE_UNSHARE closes them too: in a
+    // private copy of the fd table when other threads share it (rare: it is made for a
+    // child about to exec), so it counts as closing here. In a vfork() child nothing of
+    // the table changes (fd_table.hpp).
+    if (first <= last && (flags & ~static_cast<int>(CLOSE_RANGE_UNSHARE)) == 0)
+        close_tracked_in_range(first, last);
     return real().close_range(first, last, flags);
 }
 
 void closefrom(int lowfd) noexcept {
-    if (lowfd >= 0)
-        release_range(static_cast<unsigned>(lowfd), ~0U);
+    close_tracked_in_range(lowfd < 0 ? 0U : static_cast<unsigned>(lowfd), ~0U);  // as glibc
     real().closefrom(lowfd);
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -36,10 +37,16 @@ void resolve_optional(Fn& slot, const char* name, Fn fallback) noexcept {
 
 // For a glibc before 2.34, which has neither (no program linked against it calls ours).
 int close_range_call(unsigned first, unsigned last, int flags) {
+#ifdef SYS_close_range
     return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
+#else
+    (void)first, (void)last, (void)flags;
+    errno = ENOSYS;
+    return -1;
+#endif
 }
 void closefrom_call(int lowfd) {
-    (void)close_range_call(static_cast<unsigned>(lowfd), ~0U, 0);
+    (void)close_range_call(lowfd < 0 ? 0U : static_cast<unsigned>(lowfd), ~0U, 0);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@ connection it began with (clientlib/channel_ref.hpp); invalid timeouts are EINVA
 zero-byte recv() is EAGAIN on an empty connection (clientlib/channel.cpp); a vfork() child's
 dup2() and close() leave the parent its connection (clientlib/fd_table.cpp); poll() in a
 signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls);
-close_range() closes an upgraded fd as close() does. Where
+close_range() and closefrom() close an upgraded fd as close() does, and Python's subprocess
+(close_range() in a vfork() child) leaves the parent its connection. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
@@ -408,3 +409,38 @@ def test_close_range_closes_the_connection_as_close_does(l5pgd, shim):
     assert out == {"before": 1, "after": 0, "read": "through the pipe"}, out
     wait_for(lambda: l5pgd.metric("l5pg_sessions_active", transport="shm") == 0, 15,
              "l5pgd saw the session end")
+
+
+# Python's subprocess closes the child's descriptors with close_range() in a vfork() child:
+# the parent keeps its connection. closefrom() in a forked child closes as close() does.
+SPAWN_AND_CLOSEFROM_SCRIPT = r'''
+import ctypes, json, os, subprocess, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+spawned = subprocess.run(["true"], close_fds=True).returncode
+after_spawn = conn.execute("select 11").fetchone()[0]
+pid = os.fork()
+if pid == 0:
+    libc.closefrom(sock)
+    ends = []
+    while sock not in ends and len(ends) < 64:
+        ends.extend(os.pipe())
+    i = ends.index(sock)
+    r, w = (sock, ends[i + 1]) if i % 2 == 0 else (ends[i - 1], sock)
+    os.write(w, b"ok")
+    os._exit(0 if os.read(r, 2) == b"ok" else 1)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"spawned": spawned, "after_spawn": after_spawn,
+                  "child_exit": os.waitstatus_to_exitcode(status),
+                  "parent_row": conn.execute("select 12").fetchone()[0],
+                  "transport": ctypes.CDLL(None).l5pg_fd_transport(sock)}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_spawn_and_closefrom_leave_each_process_its_descriptors(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), SPAWN_AND_CLOSEFROM_SCRIPT)
+    assert out == {"spawned": 0, "after_spawn": 11, "child_exit": 0, "parent_row": 12,
+                   "transport": 1}, out
