@@ -48,6 +48,10 @@ int close_range_call(unsigned first, unsigned last, int flags) {
 void closefrom_call(int lowfd) {
     (void)close_range_call(lowfd < 0 ? 0U : static_cast<unsigned>(lowfd), ~0U, 0);
 }
+pid_t no_fork_call() {
+    errno = ENOSYS;
+    return -1;
+}
 
 }  // namespace
 
@@ -80,6 +84,7 @@ void resolve_real_calls() noexcept {
     resolve_optional(r.fcntl64, "fcntl64", r.fcntl);
     resolve(r.ioctl, "ioctl");
     resolve(r.epoll_ctl, "epoll_ctl");
+    resolve_optional(r.fork_without_handlers, "_Fork", &no_fork_call);
     g_real = r;
     g_resolved.store(true, std::memory_order_release);
 }

@@ -8,6 +8,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 namespace l5pg::shim {
@@ -38,6 +39,7 @@ struct RealCalls {
     int (*fcntl64)(int, int, ...);
     int (*ioctl)(int, unsigned long, ...);
     int (*epoll_ctl)(int, int, int, epoll_event*);
+    pid_t (*fork_without_handlers)();  // _Fork(): glibc >= 2.34
 };
 
 // Never null after resolve_real_calls(); a symbol missing from libc aborts at load time

@@ -1,6 +1,7 @@
-// Library load: resolve libc, read the environment, register the fork handler; and the
-// public C API (l5pg.h).
+// Library load: resolve libc, read the environment, register the fork handler; _Fork(),
+// which runs no fork handlers; and the public C API (l5pg.h).
 #include <pthread.h>
+#include <unistd.h>
 
 #include "clientlib/channel.hpp"
 #include "clientlib/channel_ref.hpp"
@@ -46,6 +47,20 @@ __attribute__((constructor)) void load_shim() noexcept {
 }  // namespace l5pg::shim
 
 extern "C" {
+
+// _Fork() (glibc 2.34, for a fork from a signal handler) is fork() without the handlers, so
+// its child would go on as the parent: writing into the parent's rings, and (the table's
+// owner being the parent) keeping entries of fds it closes for the next fd of that number.
+// The child's handler is async-signal-safe, as _Fork() is: atomics, munmap() and close().
+pid_t _Fork(void) {
+    const pid_t pid = l5pg::shim::real().fork_without_handlers();
+    if (pid == 0) {
+        const int saved = errno;
+        l5pg::shim::after_fork_in_child();
+        errno = saved;
+    }
+    return pid;
+}
 
 int l5pg_fd_transport(int fd) {
     const l5pg::shim::ChannelRef channel = l5pg::shim::ChannelRef::of(fd);

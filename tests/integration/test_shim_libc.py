@@ -342,6 +342,16 @@ def test_vfork_child_closing_the_connection_leaves_the_parent_its_connection(l5p
     assert out == {"transport": "1", "spare": "0", "answer": "42"}, out
 
 
+# _Fork() is fork() without the fork handlers (glibc 2.34; for forking in a signal handler):
+# its child must not write into the parent's rings, nor keep the entry of the fd it closed
+# for the pipe that gets its number.
+@pytest.mark.timeout(60)
+def test_fork_without_handlers_child_leaves_the_parent_its_connection(l5pgd, shim):
+    out = probe(l5pgd, "_Fork")
+    assert out == {"child_send": "EPIPE", "child_pipe_fd": "same", "child_pipe_transport": "0",
+                   "child_pipe": "p", "transport": "1", "answer": "42"}, out
+
+
 # poll() is async-signal-safe: a signal handler may poll an upgraded fd, so the shim must not
 # call malloc there (a signal that interrupts malloc would deadlock on its lock).
 @pytest.mark.timeout(60)

@@ -6,6 +6,12 @@
 //       kSpareFd and close()s it, then _exit()s. The child shares the parent's memory, so
 //       the shim must leave its table alone: the parent keeps its connection.
 //       Prints "transport=<fd's> spare=<kSpareFd's> answer=<select 42>".
+//   l5pg-libc-probe _Fork
+//       A _Fork() child (fork() without the fork handlers) sends on its copy of the
+//       connection, closes it and makes a pipe, which gets the same fd number, and sends a
+//       byte through it. Prints "child_send=<EPIPE or the result> child_pipe_fd=<same|other>
+//       child_pipe_transport=<the pipe's> child_pipe=<what came through>" from the child,
+//       then "transport=<fd's> answer=<select 42>" from the parent.
 //   l5pg-libc-probe poll-in-handler
 //       A signal handler poll()s the connection (at once, and with a 10 ms wait on an empty
 //       ring) and select()s it; both are async-signal-safe and must not call malloc there.
@@ -18,6 +24,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/select.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include <libpq-fe.h>
 
@@ -98,6 +106,40 @@ int vfork_mode() {
     return 0;
 }
 
+void fork_child_mode_child(int fd) {
+    const ssize_t sent = ::send(fd, "X", 1, MSG_NOSIGNAL);
+    const int send_errno = errno;
+    ::close(fd);
+    int pipe_fds[2];
+    char got[2] = {'-', '\0'};
+    if (::pipe(pipe_fds) == 0 && ::write(pipe_fds[1], "p", 1) == 1)
+        (void)!::read(pipe_fds[0], got, 1);
+    std::printf("child_send=%s child_pipe_fd=%s child_pipe_transport=%d child_pipe=%s\n",
+                sent < 0 && send_errno == EPIPE ? "EPIPE" : std::to_string(sent).c_str(),
+                pipe_fds[0] == fd ? "same" : "other", transport_of(pipe_fds[0]), got);
+    std::fflush(stdout);
+    ::_exit(0);
+}
+
+int fork_without_handlers_mode() {
+    char answer[32];
+    PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
+    const int fd = PQsocket(conn);
+    std::fflush(stdout);
+    const pid_t pid = ::_Fork();
+    if (pid == 0)
+        fork_child_mode_child(fd);
+    if (pid < 0 || ::waitpid(pid, nullptr, 0) != pid)
+        die(nullptr, "_Fork");
+    PGresult* res = PQexec(conn, "select 42");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        die(conn, "select 42 after the _Fork child");
+    std::printf("transport=%d answer=%s\n", transport_of(fd), PQgetvalue(res, 0, 0));
+    PQclear(res);
+    PQfinish(conn);
+    return 0;
+}
+
 int g_fd = -1;
 short g_out_revents = -1;
 int g_in_rc = -2;
@@ -144,8 +186,10 @@ int poll_in_handler_mode() {
 int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "vfork") == 0)
         return vfork_mode();
+    if (argc == 2 && std::strcmp(argv[1], "_Fork") == 0)
+        return fork_without_handlers_mode();
     if (argc == 2 && std::strcmp(argv[1], "poll-in-handler") == 0)
         return poll_in_handler_mode();
-    std::fprintf(stderr, "usage: %s vfork|poll-in-handler\n", argv[0]);
+    std::fprintf(stderr, "usage: %s vfork|_Fork|poll-in-handler\n", argv[0]);
     return 2;
 }
