@@ -5,6 +5,7 @@
 // segments, the directory of admitted sessions) is in AdmissionState.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "config/config.hpp"
@@ -52,6 +53,9 @@ struct AdmissionState {
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
     PoolDirectory pools;        // the server connections kept idle, for the admin console
+    // Set by SIGINT: a StartupMessage gets FATAL 57P03 while CancelRequests are still
+    // forwarded, as from a Postgres in smart shutdown (the listeners stay open for them).
+    std::atomic<bool> draining{false};
 };
 
 // A client the acceptor let in, on its way to a worker.

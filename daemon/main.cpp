@@ -39,7 +39,8 @@ constexpr const char* kUsage =
     "  -h, --help            this help\n"
     "\n"
     "Signals: SIGHUP reloads the configuration (keys that need a restart are logged and\n"
-    "kept); SIGTERM stops now; SIGINT stops accepting and waits for sessions to end.\n";
+    "kept); SIGTERM stops now; SIGINT refuses new sessions (FATAL 57P03; cancel requests\n"
+    "still pass) and waits for the open ones to end.\n";
 
 struct Options {
     std::string config_path;

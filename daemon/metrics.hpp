@@ -21,7 +21,8 @@ inline constexpr size_t kTransportCount = 4;
 enum class Direction { ClientToServer, ServerToClient };
 [[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...
 
-// Why a connection was refused before its startup was read.
+// Why a connection was refused before anything of it reached Postgres: by the acceptor
+// before its startup was read, or (shutting_down) at its StartupMessage.
 enum class ConnectionRefusal {
     MaxSessions,
     MaxStartupSessions,

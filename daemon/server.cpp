@@ -173,8 +173,6 @@ void Server::accept_client(int fd, Transport transport) {
 
 // Checks the limits that apply before a byte is read; takes the client's startup slot.
 std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
-    if (draining_)
-        return ConnectionRefusal::ShuttingDown;
     if (active_sessions() >= config().limits.max_sessions)
         return ConnectionRefusal::MaxSessions;
     StartupLimiter::Refusal refusal = StartupLimiter::Refusal::None;
@@ -190,14 +188,9 @@ std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
 // buffer) and closes. Logged through the shared limiter, with a count of what was not.
 void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal) {
     metrics_.connection_refused(refusal);
-    const bool shutting_down = refusal == ConnectionRefusal::ShuttingDown;
     const std::string message =
-        shutting_down
-            ? "l5pgd is shutting down"
-            : fmt::format("l5pgd: too many connections (limits.{} reached)", to_string(refusal));
-    const auto error = protocol::build_fatal(
-        shutting_down ? protocol::kSqlstateCannotConnectNow : protocol::kSqlstateTooManyConnections,
-        message);
+        fmt::format("l5pgd: too many connections (limits.{} reached)", to_string(refusal));
+    const auto error = protocol::build_fatal(protocol::kSqlstateTooManyConnections, message);
     (void)!::send(client.fd.get(), error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     client_logs().refused_connection.log(
         spdlog::level::warn, "refused a connection from {} ({}): {}", client.peer.describe(),
@@ -279,7 +272,7 @@ void Server::signal_cb(int sig, short, void* arg) {
         return;
     }
     self->service_.stopping();
-    if (sig == SIGINT && !self->draining_) {
+    if (sig == SIGINT && !self->draining()) {
         self->begin_graceful_shutdown();
         return;
     }
@@ -332,14 +325,15 @@ std::string Server::status() const {
         "sessions: {} (shm {}, unix {}, tcp {}, rdma {}), in startup: {}{}", active_sessions(),
         metrics_.sessions_active(Transport::Shm), metrics_.sessions_active(Transport::Unix),
         metrics_.sessions_active(Transport::Tcp), metrics_.sessions_active(Transport::Rdma),
-        admission_.startup.in_startup(), draining_ ? "; draining" : "");
+        admission_.startup.in_startup(), draining() ? "; draining" : "");
 }
 
+// The listeners stay open: a client whose query runs on must still be able to cancel it, and
+// a new client learns why it is refused (57P03) instead of finding no socket.
 void Server::begin_graceful_shutdown() {
-    draining_ = true;
-    stop_accepting();
+    admission_.draining.store(true, std::memory_order_relaxed);
     spdlog::info(
-        "SIGINT: no new connections; waiting for {} sessions to end "
+        "SIGINT: new sessions refused; waiting for {} sessions to end "
         "(send SIGTERM or SIGINT again to stop now)",
         active_sessions());
     drain_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, drain_cb, this));

@@ -58,6 +58,9 @@ class Server {
     [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
     [[nodiscard]] size_t active_sessions() const;
+    [[nodiscard]] bool draining() const noexcept {
+        return admission_.draining.load(std::memory_order_relaxed);
+    }
 
     const ConfigSource source_;
     SettingsPtr settings_;  // the main thread's snapshot, the one last published
@@ -79,8 +82,7 @@ class Server {
     std::vector<std::unique_ptr<Worker>> workers_;
     std::vector<EventPtr> signal_events_;
     EventPtr drain_timer_;
-    EventPtr accept_resume_;  // re-enables the listeners after an accept() failure
-    bool draining_ = false;
+    EventPtr accept_resume_;                 // re-enables the listeners after an accept() failure
     std::vector<uint64_t> watchdog_rounds_;  // workers' loop_rounds() at the last check
 };
 

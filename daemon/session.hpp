@@ -144,6 +144,7 @@ class Session final : public ClientEndHost {
                                                         std::unique_ptr<ClientEnd>& end);
     // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
+    void refuse_while_draining();
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
     void connect_upstream();
     void watch_upstream();  // the upstream socket's events, once upstream_ is set

@@ -230,6 +230,10 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             // Before any other answer, as Postgres sends it (protocol/version_negotiation.hpp).
             const std::optional<protocol::ProtocolDowngrade> downgrade =
                 protocol::downgrade_to_3_0(packet);
+            if (worker_.draining()) {
+                refuse_while_draining();
+                return;
+            }
             if (downgrade)
                 send_to_client(downgrade->negotiate);
             if (admit_startup(packet)) {
@@ -417,6 +421,15 @@ void Session::note_logged_in() {
     database_counters_ = metrics_.databases().counters_for(record_->database, record_->role);
     if (database_counters_ != nullptr)
         database_counters_->opened();
+}
+
+// As Postgres in smart shutdown answers a StartupMessage (its CancelRequests still pass).
+void Session::refuse_while_draining() {
+    metrics_.connection_refused(ConnectionRefusal::ShuttingDown);
+    client_logs().refused_connection.log(spdlog::level::warn,
+                                         "session {}: refused {} over {}: l5pgd is shutting down",
+                                         id_, peer_.describe(), to_string(transport_));
+    fail_startup(protocol::kSqlstateCannotConnectNow, "l5pgd is shutting down", "shutting down");
 }
 
 bool Session::admit_startup(const protocol::StartupPacket& packet) {

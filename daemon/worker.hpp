@@ -93,6 +93,10 @@ class Worker {
     // hold in place of the backends' own (shared by all workers).
     [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
+    // SIGINT's graceful shutdown: new sessions are refused, cancel requests forwarded.
+    [[nodiscard]] bool draining() const noexcept {
+        return admission_state_.draining.load(std::memory_order_relaxed);
+    }
     // What this worker's pool keeps: its share of pool.max_idle, and for how long.
     [[nodiscard]] UpstreamPool::Limits pool_limits() const noexcept;
     // Changes whenever a reload points upstream.* elsewhere: a server connection opened

@@ -1,5 +1,6 @@
 """How a departing client's session ends (daemon/session_depart.cpp): bounded by
-limits.drain_timeout_ms, and awaited by a SIGINT shutdown."""
+limits.drain_timeout_ms, and awaited by a SIGINT shutdown, which refuses new sessions with
+57P03 and still forwards cancel requests (daemon/server.cpp begin_graceful_shutdown)."""
 import signal
 import time
 import uuid
@@ -7,7 +8,8 @@ import uuid
 import pytest
 
 from tests.harness import paths
-from tests.harness.client import run, run_python, shm_target
+from tests.harness.client import (PYTHON, popen, psql_cmd, run, run_python, shm_target,
+                                  unix_target)
 from tests.harness.l5pgd import L5pgd
 
 HELPER = paths.BUILD_DIR / "bin" / "l5pg-send-then-close"
@@ -58,7 +60,7 @@ def test_drain_timeout_bounds_a_departed_session(workdir, cluster, l5pgd_binary,
 
 @pytest.mark.timeout(60)
 def test_sigint_waits_for_departing_sessions(workdir, cluster, l5pgd_binary, shim):
-    """SIGINT stops accepting and waits for every session to end, departing ones included:
+    """SIGINT waits for every session to end, departing ones included:
     megabytes a client published just before it left still reach Postgres."""
     assert HELPER.exists(), f"{HELPER} missing: build the tests/tools targets"
     table = f"cp_{uuid.uuid4().hex[:8]}"
@@ -71,4 +73,58 @@ def test_sigint_waits_for_departing_sessions(workdir, cluster, l5pgd_binary, shi
         assert d.proc.wait(timeout=20) == 0, d.log_tail()
         assert cluster.sql(f"select count(*) from {table}") == str(BIG_ROWS), d.log_tail()
     finally:
+        d.stop()
+
+
+# Runs a long statement; on "cancel" from stdin cancels it from a new connection (a
+# CancelRequest), then prints how the statement ended.
+LONG_QUERY_CANCELLED_ON_REQUEST = r"""
+import sys
+import psycopg
+c = psycopg.connect(autocommit=True, application_name=sys.argv[1])
+c.pgconn.send_query(b"select pg_sleep(60)")
+while c.pgconn.flush() == 1:
+    pass
+print("started", flush=True)
+sys.stdin.readline()
+c.cancel()
+r = c.pgconn.get_result()  # blocks until the statement ends
+print((r.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or b"none").decode(), flush=True)
+while r is not None:
+    r = c.pgconn.get_result()
+c.close()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_sigint_refuses_new_sessions_and_forwards_cancels(workdir, cluster, l5pgd_binary, shim):
+    """During SIGINT's drain a new client gets FATAL 57P03 (as from a Postgres in smart
+    shutdown), over the Unix socket and SHM; a running statement can still be cancelled, and
+    l5pgd exits once its session ends."""
+    app = f"l5pg-drain-{uuid.uuid4().hex[:8]}"
+    d = L5pgd(workdir / f"l5pgd-sigint-refuse-{uuid.uuid4().hex[:6]}", cluster)
+    d.start()
+    p = popen([PYTHON, "-c", LONG_QUERY_CANCELLED_ON_REQUEST, app], shm_target(d),
+              stdin=__import__("subprocess").PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "started", p.stderr.read()
+        wait_for(lambda: cluster.sql("select count(*) from pg_stat_activity where "
+                                     f"application_name = '{app}' and state = 'active'") == "1",
+                 10, "the statement running")
+        d.proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "SIGINT: new sessions refused" in d.log_text(), 10, "the drain")
+        for target in (unix_target(d), shm_target(d)):
+            r = run(psql_cmd("-c", "select 1"), target, check=False, timeout=30)
+            assert r.returncode != 0, r.stdout
+            assert "FATAL:  l5pgd is shutting down" in r.stderr, r.stderr
+        assert d.metric("l5pg_connections_refused_total", reason="shutting_down") == 2
+        assert d.proc.poll() is None, "l5pgd left before its session ended"
+        p.stdin.write("cancel\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "57014", p.stderr.read()  # query_canceled
+        assert p.wait(timeout=20) == 0
+        assert d.proc.wait(timeout=20) == 0, d.log_tail()
+    finally:
+        p.kill()
+        p.wait()
         d.stop()
