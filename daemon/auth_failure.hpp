@@ -15,8 +15,10 @@ enum class AuthFailure {
     NoRole,
     TlsRequired,
     AdminConsole,  // admin.database asked for by a role not in admin.users (or passthrough)
+    // passthrough, and Postgres accepted the login without asking the client anything
+    UpstreamDidNotAuthenticate,
 };
-inline constexpr size_t kAuthFailureCount = 7;
+inline constexpr size_t kAuthFailureCount = 8;
 
 [[nodiscard]] constexpr std::string_view to_string(AuthFailure f) noexcept {
     switch (f) {
@@ -34,6 +36,8 @@ inline constexpr size_t kAuthFailureCount = 7;
             return "tls_required";
         case AuthFailure::AdminConsole:
             return "admin_console";
+        case AuthFailure::UpstreamDidNotAuthenticate:
+            return "upstream_did_not_authenticate";
     }
     return "?";
 }

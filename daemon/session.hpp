@@ -163,7 +163,9 @@ class Session final : public ClientEndHost {
     // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
     // of a session l5pgd serves, translated to the backend's.
     [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
-    void watch_for_key(std::span<const std::byte> copy);
+    // False when `copy` must not reach the client: see passthrough_login_.
+    [[nodiscard]] bool watch_for_key(std::span<const std::byte> copy);
+    void refuse_unauthenticated_login();
     void note_logged_in();
     // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
     [[nodiscard]] std::span<const std::byte> copy_client_chunk(std::span<const std::byte> data);
@@ -256,7 +258,10 @@ class Session final : public ClientEndHost {
     bool upstream_blocked_ = false;   // upstream send returned EAGAIN
     bool awaiting_upstream_ = false;  // see awaiting_upstream(); set_awaiting_upstream()
     std::chrono::steady_clock::time_point request_forwarded_at_;  // awaiting_upstream_ began
-    bool admin_ = false;                     // served by the admin console, not Postgres
+    bool admin_ = false;  // served by the admin console, not Postgres
+    // auth passthrough: l5pgd checked nothing, so Postgres must ask the client to prove who it
+    // is; a login it accepts unasked (a trust or peer rule for l5pgd) is refused.
+    bool passthrough_login_ = false;
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     // metrics.labels: this session's database counters, once Postgres accepted its login.
     bool login_noted_ = false;

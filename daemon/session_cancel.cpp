@@ -23,9 +23,14 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     return true;
 }
 
-void Session::watch_for_key(std::span<const std::byte> copy) {
-    if (!key_watcher_ || key_watcher_->feed(copy) == protocol::BackendKeyWatcher::Status::Watching)
-        return;
+bool Session::watch_for_key(std::span<const std::byte> copy) {
+    if (!key_watcher_)
+        return true;
+    const protocol::BackendKeyWatcher::Status status = key_watcher_->feed(copy);
+    if (passthrough_login_ && key_watcher_->accepted_without_asking())
+        return false;
+    if (status == protocol::BackendKeyWatcher::Status::Watching)
+        return true;
     if (key_watcher_->logged_in())
         note_logged_in();
     if (const std::optional<protocol::CancelKey> key = key_watcher_->key())
@@ -33,6 +38,7 @@ void Session::watch_for_key(std::span<const std::byte> copy) {
     else
         spdlog::debug("session {}: Postgres sent no cancel key l5pgd can use", id_);
     key_watcher_.reset();
+    return true;
 }
 
 }  // namespace l5pg::daemon

@@ -220,6 +220,10 @@ void Session::read_upstream() {
             continue;
         }
         end_->commit(0);
+        if (err == EACCES) {
+            refuse_unauthenticated_login();
+            return;
+        }
         if (n == 0 || err == ECONNRESET) {
             // Postgres hung up (often right after a FATAL ErrorResponse; ECONNRESET when it
             // left bytes we forwarded unread, e.g. terminated): deliver what it sent, then
@@ -256,8 +260,11 @@ ssize_t Session::recv_upstream(std::span<std::byte> space) {
     if (n <= 0)
         return n;  // errno is recv()'s
     const auto got = std::span<const std::byte>(copy).first(static_cast<size_t>(n));
+    if (!watch_for_key(got)) {
+        errno = EACCES;  // nothing delivered: read_upstream() refuses the session
+        return -1;
+    }
     std::copy(got.begin(), got.end(), space.begin());
-    watch_for_key(got);
     note_from_upstream(got);
     return n;
 }

@@ -137,7 +137,10 @@ void Session::give_up_pooling(std::vector<std::byte> received) {
     pool_.pooled = false;
     pool_.greeting_reader.reset();
     key_watcher_ = std::make_unique<protocol::BackendKeyWatcher>();
-    watch_for_key(received);
+    if (!watch_for_key(received)) {  // pooling is never passthrough: for completeness
+        refuse_unauthenticated_login();
+        return;
+    }
     note_from_upstream(received);
     send_to_client(received);
     set_awaiting_upstream(false);

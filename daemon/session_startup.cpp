@@ -432,6 +432,23 @@ void Session::refuse_while_draining() {
     fail_startup(protocol::kSqlstateCannotConnectNow, "l5pgd is shutting down", "shutting down");
 }
 
+// Under passthrough Postgres said AuthenticationOk without asking anything: pg_hba.conf
+// trusts l5pgd's own connection, so the client would get any role it names. Nothing of the
+// login reached the client.
+void Session::refuse_unauthenticated_login() {
+    metrics_.auth_failed(transport_, AuthFailure::UpstreamDidNotAuthenticate);
+    spdlog::error(
+        "session {}: refused {} over {} (role \"{}\"): Postgres accepted the login without "
+        "asking for a password, but auth.{} is passthrough: make pg_hba.conf require one for "
+        "l5pgd's connections",
+        id_, peer_.describe(), to_string(transport_), record_ ? record_->role : "",
+        peer_.local ? "local" : "tcp");
+    fail_startup(protocol::kSqlstateInvalidAuthorization,
+                 "l5pgd: PostgreSQL accepted the login without authenticating the client "
+                 "(auth passthrough needs pg_hba.conf to require a password)",
+                 "upstream did not authenticate");
+}
+
 bool Session::admit_startup(const protocol::StartupPacket& packet) {
     const std::string_view role = parameter(packet, "user");
     const std::string_view database = parameter(packet, "database");
@@ -451,6 +468,8 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
                      database.empty() ? role : database, peer_.describe(), to_string(transport_),
                      admin_ ? " (admin console)" : "");
         publish_record(role, database.empty() ? role : database);
+        passthrough_login_ =
+            admission.auth.method_for(peer_.local) == config::AuthMethod::Passthrough && !admin_;
         return true;
     }
     metrics_.auth_failed(transport_, verdict.failure);

@@ -1,8 +1,12 @@
 #include "protocol/backend_key_watcher.hpp"
 
 #include "protocol/server_greeting.hpp"
+#include "protocol/wire.hpp"
 
 namespace l5pg::protocol {
+namespace {
+constexpr uint32_t kAuthenticationOk = 0;  // an Authentication message's code
+}  // namespace
 
 BackendKeyWatcher::Status BackendKeyWatcher::feed(std::span<const std::byte> bytes) {
     if (status_ == Status::Done)
@@ -23,7 +27,18 @@ BackendKeyWatcher::Status BackendKeyWatcher::feed(std::span<const std::byte> byt
         }
         if (msg.type == 'K')
             key_ = parse_backend_key_data(msg.body);
+        if (msg.type == 'R')
+            note_authentication(msg.body);
     }
+}
+
+void BackendKeyWatcher::note_authentication(std::span<const std::byte> body) noexcept {
+    if (body.size() < 4)
+        return;
+    if (read_be32(body.data()) != kAuthenticationOk)
+        asked_ = true;
+    else if (!asked_)
+        accepted_without_asking_ = true;
 }
 
 }  // namespace l5pg::protocol

@@ -342,6 +342,44 @@ def test_passthrough_lets_postgres_authenticate_tcp_clients(workdir, peer_cluste
         assert r.returncode == 0 and r.stdout.strip() == ALICE, r.stderr
 
 
+def test_passthrough_never_pools(workdir, peer_cluster, alice):
+    """pool.mode=session changes nothing under passthrough: l5pgd never identified the client,
+    so every login is Postgres's own password check on a backend of its own."""
+    d = L5pgd(workdir / "l5pgd-passthrough-pool", peer_cluster, user="postgres",
+              auth_overrides=["auth.tcp=passthrough", "auth.upstream_authenticates=true"],
+              extra_overrides=["upstream.host=127.0.0.1", "pool.mode=session"])
+    with d:
+        env = dict(PGHOST=d.host, PGPORT=str(d.port), PGPASSWORD=ALICE_PASSWORD)
+        pids = set()
+        for _ in range(2):
+            r = psql_as(ALICE, env, ALICE, "select pg_backend_pid()")
+            assert r.returncode == 0, r.stderr
+            pids.add(r.stdout.strip())
+            time.sleep(0.3)  # the session ends and would be returned to the pool
+        assert len(pids) == 2, pids
+        assert d.metric("l5pg_pool_returned_total") == 0
+        r = psql_as(ALICE, dict(env, PGPASSWORD="wrong"), ALICE)  # still asked every time
+        assert r.returncode != 0 and "password authentication failed" in r.stderr, r.stderr
+
+
+def test_passthrough_refuses_a_login_postgres_did_not_authenticate(workdir, peer_cluster, alice):
+    """The operator's word is wrong: upstream over the Unix socket, where pg_hba.conf's peer
+    rule (with its map) lets l5pgd's OS user open any role without a password. Postgres says
+    AuthenticationOk unasked; l5pgd refuses the session before the client sees it."""
+    d = L5pgd(workdir / "l5pgd-passthrough-unasked", peer_cluster, user="postgres",
+              auth_overrides=["auth.tcp=passthrough", "auth.upstream_authenticates=true"])
+    with d:
+        env = dict(PGHOST=d.host, PGPORT=str(d.port))
+        for role in ("postgres", ALICE):
+            r = psql_as(ALICE, env, role)
+            assert r.returncode != 0, r.stdout
+            assert "PostgreSQL accepted the login without authenticating the client" in r.stderr, \
+                r.stderr
+        assert d.metric("l5pg_auth_failures_total", transport="tcp",
+                        reason="upstream_did_not_authenticate") == 2
+        assert "Postgres accepted the login without asking for a password" in d.log_text()
+
+
 def test_passthrough_needs_the_operators_word(l5pgd_binary):
     r = subprocess.run([str(l5pgd_binary), "--check", "-o", "auth.local=passthrough"],
                        capture_output=True, text=True, timeout=30)

@@ -13,7 +13,7 @@ What these tests hold l5pgd to:
   client refused by l5pgd's client check never gets one.
 - Cancel: a pooled client gets a BackendKeyData of l5pgd's own, which cancels its query on a
   fresh and on a reused backend; a previous client's key no longer cancels anything.
-- Never pooled: `auth.local: passthrough`, the admin console, the default configuration.
+- Never pooled: the admin console, the default configuration (and passthrough: test_auth.py).
 - Metrics (l5pg_pool_idle_connections, l5pg_pool_returned_total, l5pg_pool_reused_total),
   pool.idle_timeout_ms, pool.max_idle, reloading pool.mode to none, pgbench run twice.
 
@@ -785,13 +785,6 @@ def assert_not_kept(d, cluster, target, app):
 
 def test_default_configuration_does_not_pool(l5pgd, cluster):
     d = l5pgd.start(pool=None)
-    assert_not_kept(d, cluster, unix_target(d), new_app())
-
-
-def test_passthrough_never_pools(l5pgd, cluster):
-    """auth.local=passthrough: l5pgd never identified the client, so it hands out nothing.
-    (The test cluster trusts local connections; l5pgd only needs the operator's word.)"""
-    d = l5pgd.start(auth=["auth.local=passthrough", "auth.upstream_authenticates=true"])
     assert_not_kept(d, cluster, unix_target(d), new_app())
 
 

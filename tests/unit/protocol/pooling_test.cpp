@@ -249,8 +249,25 @@ TEST_CASE("BackendKeyWatcher: the key of a trusted or a password login, in any p
             CHECK(watcher.logged_in());
             REQUIRE(watcher.key().has_value());
             CHECK(*watcher.key() == CancelKey{4242, 0xdeadbeef});
+            // Trusted (plain greeting) or asked for a password (SCRAM first).
+            CHECK(watcher.accepted_without_asking() == (start.size() == plain_greeting().size()));
         }
     }
+}
+
+TEST_CASE("BackendKeyWatcher: an unasked AuthenticationOk is known once whole, not before") {
+    const Bytes greeting = plain_greeting();
+    BackendKeyWatcher watcher;
+    (void)watcher.feed(std::span(greeting).first(8));  // AuthenticationOk is 9 bytes
+    CHECK_FALSE(watcher.accepted_without_asking());
+    (void)watcher.feed(std::span(greeting).subspan(8, 1));
+    CHECK(watcher.accepted_without_asking());
+
+    BackendKeyWatcher cleartext;  // AuthenticationCleartextPassword (3), then Ok
+    Bytes asked(4);
+    write_be32(asked.data(), 3);
+    (void)cleartext.feed(concat({message('R', text(asked)), greeting}));
+    CHECK_FALSE(cleartext.accepted_without_asking());
 }
 
 TEST_CASE("BackendKeyWatcher: no usable key, and nothing after the first ReadyForQuery") {
