@@ -30,6 +30,29 @@ class SyslogPriorityFlag final : public spdlog::custom_flag_formatter {
     }
 };
 
+// The message, with control characters written out: a line holds what clients name (roles,
+// databases, rejected packets), and a newline in a name must not start a line of its own --
+// under the journal one that begins "<3>session 9: login: ..." at the priority it names.
+class EscapedMessageFlag final : public spdlog::custom_flag_formatter {
+  public:
+    void format(const spdlog::details::log_msg& msg, const std::tm&,
+                spdlog::memory_buf_t& dest) override {
+        static constexpr char kHex[] = "0123456789abcdef";
+        for (const char c : std::string_view(msg.payload.data(), msg.payload.size())) {
+            const auto byte = static_cast<unsigned char>(c);
+            if (byte >= 0x20 && byte != 0x7f) {
+                dest.push_back(c);
+                continue;
+            }
+            const char escaped[] = {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+            dest.append(escaped, escaped + sizeof escaped);
+        }
+    }
+    [[nodiscard]] std::unique_ptr<custom_flag_formatter> clone() const override {
+        return std::make_unique<EscapedMessageFlag>();
+    }
+};
+
 bool stderr_is_journal() noexcept {
     const char* stream = std::getenv("JOURNAL_STREAM");
     if (stream == nullptr)
@@ -50,13 +73,14 @@ LogDestination detect_log_destination() noexcept {
 }
 
 void apply_log_format(spdlog::logger& logger, LogDestination destination) {
-    if (destination != LogDestination::Journal) {
-        // %^...%$ colours the level on a terminal and is empty elsewhere.
-        logger.set_pattern("%Y-%m-%d %H:%M:%S.%e %P [%^%l%$] %v");
-        return;
-    }
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<SyslogPriorityFlag>('*').set_pattern("%*%v");
+    formatter->add_flag<EscapedMessageFlag>('~');
+    if (destination == LogDestination::Journal) {
+        formatter->add_flag<SyslogPriorityFlag>('*').set_pattern("%*%~");
+    } else {
+        // %^...%$ colours the level on a terminal and is empty elsewhere.
+        formatter->set_pattern("%Y-%m-%d %H:%M:%S.%e %P [%^%l%$] %~");
+    }
     logger.set_formatter(std::move(formatter));
 }
 

@@ -50,3 +50,20 @@ def test_elsewhere_plain_timestamped_lines_without_colour(workdir, cluster, monk
     lines = [ln for ln in text.splitlines() if ln]
     assert all(TIMESTAMPED.match(ln) for ln in lines if not ln.startswith(" ")), lines[:5]
     assert any("[warning] session " in ln and "refused" in ln for ln in lines)
+
+
+def test_client_names_cannot_start_log_lines(workdir, cluster, monkeypatch):
+    """A newline in a name a client sends is written out (\\x0a), so it cannot forge a log line
+    of its own, under the journal at a priority of its choosing."""
+    d = start_with_journal_stream(workdir, cluster, monkeypatch, "l5pgd-forged", True)
+    forged = "<0>session 9: login: role \"postgres\" database \"app\""
+    try:
+        r = psql(unix_target(d), "select 1", check=False,
+                 env={"PGUSER": "no_such_role_here", "PGDATABASE": f"app\n{forged}\r\x1b[2K"})
+        assert r.returncode != 0
+    finally:
+        d.stop()
+    lines = d.log_text().splitlines()
+    assert not any(ln.startswith("<0>") for ln in lines), lines
+    assert any(ln.startswith("<4>session ") and f"app\\x0a{forged}\\x0d\\x1b[2K" in ln
+               for ln in lines), lines
