@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "protocol/startup.hpp"
+
 namespace l5pg::daemon {
 
 namespace {
@@ -10,11 +12,11 @@ AuthVerdict refuse(AuthFailure failure, std::string message) {
     return AuthVerdict{failure, std::move(message)};
 }
 
-// Postgres cuts a role name to NAMEDATALEN - 1 bytes (63 in every packaged build) before it
-// looks it up: a longer name passing the check below would log in as the role its first
-// 63 bytes name, which may be someone else's. Directly, peer authentication compares the
-// cut name with the OS user and refuses; so does l5pgd.
-constexpr size_t kMaxRoleNameBytes = 63;
+// Postgres cuts a role name to 63 bytes before it looks it up (protocol::postgres_name): a
+// longer name passing the check below would log in as the role its first 63 bytes name,
+// which may be someone else's. Directly, peer authentication compares the cut name with the
+// OS user and refuses; so does l5pgd.
+constexpr size_t kMaxRoleNameBytes = protocol::kMaxNameBytes;
 
 // SO_PEERCRED could not be read (peer.hpp): no rule may match, not even a numeric one.
 constexpr uid_t kUnknownUid = static_cast<uid_t>(-1);

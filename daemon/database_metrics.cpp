@@ -7,6 +7,7 @@
 
 #include "daemon/metrics.hpp"
 #include "daemon/prometheus_text.hpp"
+#include "protocol/startup.hpp"
 
 namespace l5pg::daemon {
 
@@ -33,12 +34,8 @@ void DatabaseMetrics::configure(config::MetricsLabels labels, unsigned limit) {
 
 namespace {
 
-// Postgres cuts a startup packet's database and user names to NAMEDATALEN - 1 bytes and
-// serves the cut name: longer names that differ only beyond it are one database.
-constexpr size_t kMaxNameBytes = 63;
-
 std::string name_label(std::string_view name) {
-    return std::string(name.substr(0, kMaxNameBytes));
+    return std::string(protocol::postgres_name(name));
 }
 
 template <class T>

@@ -132,6 +132,9 @@ void Metrics::pool_returned() noexcept {
 void Metrics::pool_reused() noexcept {
     bump(pool_reused_);
 }
+void Metrics::pool_reuse_refused() noexcept {
+    bump(pool_reuse_refused_);
+}
 void Metrics::pool_idle_changed(int64_t delta) noexcept {
     pool_idle_.fetch_add(delta, std::memory_order_relaxed);
 }
@@ -215,6 +218,10 @@ std::string Metrics::render() const {
     scalar(out, "l5pg_pool_reused_total",
            "Client sessions served by a kept server connection instead of a new one.",
            read(pool_reused_));
+    scalar(out, "l5pg_pool_reuse_refused_total",
+           "Kept server connections closed instead of reused: Postgres would no longer log the "
+           "client in as that backend's role and database.",
+           read(pool_reuse_refused_));
     header(out, "l5pg_pool_idle_connections", "gauge",
            "Server connections kept idle for the next client now.");
     fmt::format_to(std::back_inserter(out), "l5pg_pool_idle_connections {}\n",

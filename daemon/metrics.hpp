@@ -64,6 +64,7 @@ class Metrics {
     // to a new client, and the change in how many are kept idle now.
     void pool_returned() noexcept;
     void pool_reused() noexcept;
+    void pool_reuse_refused() noexcept;
     void pool_idle_changed(int64_t delta) noexcept;
     void auth_failed(Transport t, AuthFailure reason) noexcept;
     void connection_refused(ConnectionRefusal reason) noexcept;
@@ -85,7 +86,8 @@ class Metrics {
     //   l5pg_upstream_connect_failures_total, l5pg_startup_rejected_total,
     //   l5pg_doorbells_total, l5pg_doorbells_coalesced_total,
     //   l5pg_doorbells_received_total, l5pg_worker_blocks_total   counters
-    //   l5pg_pool_returned_total, l5pg_pool_reused_total          counters
+    //   l5pg_pool_returned_total, l5pg_pool_reused_total,
+    //   l5pg_pool_reuse_refused_total                             counters
     //   l5pg_pool_idle_connections                                gauge
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
@@ -119,6 +121,7 @@ class Metrics {
     std::atomic<uint64_t> worker_blocks_{0};
     std::atomic<uint64_t> pool_returned_{0};
     std::atomic<uint64_t> pool_reused_{0};
+    std::atomic<uint64_t> pool_reuse_refused_{0};
     std::atomic<int64_t> pool_idle_{0};
     std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
         auth_failures_{};

@@ -100,7 +100,9 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->pool_.reset) {
+    if (self->pool_.login_check) {
+        self->refuse_reuse("no answer to the login check in time");
+    } else if (self->pool_.reset) {
         self->close(self->departure_reason_ +
                     "; the server connection's reset was not answered "
                     "in time: closed, not kept");

@@ -33,6 +33,7 @@
 #include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/parameter_status_follower.hpp"
+#include "protocol/pool_login_check.hpp"
 #include "protocol/pool_reset.hpp"
 #include "protocol/server_greeting.hpp"
 #include "protocol/startup.hpp"
@@ -155,8 +156,14 @@ class Session final : public ClientEndHost {
 
     // session pooling (session_pool.cpp, upstream_pool.hpp)
     [[nodiscard]] bool pool_applies(const protocol::StartupPacket& packet) const;
-    // Takes a kept server connection for this client's StartupMessage, if there is one.
+    // Takes a kept server connection for this client's StartupMessage, if there is one, and
+    // asks it the login check (protocol/pool_login_check.hpp); the session stays Connecting.
     [[nodiscard]] bool adopt_idle_upstream();
+    void read_login_check_answer();
+    // The kept connection failed its login check (or did not answer): closed, and a new one
+    // opened for the client.
+    void refuse_reuse(std::string_view why);
+    void open_upstream(std::span<const std::byte> startup);
     void read_greeting();
     void greet_client();
     void give_up_pooling(std::vector<std::byte> received);
@@ -324,7 +331,8 @@ class Session final : public ClientEndHost {
         std::chrono::steady_clock::time_point upstream_born;  // when the backend started
         uint64_t upstream_epoch = 0;  // the worker's upstream_epoch() when it was opened
         bool terminated = false;      // the client sent Terminate, which Postgres did not get
-        std::unique_ptr<protocol::PoolReset> reset;  // running after a clean departure
+        std::unique_ptr<protocol::PoolReset> reset;             // running after a clean departure
+        std::unique_ptr<protocol::PoolLoginCheck> login_check;  // a kept one's, before reuse
     };
     PoolState pool_;
 

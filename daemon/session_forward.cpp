@@ -190,7 +190,9 @@ void Session::discard_client_input() {
 }
 
 void Session::on_upstream_readable() {
-    if (pool_.reset)
+    if (pool_.login_check)
+        read_login_check_answer();
+    else if (pool_.reset)
         read_reset_answer();
     else if (discarding_output())
         discard_upstream();
@@ -341,8 +343,11 @@ void Session::on_client_writable() {
 }
 
 void Session::update_upstream_reading() {
-    const bool want = state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
-                      !upstream_eof_ && (discarding_output() || end_->has_room());
+    // A kept connection's login check is read whatever the client does meanwhile.
+    const bool want =
+        pool_.login_check != nullptr ||
+        (state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
+         !upstream_eof_ && (discarding_output() || end_->has_room()));
     set_event(upstream_read_.get(), want);
 }
 

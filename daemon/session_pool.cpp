@@ -74,14 +74,72 @@ bool Session::adopt_idle_upstream() {
     std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_.key);
     if (!idle)
         return false;
-    metrics_.pool_reused();
     upstream_ = std::move(idle->fd);
     pool_.greeting = std::move(idle->greeting);
     pool_.upstream_born = idle->born;
-    spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
-                  pool_.greeting.key.backend_pid);
+    // The socket is idle and empty: the small request fits at once, or the connection is
+    // not usable.
+    const std::vector<std::byte> request = protocol::PoolLoginCheck::request();
+    const ssize_t n =
+        ::send(upstream_.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(request.size())) {
+        upstream_.reset();
+        metrics_.pool_reuse_refused();
+        spdlog::info(
+            "session {}: kept server connection (backend pid {}) not reused: it "
+            "could not be sent the login check",
+            id_, pool_.greeting.key.backend_pid);
+        return false;
+    }
+    pool_.login_check =
+        std::make_unique<protocol::PoolLoginCheck>(record_->role, record_->database);
     watch_upstream();
+    set_event(upstream_read_.get(), true);
+    arm_timer(worker_.config().upstream.connect_timeout_ms);
     return true;
+}
+
+void Session::read_login_check_answer() {
+    std::array<std::byte, kControlChunk> chunk;
+    for (;;) {
+        const ControlRead read = read_control(upstream_.get(), chunk);
+        if (read.ended) {
+            refuse_reuse("Postgres closed it");
+            return;
+        }
+        if (read.bytes.empty())
+            return;
+        switch (pool_.login_check->feed(read.bytes, pool_.greeting)) {
+            case protocol::PoolLoginCheck::Status::NeedMore:
+                continue;
+            case protocol::PoolLoginCheck::Status::Failed:
+                refuse_reuse(pool_.login_check->failure());
+                return;
+            case protocol::PoolLoginCheck::Status::Passed:
+                pool_.login_check.reset();
+                metrics_.pool_reused();
+                spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
+                              pool_.greeting.key.backend_pid);
+                on_upstream_connected();  // greets the client
+                return;
+        }
+    }
+}
+
+void Session::refuse_reuse(std::string_view why) {
+    metrics_.pool_reuse_refused();
+    spdlog::info(
+        "session {}: kept server connection (backend pid {}) not reused: {}; a new "
+        "one is opened",
+        id_, pool_.greeting.key.backend_pid, why);
+    pool_.login_check.reset();
+    upstream_read_.reset();
+    upstream_write_.reset();
+    upstream_.reset();
+    evtimer_del(timer_.get());
+    pool_.greeting = {};
+    pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();
+    open_upstream(std::as_bytes(std::span(pool_.key)));
 }
 
 // A new backend's answer to the StartupMessage, copied out of the socket and parsed.

@@ -488,15 +488,18 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
         pool_.upstream_epoch = worker_.upstream_epoch();
         if (adopt_idle_upstream()) {
             startup_.clear();
-            on_upstream_connected();
             return;
         }
         pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();
     } else if (!cancel && !admin_) {
         key_watcher_ = std::make_unique<protocol::BackendKeyWatcher>();
     }
-    to_upstream_.append(first_bytes);
+    open_upstream(first_bytes);
     startup_.clear();
+}
+
+void Session::open_upstream(std::span<const std::byte> startup) {
+    to_upstream_.append(startup);
     upstream_deadline_ = std::chrono::steady_clock::now() +
                          std::chrono::milliseconds(worker_.config().upstream.connect_timeout_ms);
     upstream_retry_delay_ = kFirstConnectRetry;

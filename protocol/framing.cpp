@@ -26,6 +26,16 @@ MessageHeaderParse parse_message_header(std::span<const std::byte> buf,
     return result;
 }
 
+void append_query_message(std::vector<std::byte>& out, std::string_view sql) {
+    const size_t at = out.size();
+    out.resize(at + kMessageHeaderSize + sql.size() + 1);
+    out[at] = std::byte{'Q'};
+    write_be32(out.data() + at + 1, static_cast<uint32_t>(4 + sql.size() + 1));
+    std::copy(sql.begin(), sql.end(),
+              reinterpret_cast<char*>(out.data() + at + kMessageHeaderSize));
+    out.back() = std::byte{0};
+}
+
 MessageView next_message(std::span<const std::byte> buf, uint32_t max_length) noexcept {
     MessageView view;
     const MessageHeaderParse header = parse_message_header(buf, max_length);

@@ -50,6 +50,10 @@ struct MessageView {
 [[nodiscard]] MessageView next_message(std::span<const std::byte> buf,
                                        uint32_t max_length = kMaxMessageLength) noexcept;
 
+// Appends a frontend Query message ('Q') with `sql`: l5pgd's own queries on a pooled
+// server connection (pool_reset.hpp, pool_login_check.hpp).
+void append_query_message(std::vector<std::byte>& out, std::string_view sql);
+
 // Bytes copied out of a socket (never parsed where another process can change them), handed
 // out message by message.
 class MessageBuffer {

@@ -24,16 +24,6 @@ constexpr std::string_view kResetRole = "RESET ROLE";
 constexpr std::array<char, 7> kAnswer = {'C', 'Z', 'C', 'T', 'D', 'C', 'Z'};
 constexpr size_t kMaxReply = 16 * 1024;
 
-void append_query(std::vector<std::byte>& out, std::string_view sql) {
-    const size_t at = out.size();
-    out.resize(at + kMessageHeaderSize + sql.size() + 1);
-    out[at] = std::byte{'Q'};
-    write_be32(out.data() + at + 1, static_cast<uint32_t>(4 + sql.size() + 1));
-    std::copy(sql.begin(), sql.end(),
-              reinterpret_cast<char*>(out.data() + at + kMessageHeaderSize));
-    out.back() = std::byte{0};
-}
-
 bool body_is(std::span<const std::byte> body, std::string_view text, bool nul_terminated) {
     const size_t size = text.size() + (nul_terminated ? 1 : 0);
     return body.size() == size &&
@@ -55,8 +45,8 @@ PoolReset::PoolReset(uint64_t nonce) : nonce_text_(fmt::format("l5pgd-reset-{:01
 
 std::vector<std::byte> PoolReset::request() const {
     std::vector<std::byte> out;
-    append_query(out, kDiscard);
-    append_query(out, fmt::format("{}; SELECT '{}'", kResetRole, nonce_text_));
+    append_query_message(out, kDiscard);
+    append_query_message(out, fmt::format("{}; SELECT '{}'", kResetRole, nonce_text_));
     return out;
 }
 

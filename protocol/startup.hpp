@@ -28,6 +28,14 @@ inline constexpr uint32_t kL5UpgradeRequestCode = (1234u << 16) | 5750u;
 
 inline constexpr uint32_t kCancelRequestLength = 16;
 
+// Postgres cuts a StartupMessage's user and database names to NAMEDATALEN - 1 bytes (63 in
+// every packaged build), byte-wise, and serves the cut name: longer names that differ only
+// beyond it name one role or database.
+inline constexpr size_t kMaxNameBytes = 63;
+[[nodiscard]] inline std::string_view postgres_name(std::string_view name) noexcept {
+    return name.substr(0, kMaxNameBytes);
+}
+
 // ---- L5 upgrade request (see docs/wire-format.md) ----
 enum class L5Transport : uint32_t { Shm = 1, Rdma = 2 };
 inline constexpr uint32_t kL5UpgradeVersion = 1;

@@ -7,6 +7,12 @@
 
 namespace l5pg::protocol {
 
+inline uint16_t read_be16(const std::byte* p) noexcept {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof v);
+    return __builtin_bswap16(v);
+}
+
 inline uint32_t read_be32(const std::byte* p) noexcept {
     uint32_t v;
     std::memcpy(&v, p, sizeof v);

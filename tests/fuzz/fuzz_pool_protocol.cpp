@@ -1,12 +1,13 @@
 // Session pooling's readers of what Postgres sends (protocol/server_greeting.hpp,
-// protocol/pool_reset.hpp), the cancel-key watcher (protocol/backend_key_watcher.hpp) and
-// the tracker's walk (protocol/framing.hpp), fed the input in pieces whose sizes the first
-// byte chooses.
+// protocol/pool_reset.hpp, protocol/pool_login_check.hpp), the cancel-key watcher
+// (protocol/backend_key_watcher.hpp) and the tracker's walk (protocol/framing.hpp), fed the
+// input in pieces whose sizes the first byte chooses.
 #include <algorithm>
 #include <vector>
 
 #include "protocol/backend_key_watcher.hpp"
 #include "protocol/framing.hpp"
+#include "protocol/pool_login_check.hpp"
 #include "protocol/pool_reset.hpp"
 #include "protocol/server_greeting.hpp"
 #include "tests/fuzz/fuzz_target.hpp"
@@ -44,6 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     l5pg::protocol::ServerGreeting kept;
     l5pg::protocol::PoolReset reset(0);
     in_pieces(in, piece, [&](auto bytes) { (void)reset.feed(bytes, kept); });
+    l5pg::protocol::PoolLoginCheck login_check("postgres", "postgres");
+    in_pieces(in, piece, [&](auto bytes) { (void)login_check.feed(bytes, kept); });
     l5pg::protocol::BackendKeyWatcher watcher;
     in_pieces(in, piece, [&](auto bytes) { (void)watcher.feed(bytes); });
     l5pg::protocol::MessageBoundaryTracker tracker;

@@ -968,3 +968,73 @@ def test_pgbench_twice_reuses_backends(l5pgd, pgbench_db, request, transport):
     second = pgbench(target, args)
     assert (second.processed, second.failed) == (800, 0), second.stdout
     assert pool_metric(d, REUSED) >= reused + 4
+
+
+# -- what Postgres checks only at login, asked again before a kept backend is reused --------
+
+REUSE_REFUSED = "l5pg_pool_reuse_refused_total"
+
+
+@pytest.fixture
+def login_role(cluster):
+    """A login role of this test's own, with a database only it may connect to."""
+    role = f"l5pg_pool_chk_{uuid.uuid4().hex[:8]}"
+    cluster.sql(f"create role {role} login")
+    cluster.sql(f"create database {role}")
+    cluster.sql(f"revoke connect on database {role} from public; "
+                f"grant connect on database {role} to {role}")
+    yield role
+    for sql in (f"drop database if exists {role} with (force)", f"drop role if exists {role}",
+                f"drop role if exists {role}_old"):
+        try:
+            cluster.sql(sql)
+        except RuntimeError:
+            pass
+
+
+def kept_backend_of(l5pgd, cluster, role):
+    """An l5pgd that may open `role`, and the pid of the backend it keeps after a first client
+    of that role (reused by a second, while nothing changed)."""
+    d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", role)])
+    target, app, env = unix_target(d), new_app(), {"PGUSER": role, "PGDATABASE": role}
+    first = backend_pid(target, app=app, env=env)
+    wait_idle(d, 1)
+    assert backend_pid(target, app=app, env=env) == first, "not reused while nothing changed"
+    wait_idle(d, 1)
+    assert pool_metric(d, REUSE_REFUSED) == 0
+    return d, target, app, env, first
+
+
+@pytest.mark.parametrize("change, refusal", [
+    ("alter role {role} nologin", 'role "{role}" is not permitted to log in'),
+    ("revoke connect on database {role} from {role}", 'permission denied for database "{role}"'),
+    ("alter database {role} allow_connections false",
+     'database "{role}" is not currently accepting connections'),
+], ids=["nologin", "connect_revoked", "connections_not_allowed"])
+def test_kept_backend_is_not_reused_once_postgres_would_refuse_the_login(
+        l5pgd, cluster, login_role, change, refusal):
+    """The next client gets Postgres's own refusal, as on a direct connection, and the kept
+    backend is closed."""
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    cluster.sql(change.format(role=login_role))
+    r = psql_lines(target, "select 1", app=app, env=env, check=False)
+    assert r.returncode != 0, r.stdout
+    assert refusal.format(role=login_role) in r.stderr, r.stderr
+    assert pool_metric(d, REUSE_REFUSED) == 1
+    wait_backend_gone(cluster, first)
+    assert pool_metric(d, IDLE) == 0
+    assert "not reused: its role may no longer log in" in d.log_text()
+
+
+def test_kept_backend_of_a_renamed_role_is_not_reused(l5pgd, cluster, login_role):
+    """The role was renamed and a new one took its name: a new login by that name is the new
+    role, so the next client must not get the old role's backend (nor its rights)."""
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    cluster.sql(f"alter role {login_role} rename to {login_role}_old")
+    cluster.sql(f"create role {login_role} login; "
+                f"grant connect on database {login_role} to {login_role}")
+    out = psql_lines(target, "select session_user, pg_backend_pid()", app=app, env=env)[-1]
+    user, pid = out.split("|")
+    assert user == login_role and int(pid) != first, out
+    assert pool_metric(d, REUSE_REFUSED) == 1
+    assert "not reused: its role or database was renamed" in d.log_text()

@@ -1,13 +1,14 @@
 // The protocol pieces of session pooling: the tracker's walk (where a Terminate begins, the
 // ReadyForQuery status), the server greeting l5pgd keeps and the ParameterStatus reports
 // that update it, and the reset's strict answer; and the watcher that picks a plain session's
-// cancel key out of Postgres's first bytes.
+// cancel key out of Postgres's first bytes; the login check a kept backend passes before reuse.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include "protocol/backend_messages.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/parameter_status_follower.hpp"
+#include "protocol/pool_login_check.hpp"
 #include "protocol/pool_reset.hpp"
 #include "protocol/server_greeting.hpp"
 #include "protocol/wire.hpp"
@@ -82,6 +84,23 @@ Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
     w.command_complete("SELECT 1");
     w.ready_for_query('I');
     return concat({before, w.take()});
+}
+
+// The answer to PoolLoginCheck::request(): the row, if any, with its three values.
+Bytes login_check_answer(const std::vector<std::optional<std::string>>& row,
+                         std::string_view tag = "SELECT 1") {
+    BackendWriter w;
+    w.row_description({"rolname", "datname", "?column?"});
+    if (!row.empty())
+        w.data_row(row);
+    w.command_complete(tag);
+    w.ready_for_query('I');
+    return w.take();
+}
+
+PoolLoginCheck::Status check(PoolLoginCheck& login_check, const Bytes& answer,
+                             ServerGreeting& greeting) {
+    return login_check.feed(answer, greeting);
 }
 
 }  // namespace
@@ -380,4 +399,63 @@ TEST_CASE("ParameterStatusFollower: a malformed or oversized report breaks it") 
     // A long message of another type is skipped, not collected.
     CHECK(follow(concat({message('D', std::string(1 << 20, 'y')), answer_with_reports()})) ==
           std::pair(false, size_t{2}));
+}
+
+TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed, in any pieces") {
+    const Bytes request = PoolLoginCheck::request();
+    REQUIRE(request.size() > kMessageHeaderSize);
+    CHECK(static_cast<char>(request[0]) == 'Q');
+
+    const Bytes passing = concat({message('S', text(cstrings({"TimeZone", "UTC"}))),
+                                  login_check_answer({"alice", "app", "t"})});
+    for (size_t piece = 1; piece <= passing.size(); ++piece) {
+        PoolLoginCheck login_check("alice", "app");
+        ServerGreeting greeting;
+        PoolLoginCheck::Status status = PoolLoginCheck::Status::NeedMore;
+        for (size_t i = 0; i < passing.size(); i += piece)
+            status = login_check.feed(
+                std::span(passing).subspan(i, std::min(piece, passing.size() - i)), greeting);
+        CHECK(status == PoolLoginCheck::Status::Passed);
+        REQUIRE(greeting.parameters.size() == 1);  // reported while idle: kept for the client
+        CHECK(greeting.parameters[0].second == "UTC");
+    }
+    // Names as Postgres cuts them: the first 63 bytes.
+    const std::string long_role(70, 'r');
+    PoolLoginCheck cut(long_role, "app");
+    ServerGreeting greeting;
+    CHECK(check(cut, login_check_answer({long_role.substr(0, 63), "app", "t"}), greeting) ==
+          PoolLoginCheck::Status::Passed);
+}
+
+TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
+    struct Case {
+        Bytes answer;
+        std::string_view why;
+    };
+    BackendWriter error;
+    error.error("ERROR", "42501", "permission denied");
+    error.ready_for_query('I');
+    const Case cases[] = {
+        {login_check_answer({"alice", "app", "f"}), "may no longer log in"},
+        {login_check_answer({"alice_old", "app", "t"}), "renamed"},
+        {login_check_answer({"alice", "app2", "t"}), "renamed"},
+        {login_check_answer({}, "SELECT 0"), "no longer exists"},
+        {login_check_answer({"alice", "app", std::nullopt}), "malformed row"},
+        {login_check_answer({"alice", "app", "t"}, "SELECT 0"), "command tag"},
+        {error.take(), "an error"},
+        {concat({login_check_answer({"alice", "app", "t"}), message('Z', "I")}), "after"},
+        {message('D', ""), "unexpected message"},
+    };
+    for (const Case& c : cases) {
+        PoolLoginCheck login_check("alice", "app");
+        ServerGreeting greeting;
+        CHECK(check(login_check, c.answer, greeting) == PoolLoginCheck::Status::Failed);
+        CHECK_THAT(login_check.failure(), Catch::Contains(std::string(c.why)));
+    }
+    // Nothing may follow a passed check either.
+    PoolLoginCheck passed("alice", "app");
+    ServerGreeting greeting;
+    REQUIRE(check(passed, login_check_answer({"alice", "app", "t"}), greeting) ==
+            PoolLoginCheck::Status::Passed);
+    CHECK(check(passed, message('Z', "I"), greeting) == PoolLoginCheck::Status::Failed);
 }

@@ -1,0 +1,144 @@
+#include "protocol/pool_login_check.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "protocol/startup.hpp"
+#include "protocol/wire.hpp"
+
+namespace l5pg::protocol {
+namespace {
+
+// session_user and current_database() name the backend's role and database by their OIDs
+// as they are named now. Everything schema-qualified: the role's search_path is its own.
+constexpr std::string_view kQuery =
+    "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
+    "pg_catalog.has_database_privilege(d.oid, 'CONNECT') "
+    "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
+    "WHERE r.rolname = session_user AND d.datname = pg_catalog.current_database()";
+constexpr size_t kColumns = 3;
+constexpr size_t kMaxReply = 16 * 1024;
+
+bool tag_is(std::span<const std::byte> body, std::string_view tag) {
+    return body.size() == tag.size() + 1 && body.back() == std::byte{0} &&
+           std::equal(tag.begin(), tag.end(), reinterpret_cast<const char*>(body.data()));
+}
+
+// The DataRow's columns as text; nullopt for a malformed row (a NULL counts as malformed:
+// none of the three may be NULL).
+std::optional<std::vector<std::string_view>> row_values(std::span<const std::byte> body) {
+    if (body.size() < 2 || read_be16(body.data()) != kColumns)
+        return std::nullopt;
+    body = body.subspan(2);
+    std::vector<std::string_view> values;
+    while (!body.empty()) {
+        if (body.size() < 4)
+            return std::nullopt;
+        const uint32_t length = read_be32(body.data());
+        if (length > body.size() - 4)  // also a NULL's -1
+            return std::nullopt;
+        values.emplace_back(reinterpret_cast<const char*>(body.data() + 4), length);
+        body = body.subspan(4 + length);
+    }
+    if (values.size() != kColumns)
+        return std::nullopt;
+    return values;
+}
+
+}  // namespace
+
+PoolLoginCheck::PoolLoginCheck(std::string_view role, std::string_view database)
+    : role_(postgres_name(role)), database_(postgres_name(database)) {}
+
+std::vector<std::byte> PoolLoginCheck::request() {
+    std::vector<std::byte> out;
+    append_query_message(out, kQuery);
+    return out;
+}
+
+PoolLoginCheck::Status PoolLoginCheck::feed(std::span<const std::byte> bytes,
+                                            ServerGreeting& greeting) {
+    if (status_ != Status::NeedMore)
+        return status_ == Status::Failed ? status_ : fail("bytes after the answer");
+    buffer_.append(bytes);
+    status_ = buffer_.size() > kMaxReply ? fail("an oversized answer") : parse(greeting);
+    return status_;
+}
+
+PoolLoginCheck::Status PoolLoginCheck::fail(std::string why) {
+    failure_ = std::move(why);
+    return status_ = Status::Failed;
+}
+
+// The row names the role and database a new login by the client's names would get, and
+// says that login would be allowed.
+bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
+    const std::optional<std::vector<std::string_view>> values = row_values(body);
+    if (!values) {
+        failure_ = "a malformed row";
+        return false;
+    }
+    if ((*values)[0] != role_ || (*values)[1] != database_) {
+        failure_ = "its role or database was renamed";
+        return false;
+    }
+    if ((*values)[2] != "t") {
+        failure_ = "its role may no longer log in to its database (NOLOGIN, CONNECT, or "
+                   "ALLOW_CONNECTIONS)";
+        return false;
+    }
+    return true;
+}
+
+PoolLoginCheck::Status PoolLoginCheck::parse(ServerGreeting& greeting) {
+    for (;;) {
+        const MessageView msg = buffer_.next(kMaxReply);
+        if (msg.status == ParseStatus::Invalid)
+            return fail("a malformed message");
+        if (msg.status == ParseStatus::NeedMore)
+            return Status::NeedMore;
+        if (msg.type == 'S') {  // reported now: changed while the backend was idle
+            std::string name, value;
+            if (!parse_parameter_status(msg.body, name, value))
+                return fail("a malformed ParameterStatus");
+            greeting.set_parameter(name, value);
+            continue;
+        }
+        if (msg.type == 'N')  // a notice about the query changes nothing
+            continue;
+        if (msg.type == 'E')
+            return fail("an error");
+        // After the RowDescription: the one row, or none (CommandComplete at once).
+        const bool expected = msg.type == expected_ || (expected_ == 'D' && msg.type == 'C');
+        if (!expected ||
+            (msg.type == 'T' && (msg.body.size() < 2 || read_be16(msg.body.data()) != kColumns)))
+            return fail(std::string("an unexpected message '") + msg.type + "'");
+        switch (msg.type) {
+            case 'T':
+                expected_ = 'D';
+                break;
+            case 'D':
+                row_seen_ = true;
+                row_passed_ = row_passes(msg.body);
+                expected_ = 'C';
+                break;
+            case 'C':
+                if (!tag_is(msg.body, row_seen_ ? "SELECT 1" : "SELECT 0"))
+                    return fail("an unexpected command tag");
+                expected_ = 'Z';
+                break;
+            case 'Z':
+                if (msg.body.size() != 1 || msg.body[0] != std::byte{'I'})
+                    return fail("a backend not idle");
+                if (!buffer_.rest().empty())
+                    return fail("bytes after the answer");
+                if (!row_seen_)
+                    return fail("its role or database no longer exists under its name");
+                return row_passed_ ? Status::Passed : fail(failure_);
+            default:
+                return fail("an unexpected message");
+        }
+    }
+}
+
+}  // namespace l5pg::protocol
