@@ -164,7 +164,7 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
         out.ready_for_query();
     } else if (is_extended_protocol(type)) {
         if (!c.skipping_extended)
-            out.error("ERROR", "0A000",
+            out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
                       "l5pgd admin console: only simple queries (the extended query protocol "
                       "is not supported)");
         c.skipping_extended = true;

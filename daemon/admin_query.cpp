@@ -13,6 +13,7 @@
 
 #include "config/reload_keys.hpp"
 #include "l5pg_version.hpp"
+#include "protocol/error_response.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -153,7 +154,7 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
                    "SHOW HELP"},
                   out);
     } else {
-        out.error("ERROR", "0A000",
+        out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",
                               std::string(sql.substr(0, 200))));
     }

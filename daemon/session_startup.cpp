@@ -179,7 +179,7 @@ void Session::process_startup_buffer() {
         client_logs().startup_rejected.log(spdlog::level::info,
                                            "session {}: invalid startup packet from {}: {}", id_,
                                            peer_.describe(), parse.error);
-        fail_startup(protocol::kSqlstateProtocolViolation, parse.error, "invalid startup packet");
+        fail_startup(parse.sqlstate, parse.error, "invalid startup packet");
         return;
     }
     const size_t length = parse.packet.length;

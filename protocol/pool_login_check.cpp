@@ -83,8 +83,9 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
         return false;
     }
     if ((*values)[2] != "t") {
-        failure_ = "its role may no longer log in to its database (NOLOGIN, CONNECT, or "
-                   "ALLOW_CONNECTIONS)";
+        failure_ =
+            "its role may no longer log in to its database (NOLOGIN, CONNECT, or "
+            "ALLOW_CONNECTIONS)";
         return false;
     }
     return true;

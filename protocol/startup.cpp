@@ -5,18 +5,25 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/error_response.hpp"
 #include "protocol/wire.hpp"
 
 namespace l5pg::protocol {
 namespace {
 
-constexpr uint32_t kRequestMajor = 1234;  // major "version" of the special requests
-
-StartupParse invalid(std::string message) {
+StartupParse invalid(std::string message, std::string_view sqlstate = kSqlstateProtocolViolation) {
     StartupParse result;
     result.status = ParseStatus::Invalid;
     result.error = std::move(message);
+    result.sqlstate = sqlstate;
     return result;
+}
+
+// As Postgres answers any code it does not know, its own 1234.x request codes included.
+StartupParse unsupported_protocol(uint32_t code) {
+    return invalid("unsupported frontend protocol " + std::to_string(code >> 16) + "." +
+                       std::to_string(code & 0xffff) + ": server supports 3.0 to 3.0",
+                   kSqlstateFeatureNotSupported);
 }
 
 // Reads a NUL-terminated string starting at `pos` within `body`; false if unterminated.
@@ -143,13 +150,8 @@ StartupParse parse_startup_packet(std::span<const std::byte> buf) {
     StartupPacket& packet = result.packet;
     packet.length = length;
     packet.code = read_be32(buf.data() + 4);
-    if (!classify(packet.code, packet.kind)) {
-        if ((packet.code >> 16) == kRequestMajor)
-            return invalid("unsupported startup request code " +
-                           std::to_string(packet.code & 0xffff));
-        return invalid("unsupported frontend protocol " + std::to_string(packet.code >> 16) + "." +
-                       std::to_string(packet.code & 0xffff) + ": server supports 3.0 to 3.0");
-    }
+    if (!classify(packet.code, packet.kind))
+        return unsupported_protocol(packet.code);
     const std::span<const std::byte> whole = buf.first(length);
     std::string error;
     switch (packet.kind) {

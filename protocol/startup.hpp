@@ -15,8 +15,9 @@
 
 namespace l5pg::protocol {
 
-// Postgres refuses startup packets longer than this (MAX_STARTUP_PACKET_LENGTH).
-inline constexpr uint32_t kMaxStartupPacketLength = 10000;
+// Postgres refuses startup packets longer than this: MAX_STARTUP_PACKET_LENGTH (10000) is
+// the length without the length word itself.
+inline constexpr uint32_t kMaxStartupPacketLength = 10000 + 4;
 inline constexpr uint32_t kMinStartupPacketLength = 8;
 
 inline constexpr uint32_t kProtocolVersion3 = 3u << 16;
@@ -74,6 +75,9 @@ struct StartupParse {
     size_t bytes_needed = 0;  // NeedMore: total bytes the packet needs (0 = unknown yet)
     StartupPacket packet;     // Ok
     std::string error;        // Invalid: a message fit for an ErrorResponse
+    // Invalid: its SQLSTATE, as Postgres's: 0A000 for a protocol version or request code it
+    // does not support, 08P01 for a malformed packet.
+    std::string_view sqlstate;
 };
 
 // Parses one startup packet at the start of `buf` (a private copy: never shared memory).

@@ -24,6 +24,17 @@ def expect_fatal(s, sqlstate=None):
     return f
 
 
+def raw_connection(server, l5pgd, cluster):
+    """l5pgd over TCP, or Postgres itself (the yardstick) over its Unix socket, where a
+    Postgres built with GSSAPI does not offer GSS encryption."""
+    if server == "l5pgd":
+        return pgwire.connect(l5pgd.host, l5pgd.port)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(str(cluster.socket_dir / f".s.PGSQL.{cluster.port}"))
+    return s
+
+
 @pytest.mark.timeout(30)
 def test_garbage_http(l5pgd):
     before = l5pgd.metric("l5pg_startup_rejected_total")
@@ -34,10 +45,16 @@ def test_garbage_http(l5pgd):
 
 
 @pytest.mark.timeout(30)
-def test_garbage_protocol_code(l5pgd):
-    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
-        s.sendall(struct.pack("!II", 16, 0x12345678) + b"\xde\xad\xbe\xef\x00\x01\x02\x03")
-        expect_fatal(s, "08P01")
+@pytest.mark.parametrize("server", ["l5pgd", "postgres"])
+def test_garbage_protocol_code(l5pgd, cluster, server):
+    """An unknown protocol version or request code: FATAL 0A000 from both, same words."""
+    for code, version in ((0x12345678, "4660.22136"), ((1234 << 16) | 5681, "1234.5681")):
+        with raw_connection(server, l5pgd, cluster) as s:
+            s.sendall(struct.pack("!II", 16, code) + b"\xde\xad\xbe\xef\x00\x01\x02\x03")
+            f = expect_fatal(s, "0A000")
+            assert f["M"] == f"unsupported frontend protocol {version}: server supports 3.0 to 3.0" \
+                or (server == "postgres" and f["M"].startswith(
+                    f"unsupported frontend protocol {version}: server supports ")), f
 
 
 @pytest.mark.timeout(30)

@@ -338,10 +338,20 @@ TEST_CASE("session: Postgres gone before the client's next message is not an err
 TEST_CASE("session: an invalid startup packet gets FATAL 08P01 and the session closes",
           "[session]") {
     Harness h;
-    h.end->deliver(be32(8) + be32(12345));  // an unknown protocol version
+    h.end->deliver(be32(7) + be32(3 << 16));  // shorter than any startup packet
     REQUIRE(h.turn_until([&] { return h.session->state() == SessionState::Closed; }));
     CHECK(h.end->output().front() == 'E');
     CHECK(contains(h.end->output(), "08P01"));
+    CHECK(h.pg.conn < 0);
+}
+
+TEST_CASE("session: an unknown protocol version gets FATAL 0A000, as from Postgres", "[session]") {
+    Harness h;
+    h.end->deliver(be32(8) + be32(12345));
+    REQUIRE(h.turn_until([&] { return h.session->state() == SessionState::Closed; }));
+    CHECK(h.end->output().front() == 'E');
+    CHECK(contains(h.end->output(), "0A000"));
+    CHECK(contains(h.end->output(), "unsupported frontend protocol 0.12345"));
     CHECK(h.pg.conn < 0);
 }
 

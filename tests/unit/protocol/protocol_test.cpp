@@ -410,7 +410,7 @@ TEST_CASE("startup: invalid packet lengths", "[protocol][startup]") {
             INFO("length " << len);
             const auto r = parse_startup_packet(header_only(len, kProtocolVersion3));
             CHECK(r.status == ParseStatus::Invalid);
-            CHECK_THAT(r.error, Contains("10000"));
+            CHECK_THAT(r.error, Contains("10004"));
             CHECK_FALSE(is_startup_message(header_only(len, kProtocolVersion3)));
         }
     }
@@ -554,8 +554,14 @@ TEST_CASE("startup: unsupported protocol versions and request codes", "[protocol
             INFO("minor " << minor);
             const auto r = parse_startup_packet(header_only(8, (1234u << 16) | minor, 16));
             CHECK(r.status == ParseStatus::Invalid);
-            CHECK_THAT(r.error, Contains(std::to_string(minor)));
+            CHECK(r.error == "unsupported frontend protocol 1234." + std::to_string(minor) +
+                                 ": server supports 3.0 to 3.0");
+            CHECK(r.sqlstate == kSqlstateFeatureNotSupported);  // as Postgres's
         }
+    }
+    SECTION("a malformed packet is a protocol violation") {
+        const auto r = parse_startup_packet(header_only(7, kProtocolVersion3));
+        CHECK(r.sqlstate == kSqlstateProtocolViolation);
     }
 }
 
