@@ -152,8 +152,21 @@ ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
     return -1;
 }
 
+// read(2) and readv(2) of nothing return 0 at once on a socket (the kernel's sock_read_iter
+// answers before it looks at the socket); recv(2) of nothing waits as any other read does
+// (recv_nothing in channel.cpp).
+enum class EmptyRead { Waits, ReturnsZero };
+
+bool asks_nothing(const iovec* iov, int iovcnt) noexcept {
+    for (int i = 0; i < iovcnt; ++i)
+        if (iov[i].iov_len != 0)
+            return false;
+    return true;
+}
+
 template <class RealRecv>
-ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv) noexcept {
+ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
+                 EmptyRead empty = EmptyRead::Waits) noexcept {
     const Route route = route_recv(fd);
     switch (route.kind) {
         case RouteKind::Real:
@@ -163,6 +176,8 @@ ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_
                 errno = EINVAL;
                 return -1;
             }
+            if (empty == EmptyRead::ReturnsZero && asks_nothing(iov, iovcnt))
+                return 0;
             return channel_recv(*route.channel, fd, iov, iovcnt, flags);
         case RouteKind::Eof:
             return 0;
@@ -239,11 +254,13 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 
 ssize_t read(int fd, void* buf, size_t len) {
     iovec iov{buf, len};
-    return recv_iov(fd, &iov, 1, 0, [&] { return real().read(fd, buf, len); });
+    return recv_iov(
+        fd, &iov, 1, 0, [&] { return real().read(fd, buf, len); }, EmptyRead::ReturnsZero);
 }
 
 ssize_t readv(int fd, const iovec* iov, int iovcnt) {
-    return recv_iov(fd, iov, iovcnt, 0, [&] { return real().readv(fd, iov, iovcnt); });
+    return recv_iov(
+        fd, iov, iovcnt, 0, [&] { return real().readv(fd, iov, iovcnt); }, EmptyRead::ReturnsZero);
 }
 
 ssize_t __recv_chk(int fd, void* buf, size_t len, size_t buflen, int flags) {

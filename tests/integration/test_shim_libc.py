@@ -282,7 +282,7 @@ def test_invalid_timeouts_are_einval_as_for_a_socket(l5pgd, shim):
 
 
 # recv() of zero bytes: EAGAIN on an empty non-blocking connection, 0 once there is something
-# to read (which stays there), as on a socketpair.
+# to read (which stays there), as on a socketpair; read() and readv() of zero bytes: 0 at once.
 ZERO_RECV_SCRIPT = r'''
 import ctypes, errno, json, select, socket, psycopg
 
@@ -295,12 +295,23 @@ def zero_recv(fd):
     rc = libc.recv(fd, buf, 0, MSG_DONTWAIT)
     return [rc, errno.errorcode.get(ctypes.get_errno(), 0) if rc < 0 else None]
 
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+def zero_reads(fd):
+    ctypes.set_errno(0)
+    empty_iov = (IoVec * 2)(IoVec(ctypes.addressof(buf), 0), IoVec(ctypes.addressof(buf), 0))
+    return [libc.read(fd, buf, 0), libc.readv(fd, empty_iov, 2), libc.readv(fd, empty_iov, 0),
+            ctypes.get_errno()]
+
 def cases(fd, make_readable):
     empty = zero_recv(fd)
+    empty_reads = zero_reads(fd)
     make_readable()
     select.select([fd], [], [], 5)
     readable = zero_recv(fd)
-    return {"empty": empty, "readable": readable, "then": libc.recv(fd, buf, 64, MSG_DONTWAIT) > 0}
+    return {"empty": empty, "empty_reads": empty_reads, "readable": readable,
+            "then": libc.recv(fd, buf, 64, MSG_DONTWAIT) > 0}
 
 conn = psycopg.connect("", autocommit=True)
 pg = conn.pgconn
@@ -322,7 +333,8 @@ def test_zero_byte_recv_answers_as_on_a_socket(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), ZERO_RECV_SCRIPT)
     assert out["transport"] == 1, out  # L5PG_TRANSPORT_SHM
     assert out["shim"] == out["socket"], out
-    assert out["shim"] == {"empty": [-1, "EAGAIN"], "readable": [0, None], "then": True}, out
+    assert out["shim"] == {"empty": [-1, "EAGAIN"], "empty_reads": [0, 0, 0, 0],
+                           "readable": [0, None], "then": True}, out
 
 
 PROBE = paths.BUILD_DIR / "bin" / "l5pg-libc-probe"
