@@ -106,7 +106,14 @@ void fd_duplicate(int from, int to) noexcept {
         channel_release(*previous.channel);
     if (!in_range(from) || !in_range(to))
         return;
-    const uint32_t raw = g_table[from].load(std::memory_order_acquire);
+    uint32_t raw = g_table[from].load(std::memory_order_acquire);
+    if (raw == kCandidate || raw == kRdmaCandidate) {
+        // Two descriptors of one socket before its first message: the upgrade would move
+        // only the one that sends first onto the rings, and the other would go on reading
+        // and writing the bare socket. Neither is upgraded: the socket stays a socket.
+        (void)g_table[from].compare_exchange_strong(raw, kUntracked, std::memory_order_acq_rel);
+        return;
+    }
     if (raw >= kChannelBase) {
         Channel* channel = channel_at(raw - kChannelBase);
         // None, or `from` was closed by another thread meanwhile (its last reference gone).

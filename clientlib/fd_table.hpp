@@ -39,7 +39,8 @@ bool fd_attach_channel(int fd, Channel& channel) noexcept;
 // reference the entry held (see channel_release).
 FdEntry fd_forget(int fd) noexcept;
 // `to` becomes a duplicate of `from` (dup/dup2/dup3/F_DUPFD). The previous entry of
-// `to` is released, as the kernel implicitly closed it.
+// `to` is released, as the kernel implicitly closed it. A candidate duplicated before its
+// first message is no longer one (both stay plain sockets).
 void fd_duplicate(int from, int to) noexcept;
 // In a forked child: every upgraded fd becomes Forked.
 void fd_mark_all_forked() noexcept;

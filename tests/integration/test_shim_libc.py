@@ -466,3 +466,32 @@ def test_spawn_and_closefrom_leave_each_process_its_descriptors(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), SPAWN_AND_CLOSEFROM_SCRIPT)
     assert out == {"spawned": 0, "after_spawn": 11, "child_exit": 0, "parent_row": 12,
                    "transport": 1}, out
+
+
+# A socket duplicated (socket.dup(), socket.fromfd()) before its first message: were only
+# the descriptor that sends first upgraded, the other would read the bare socket. Both stay
+# plain sockets, and the session works through either.
+DUP_BEFORE_FIRST_MESSAGE_SCRIPT = r'''
+import ctypes, json, socket, sys
+sys.path.insert(0, sys.argv[2])
+from tests.harness import pgwire
+
+shim = ctypes.CDLL(None)
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+copy = s.dup()
+s.sendall(pgwire.startup_packet(application_name="l5pg-dup"))
+msgs = pgwire.read_until_ready(copy)
+rows = [b for t, b in pgwire.query(copy, "select 6*7") if t == "D"]
+print(json.dumps({"transports": [shim.l5pg_fd_transport(s.fileno()),
+                                 shim.l5pg_fd_transport(copy.fileno())],
+                  "ready": msgs[-1][0], "row": rows[0][-2:].decode()}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_socket_duplicated_before_its_first_message_stays_a_socket(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), DUP_BEFORE_FIRST_MESSAGE_SCRIPT,
+                             args=[str(l5pgd.socket_path), str(paths.REPO)])
+    assert out == {"transports": [0, 0], "ready": "Z", "row": "42"}, out
