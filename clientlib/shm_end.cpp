@@ -168,8 +168,9 @@ void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
     poke_outstanding_ = true;
 }
 
+// As on a Unix socket whose peer closed: POLLHUP at once, beside POLLIN while data is left.
 bool ShmEnd::hung_up() noexcept {
-    return closed() && !rx_.has_data();
+    return closed();
 }
 
 wait::WaitPolicy ShmEnd::wait_policy(wait::AdaptiveSpin& spin, const wait::WaitPolicy& configured,

@@ -58,8 +58,8 @@ class ChannelEnd {
     // leave the socket readable exactly when read() has something (clientlib/channel.hpp).
     virtual void prepare_for_foreign_wait(int fd) noexcept = 0;
 
-    // For poll(): the peer closed and nothing is left to read (POLLHUP); the channel is
-    // broken (POLLERR), error() says why.
+    // For poll(): the peer closed (POLLHUP, also while data is left to read, as a Unix
+    // socket reports it); the channel is broken (POLLERR), error() says why.
     [[nodiscard]] virtual bool hung_up() noexcept = 0;
     [[nodiscard]] virtual bool broken() const noexcept = 0;
     [[nodiscard]] virtual const char* error() const noexcept = 0;

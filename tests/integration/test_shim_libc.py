@@ -14,7 +14,7 @@ they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
 from tests.harness import paths
-from tests.harness.client import run, run_python_json, shm_target
+from tests.harness.client import direct_unix_target, run, run_python_json, shm_target
 
 # psycopg's connection socket is upgraded by the shim; a pipe beside it is an ordinary fd.
 # poll() is called directly through ctypes, so its return value is seen as it is (Python's
@@ -495,3 +495,36 @@ def test_socket_duplicated_before_its_first_message_stays_a_socket(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), DUP_BEFORE_FIRST_MESSAGE_SCRIPT,
                              args=[str(l5pgd.socket_path), str(paths.REPO)])
     assert out == {"transports": [0, 0], "ready": "Z", "row": "42"}, out
+
+
+# Postgres ends the session after a last message the client has not read yet: a Unix socket
+# then polls POLLIN | POLLHUP, and so must the upgraded connection (held against Postgres's
+# own socket).
+HANGUP_WITH_DATA_SCRIPT = r'''
+import ctypes, json, os, select, time, psycopg
+
+conn = psycopg.connect("", autocommit=True)
+pg = conn.pgconn
+pg.send_query(b"select pg_terminate_backend(pg_backend_pid())")
+while pg.flush():
+    pass
+p = select.poll()
+p.register(pg.socket, select.POLLIN)
+deadline = time.monotonic() + 5
+revents = 0
+while time.monotonic() < deadline and not revents & select.POLLHUP:
+    revents = dict(p.poll(100)).get(pg.socket, 0)
+transport = getattr(ctypes.CDLL(None), "l5pg_fd_transport", lambda fd: 0)  # direct: no shim
+print(json.dumps({"transport": transport(pg.socket), "revents": revents,
+                  "unread": len(os.read(pg.socket, 65536)) > 0}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_poll_reports_hangup_beside_unread_data(l5pgd, cluster, shim):
+    import select
+    via_shm, _ = run_python_json(shm_target(l5pgd), HANGUP_WITH_DATA_SCRIPT)
+    direct, _ = run_python_json(direct_unix_target(cluster), HANGUP_WITH_DATA_SCRIPT)
+    assert direct == {"transport": 0, "revents": select.POLLIN | select.POLLHUP,
+                      "unread": True}, direct
+    assert via_shm == dict(direct, transport=1), via_shm
