@@ -14,6 +14,7 @@
 #include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
+#include "clientlib/socket_timeout.hpp"
 #include "transport/wait/doorbell.hpp"
 #include "transport/wait/wait_id.hpp"
 
@@ -85,19 +86,27 @@ void prepare_return(Channel& ch, int fd) noexcept {
 }
 
 // A blocking wait until the end is ready for `want`, as a wait::Waiter: the end's flag,
-// and the application's own poll() on the session socket (doorbells, EOF).
+// and the application's own poll() on the session socket (doorbells, EOF), for at most the
+// socket's timeout (EAGAIN).
 class EndWaiter {
   public:
-    EndWaiter(Channel& ch, int fd, Want want) noexcept : ch_(ch), fd_(fd), want_(want) {}
+    EndWaiter(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept
+        : ch_(ch), fd_(fd), want_(want), timeout_(timeout) {}
 
     bool ready() noexcept { return ch_.end->ready(want_); }
     wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
     bool arm() noexcept { return ch_.end->arm(want_, wait::kUnnamedWait); }
     void disarm() noexcept { ch_.end->disarm(want_); }
     wait::Woken sleep() noexcept {
+        const int ms = timeout_.poll_ms();
         pollfd p{fd_, POLLIN, 0};
-        if (real().poll(&p, 1, -1) < 0)
+        const int rc = ms == 0 ? 0 : real().poll(&p, 1, ms);
+        if (rc < 0)
             return wait::Woken::Stop;
+        if (rc == 0 && timeout_.poll_ms() == 0) {
+            errno = EAGAIN;
+            return wait::Woken::Stop;
+        }
         ch_.end->on_socket_readable(fd_);
         return wait::Woken::Again;  // EOF makes the end ready (it reports Closed)
     }
@@ -106,11 +115,13 @@ class EndWaiter {
     Channel& ch_;
     int fd_;
     Want want_;
+    SocketTimeout& timeout_;
 };
 
-// False with errno set when poll() failed (see channel_wait()).
-bool wait_for(Channel& ch, int fd, Want want) noexcept {
-    EndWaiter waiter(ch, fd, want);
+// False with errno set when poll() failed (see channel_wait()), or EAGAIN when the socket's
+// timeout for this call passed.
+bool wait_for(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept {
+    EndWaiter waiter(ch, fd, want, timeout);
     return channel_wait(ch, waiter);
 }
 
@@ -118,10 +129,11 @@ bool wait_for(Channel& ch, int fd, Want want) noexcept {
 // has left (the bytes stay), ECONNRESET on a broken connection, and on an empty socket what
 // any recv() does there: EAGAIN when it must not block, else a wait.
 ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
+    SocketTimeout timeout(fd, Want::Read);
     while (!ch.end->ready(Want::Read)) {
         if (would_block(ch, flags))
             return fail(EAGAIN);
-        if (!wait_for(ch, fd, Want::Read))
+        if (!wait_for(ch, fd, Want::Read, timeout))
             return -1;
     }
     if (ch.end->broken())
@@ -253,6 +265,7 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
                      bool nosignal) noexcept {
     const size_t total = iov_total(iov, iovcnt);
     size_t sent = 0;
+    SocketTimeout timeout(fd, Want::Write);
     for (;;) {
         const IoResult r = ch.end->write(fd, piece_at(iov, iovcnt, sent));
         sent += r.bytes;
@@ -279,7 +292,7 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
                 continue;
             return fail(EAGAIN);
         }
-        if (!wait_for(ch, fd, Want::Write))
+        if (!wait_for(ch, fd, Want::Write, timeout))
             return sent > 0 ? static_cast<ssize_t>(sent) : -1;
     }
     prepare_return(ch, fd);
@@ -315,6 +328,7 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
     if (total == 0)
         return recv_nothing(ch, fd, flags);
     size_t got = 0;
+    SocketTimeout timeout(fd, Want::Read);
     for (;;) {
         const IoResult r = fill_from_end(ch, fd, iov, iovcnt, peek, got);
         if (got == total || (got > 0 && !wait_all))
@@ -343,7 +357,7 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
                 break;
             return fail(EAGAIN);
         }
-        if (!wait_for(ch, fd, Want::Read))
+        if (!wait_for(ch, fd, Want::Read, timeout))
             return got > 0 ? static_cast<ssize_t>(got) : -1;
     }
     prepare_return(ch, fd);

@@ -528,3 +528,39 @@ def test_poll_reports_hangup_beside_unread_data(l5pgd, cluster, shim):
     assert direct == {"transport": 0, "revents": select.POLLIN | select.POLLHUP,
                       "unread": True}, direct
     assert via_shm == dict(direct, transport=1), via_shm
+
+
+# SO_RCVTIMEO on a blocking socket bounds each blocking recv(): EAGAIN once it passed with
+# nothing read, as on a socketpair. (The upgraded socket is a blocking Python socket that
+# speaks the protocol itself: libpq's sockets are non-blocking.)
+RCVTIMEO_SCRIPT = r'''
+import ctypes, errno, json, socket, struct, sys
+sys.path.insert(0, sys.argv[2])
+from tests.harness import pgwire
+
+TIMEOUT = struct.pack("ll", 0, 200_000)  # 0.2 s
+
+def timed_out_recv(s):
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, TIMEOUT)
+    try:
+        return ["data", len(s.recv(100))]
+    except OSError as e:
+        return [errno.errorcode[e.errno]]
+
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(pgwire.startup_packet(application_name="l5pg-rcvtimeo"))
+pgwire.read_until_ready(s)
+sql = b"select pg_sleep(1.5)\0"
+s.sendall(b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
+a, b = socket.socketpair()
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(s.fileno()),
+                  "shim": timed_out_recv(s), "socket": timed_out_recv(a)}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_receive_timeout_of_a_blocking_socket_holds(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), RCVTIMEO_SCRIPT,
+                             args=[str(l5pgd.socket_path), str(paths.REPO)])
+    assert out == {"transport": 1, "shim": ["EAGAIN"], "socket": ["EAGAIN"]}, out

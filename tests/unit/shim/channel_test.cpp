@@ -150,6 +150,25 @@ TEST_CASE("channel send: a blocking send waits for room, woken by the doorbell",
     CHECK(c.end.take() == "efgh");
 }
 
+// As the kernel applies SO_SNDTIMEO and SO_RCVTIMEO to one blocking call.
+TEST_CASE("channel send and recv: a blocking socket's timeout ends the wait with EAGAIN",
+          "[shim]") {
+    Connection c(/*capacity=*/4);
+    const timeval timeout{0, 50'000};
+    REQUIRE(::setsockopt(c.app, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout) == 0);
+    REQUIRE(::setsockopt(c.app, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
+    CHECK(c.send("abcdefgh") == 4);  // what fitted before the timeout
+    errno = 0;
+    CHECK(c.send("ij") == -1);  // nothing fits
+    CHECK(errno == EAGAIN);
+    ssize_t rc = 0;
+    errno = 0;
+    CHECK(c.recv(16, 0, &rc).empty());
+    CHECK(rc == -1);
+    CHECK(errno == EAGAIN);
+    CHECK(c.end.take() == "abcd");
+}
+
 TEST_CASE("channel send: after l5pgd closed, EPIPE and SIGPIPE unless MSG_NOSIGNAL", "[shim]") {
     Connection c;
     c.end.close_from_peer();
