@@ -1,13 +1,20 @@
 #include "clientlib/foreign_waiters.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cstring>
 
 #include "clientlib/channel.hpp"
 #include "clientlib/channel_ref.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/fd_table.hpp"
+#include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 
 namespace l5pg::shim {
@@ -31,7 +38,67 @@ bool may_become_ours(int fd) noexcept {
            (addr.ss_family == AF_INET || addr.ss_family == AF_INET6);
 }
 
+void expect_foreign_waiters(const char* why, int fd) noexcept {
+    g_foreign_waiters.store(true, std::memory_order_relaxed);
+    debug_log().str("fd ").inum(fd).str(why).end();
+    // Channels used so far did not keep the invariant: establish it on each of them.
+    for (int other = 0; other < kMaxTrackedFd; ++other)
+        if (const ChannelRef channel = ChannelRef::of(other))
+            channel_prepare_for_foreign_wait(*channel, other);
+}
+
+// Whether /proc/self/fd/<name> is an io_uring instance ("anon_inode:[io_uring]").
+bool is_io_uring(int dir, const char* name) noexcept {
+    static constexpr char kTarget[] = "anon_inode:[io_uring]";
+    char link[sizeof kTarget];
+    const ssize_t n = ::readlinkat(dir, name, link, sizeof link);
+    return n == static_cast<ssize_t>(sizeof kTarget - 1) &&
+           std::memcmp(link, kTarget, sizeof kTarget - 1) == 0;
+}
+
+int fd_number(const char* name) noexcept {
+    int fd = 0;
+    for (; *name >= '0' && *name <= '9'; ++name)
+        fd = fd * 10 + (*name - '0');
+    return fd;
+}
+
+// The first io_uring instance among the process's descriptors, or -1. getdents64() rather
+// than readdir(), which allocates.
+int find_io_uring() noexcept {
+    const int dir = static_cast<int>(::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dir < 0)
+        return -1;
+    alignas(8) std::array<char, 4096> buf;
+    int found = -1;
+    for (;;) {
+        const long n = ::syscall(SYS_getdents64, dir, buf.data(), buf.size());
+        if (n <= 0)
+            break;
+        for (long at = 0; at < n && found < 0;) {
+            const auto* entry = reinterpret_cast<const dirent64*>(buf.data() + at);
+            at += entry->d_reclen;
+            if (entry->d_name[0] != '.' && is_io_uring(dir, entry->d_name))
+                found = fd_number(entry->d_name);
+        }
+        if (found >= 0)
+            break;
+    }
+    (void)real().close(dir);
+    return found;
+}
+
 }  // namespace
+
+void note_io_uring_instances() noexcept {
+    if (g_foreign_waiters.load(std::memory_order_relaxed))
+        return;
+    if (const int ring = find_io_uring(); ring >= 0)
+        expect_foreign_waiters(
+            ": an io_uring instance, which may register sockets with epoll "
+            "unseen; keeping sockets readable",
+            ring);
+}
 
 bool foreign_waiters_possible() noexcept {
     return g_foreign_waiters.load(std::memory_order_relaxed);
@@ -41,12 +108,7 @@ void note_epoll_ctl(int op, int fd) noexcept {
     if (op == EPOLL_CTL_DEL || g_foreign_waiters.load(std::memory_order_relaxed) ||
         !may_become_ours(fd))
         return;
-    g_foreign_waiters.store(true, std::memory_order_relaxed);
-    debug_log().str("fd ").inum(fd).str(": registered with epoll; keeping sockets readable").end();
-    // Channels used so far did not keep the invariant: establish it on each of them.
-    for (int other = 0; other < kMaxTrackedFd; ++other)
-        if (const ChannelRef channel = ChannelRef::of(other))
-            channel_prepare_for_foreign_wait(*channel, other);
+    expect_foreign_waiters(": registered with epoll; keeping sockets readable", fd);
 }
 
 }  // namespace l5pg::shim

@@ -31,8 +31,7 @@ class SocketTimeout {
         if (left <= clock::duration::zero())
             return 0;
         // Rounded up: poll() must not come back before the deadline and find it not passed.
-        return static_cast<int>(
-            std::chrono::ceil<std::chrono::milliseconds>(left).count());
+        return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
     }
 
   private:

@@ -192,6 +192,7 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
     if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;
     const int saved_errno = errno;
+    note_io_uring_instances();
     shm::SysError error;
     std::optional<shm::Segment> segment =
         shm::Segment::create(settings().ring_size, settings().ring_size, error);

@@ -185,6 +185,7 @@ std::optional<UpgradeResult> secure_handshake(HandshakeStream& stream, int fd,
 
 UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) {
     const Settings& s = settings();
+    note_io_uring_instances();
     if (foreign_waiters_possible()) {
         // The RDMA channel cannot yet keep the socket readable while received data sits
         // unread ("poke", docs/wire-format.md section 5): an application that waits in

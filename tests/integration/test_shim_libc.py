@@ -364,6 +364,17 @@ def test_fork_without_handlers_child_leaves_the_parent_its_connection(l5pgd, shi
                    "child_pipe": "p", "transport": "1", "answer": "42"}, out
 
 
+# libuv (1.45 and later: Node.js, uvloop) registers sockets with epoll through io_uring, where
+# the epoll_ctl interposer does not see it: with an io_uring instance open, the shim keeps
+# the socket readable whenever data waits, and the answer wakes the epoll wait.
+@pytest.mark.timeout(60)
+def test_epoll_registered_unseen_beside_an_io_uring_still_wakes(l5pgd, shim):
+    out = probe(l5pgd, "io-uring-epoll")
+    if out["io_uring"] == "unavailable":
+        pytest.skip("io_uring_setup() refused here (kernel.io_uring_disabled, seccomp)")
+    assert out == {"io_uring": "yes", "transport": "1", "answer": "42"}, out
+
+
 # poll() is async-signal-safe: a signal handler may poll an upgraded fd, so the shim must not
 # call malloc there (a signal that interrupts malloc would deadlock on its lock).
 @pytest.mark.timeout(60)

@@ -12,6 +12,12 @@
 //       byte through it. Prints "child_send=<EPIPE or the result> child_pipe_fd=<same|other>
 //       child_pipe_transport=<the pipe's> child_pipe=<what came through>" from the child,
 //       then "transport=<fd's> answer=<select 42>" from the parent.
+//   l5pg-libc-probe io-uring-epoll
+//       With an io_uring instance open (as libuv makes one when its loop starts), the
+//       connection is registered with epoll by a raw system call, as libuv does through
+//       IORING_OP_EPOLL_CTL where the epoll_ctl interposer cannot see it, and a query's
+//       answer is awaited in epoll_wait() (up to 5 s per wait). Prints "io_uring=<yes or
+//       unavailable> transport=<fd's> answer=<the second column, or none>".
 //   l5pg-libc-probe poll-in-handler
 //       A signal handler poll()s the connection (at once, and with a 10 ms wait on an empty
 //       ring) and select()s it; both are async-signal-safe and must not call malloc there.
@@ -21,10 +27,13 @@
 // The shim's l5pg_fd_transport() is looked up at run time: this program runs with and
 // without it. Exit status 1 with a message on stderr when the connection fails.
 #include <dlfcn.h>
+#include <linux/io_uring.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,6 +149,41 @@ int fork_without_handlers_mode() {
     return 0;
 }
 
+int io_uring_epoll_mode() {
+    io_uring_params params{};
+    const int ring = static_cast<int>(::syscall(SYS_io_uring_setup, 4, &params));
+    if (ring < 0) {
+        std::printf("io_uring=unavailable\n");
+        return 0;
+    }
+    char answer[32];
+    PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
+    const int fd = PQsocket(conn);
+    const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (ep < 0 || ::syscall(SYS_epoll_ctl, ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+        die(nullptr, "epoll");
+    if (PQsendQuery(conn, "select pg_sleep(0.2), 42") != 1)
+        die(conn, "send");
+    while (PQflush(conn) == 1) {
+    }
+    bool answered = true;
+    while (answered && PQconsumeInput(conn) == 1 && PQisBusy(conn)) {
+        epoll_event out{};
+        answered = ::epoll_wait(ep, &out, 1, 5000) == 1;
+    }
+    PGresult* res = answered ? PQgetResult(conn) : nullptr;
+    std::printf("io_uring=yes transport=%d answer=%s\n", transport_of(fd),
+                PQresultStatus(res) == PGRES_TUPLES_OK ? PQgetvalue(res, 0, 1) : "none");
+    PQclear(res);
+    PQfinish(conn);
+    ::close(ep);
+    ::close(ring);
+    return 0;
+}
+
 int g_fd = -1;
 short g_out_revents = -1;
 int g_in_rc = -2;
@@ -188,8 +232,10 @@ int main(int argc, char** argv) {
         return vfork_mode();
     if (argc == 2 && std::strcmp(argv[1], "_Fork") == 0)
         return fork_without_handlers_mode();
+    if (argc == 2 && std::strcmp(argv[1], "io-uring-epoll") == 0)
+        return io_uring_epoll_mode();
     if (argc == 2 && std::strcmp(argv[1], "poll-in-handler") == 0)
         return poll_in_handler_mode();
-    std::fprintf(stderr, "usage: %s vfork|_Fork|poll-in-handler\n", argv[0]);
+    std::fprintf(stderr, "usage: %s vfork|_Fork|io-uring-epoll|poll-in-handler\n", argv[0]);
     return 2;
 }
