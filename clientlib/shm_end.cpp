@@ -98,20 +98,18 @@ IoResult ShmEnd::read(int fd, std::span<std::byte> out) noexcept {
     return {n, IoStatus::Ok};
 }
 
-// The rest of the current record at most: nothing is consumed.
+// What a socket's MSG_PEEK gives: the unread bytes across records, nothing consumed.
 IoResult ShmEnd::peek(std::span<std::byte> out) noexcept {
     if (broken())
         return {0, IoStatus::Error};
-    std::span<const std::byte> data;
-    const shm::RingStatus status = rx_.peek(data);
-    if (status == shm::RingStatus::Corrupt) {
+    shm::RingStatus status = shm::RingStatus::Ok;
+    const size_t n = rx_.peek_ahead(out, status);
+    if (status == shm::RingStatus::Corrupt && n == 0) {
         mark_broken("impossible record in the server->client ring");
         return {0, IoStatus::Error};
     }
-    if (status != shm::RingStatus::Ok || out.empty())
+    if (n == 0)
         return nothing_to_read();
-    const size_t n = std::min(data.size(), out.size());
-    std::memcpy(out.data(), data.data(), n);
     return {n, IoStatus::Ok};
 }
 

@@ -97,6 +97,10 @@ class RingReader {
     void consume(size_t n) noexcept;
     // Copies up to out.size() bytes across records. Returns bytes copied.
     [[nodiscard]] size_t read(std::span<std::byte> out, RingStatus& status) noexcept;
+    // As read(), but consumes nothing (recv()'s MSG_PEEK): the unread bytes from the current
+    // position on, across the published records. Empty when there are none; Corrupt as
+    // peek() says it, for any record on the way.
+    [[nodiscard]] size_t peek_ahead(std::span<std::byte> out, RingStatus& status) const noexcept;
     // True when a published record is waiting (acquire load of its length word). A
     // corrupt length counts as data: the next peek() reports it.
     [[nodiscard]] bool has_data() noexcept;
@@ -270,6 +274,40 @@ inline size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& st
     if (status == RingStatus::Full && written > 0)
         status = RingStatus::Ok;
     return written;
+}
+
+// Each step copies at least one byte or stops, so a writer's lengths cannot make it loop
+// longer than out.size() steps; each record is bounded as peek() bounds it.
+inline size_t RingReader::peek_ahead(std::span<std::byte> out, RingStatus& status) const noexcept {
+    size_t copied = 0;
+    status = RingStatus::Ok;
+    uint64_t pos = read_pos_;
+    uint32_t length = record_length_;  // 0: not read yet
+    uint32_t offset = record_offset_;
+    while (copied < out.size()) {
+        std::byte* record = data_ + (pos & (size_ - 1));
+        if (length == 0) {
+            length = detail::length_word(record).load(std::memory_order_acquire);
+            if (length == 0)
+                break;
+            if (length > max_record_payload(size_)) {
+                status = RingStatus::Corrupt;
+                return copied;
+            }
+        }
+        const size_t n = std::min<size_t>(length - offset, out.size() - copied);
+        std::memcpy(out.data() + copied, record + kRecordHeaderSize + offset, n);
+        copied += n;
+        offset += static_cast<uint32_t>(n);
+        if (offset < length)
+            break;  // `out` is full
+        pos += record_footprint(length);
+        length = 0;
+        offset = 0;
+    }
+    if (copied == 0 && !out.empty())
+        status = RingStatus::Empty;
+    return copied;
 }
 
 inline size_t RingReader::read(std::span<std::byte> out, RingStatus& status) noexcept {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <span>
@@ -391,6 +392,46 @@ TEST_CASE("Ring: large writes are split at max_record_payload", "[shm][ring]") {
         CHECK(data.size() == 1000);
         CHECK(Bytes(data.begin(), data.end()) == Bytes(msg.begin() + max, msg.end()));
     }
+}
+
+TEST_CASE("Ring: peek_ahead sees across records and consumes nothing", "[shm][ring]") {
+    RingPair p;
+    const Bytes a = put_record(p.writer, 3, 1);
+    const Bytes b = put_record(p.writer, 5, 2);
+    Bytes both = a;
+    both.insert(both.end(), b.begin(), b.end());
+    RingStatus status;
+    Bytes out(16);
+    REQUIRE(p.reader.peek_ahead(out, status) == 8);
+    CHECK(status == RingStatus::Ok);
+    CHECK(Bytes(out.begin(), out.begin() + 8) == both);
+    Bytes four(4);  // a buffer that ends inside the second record
+    REQUIRE(p.reader.peek_ahead(four, status) == 4);
+    CHECK(four == Bytes(both.begin(), both.begin() + 4));
+    // After a partial consume, from where the reader stands.
+    std::span<const std::byte> data;
+    REQUIRE(p.reader.peek(data) == RingStatus::Ok);
+    p.reader.consume(2);
+    REQUIRE(p.reader.peek_ahead(out, status) == 6);
+    CHECK(Bytes(out.begin(), out.begin() + 6) == Bytes(both.begin() + 2, both.end()));
+    // Nothing consumed: read() gets the same bytes.
+    CHECK(p.reader.read(out, status) == 6);
+    CHECK(p.reader.peek_ahead(out, status) == 0);
+    CHECK(status == RingStatus::Empty);
+}
+
+TEST_CASE("Ring: peek_ahead stops at an impossible record", "[shm][ring]") {
+    RingPair p;
+    const Bytes a = put_record(p.writer, 3, 1);
+    (void)put_record(p.writer, 5, 2);
+    // The second record's length word, beyond the first record's footprint, made impossible.
+    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(p.data() + record_footprint(3)))
+        .store(0xffffffffu);
+    RingStatus status;
+    Bytes out(16);
+    CHECK(p.reader.peek_ahead(out, status) == 3);
+    CHECK(status == RingStatus::Corrupt);
+    CHECK(Bytes(out.begin(), out.begin() + 3) == a);
 }
 
 TEST_CASE("Ring: partial peek/consume", "[shm][ring]") {
