@@ -46,7 +46,7 @@ help:
 	@echo "make test              build, then unit tests (ctest) and integration tests (pytest, real Postgres)"
 	@echo "make demo              pgbench over direct TCP/Unix and l5pgd TCP/Unix/SHM, prints a table"
 	@echo "make bench             pgbench benchmark (direct, PgBouncer, l5pgd; 3 placements) into bench/results/"
-	@echo "                       QUICK=1: reduced matrix (<10 min on 2 cores); BENCH_ARGS='...' more options"
+	@echo "                       QUICK=1: reduced matrix (<15 min on 2 cores); BENCH_ARGS='...' more options"
 	@echo "make soak              200 SHM sessions for SOAK_MINUTES (default 10): errors, RSS, fds, CPU"
 	@echo "make image-check       l5pgd and a shimmed psql from the docker image's file set (debootstrap)"
 	@echo "make fuzz              libFuzzer on every target in tests/fuzz for FUZZ_SECONDS (default 60) each"

@@ -62,6 +62,14 @@ void load_rdma_settings(Settings& s) {
             }
             if (s.rdma_port_count < kMaxRdmaPorts)
                 s.rdma_ports[s.rdma_port_count++] = static_cast<uint16_t>(port);
+            else
+                debug_log()
+                    .str("L5PG_RDMA_PORTS lists more than ")
+                    .num(kMaxRdmaPorts)
+                    .str(" ports: port ")
+                    .num(port)
+                    .str(" is not used")
+                    .end();
             p = *end == ',' ? end + 1 : end;
         }
     }
@@ -75,10 +83,12 @@ void load_rdma_settings(Settings& s) {
         std::strncpy(s.rdma_device_name, name, sizeof s.rdma_device_name - 1);
     }
     s.rdma_device_port = static_cast<uint8_t>(env_number("L5PG_RDMA_DEVICE_PORT", 1, 1, 255));
-    if (const char* gid = std::getenv("L5PG_RDMA_GID_INDEX"); gid && *gid) {
-        s.rdma_gid_index = std::strcmp(gid, "-1") == 0
-                               ? -1
-                               : static_cast<int>(env_number("L5PG_RDMA_GID_INDEX", 0, 0, 255));
+    // -1 (the default): the device's first GID; an invalid value keeps the default.
+    if (const char* gid = std::getenv("L5PG_RDMA_GID_INDEX");
+        gid && *gid && std::strcmp(gid, "-1")) {
+        constexpr uint64_t kNone = 256;
+        const uint64_t index = env_number("L5PG_RDMA_GID_INDEX", kNone, 0, 255);
+        s.rdma_gid_index = index == kNone ? -1 : static_cast<int>(index);
     }
 }
 
