@@ -173,6 +173,9 @@ class Session final : public ClientEndHost {
     // False when `copy` must not reach the client: see passthrough_login_.
     [[nodiscard]] bool watch_for_key(std::span<const std::byte> copy);
     void refuse_unauthenticated_login();
+    [[nodiscard]] bool holding_for_authentication() const noexcept;
+    void release_held_input();
+    void read_upstream_chunks();
     void note_logged_in();
     // How much of `data` goes to Postgres: all of it, or what precedes the client's Terminate.
     [[nodiscard]] std::span<const std::byte> copy_client_chunk(std::span<const std::byte> data);
@@ -269,6 +272,7 @@ class Session final : public ClientEndHost {
     // auth passthrough: l5pgd checked nothing, so Postgres must ask the client to prove who it
     // is; a login it accepts unasked (a trust or peer rule for l5pgd) is refused.
     bool passthrough_login_ = false;
+    bool input_held_ = false;                // see holding_for_authentication()
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     // metrics.labels: this session's database counters, once Postgres accepted its login.
     bool login_noted_ = false;

@@ -23,6 +23,22 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     return true;
 }
 
+// Under passthrough nothing the client sends reaches Postgres before Postgres has asked it to
+// authenticate: were the login one pg_hba.conf trusts (refused when its AuthenticationOk
+// comes), a query pipelined behind the StartupMessage would already have run.
+bool Session::holding_for_authentication() const noexcept {
+    return passthrough_login_ && key_watcher_ && !key_watcher_->asked();
+}
+
+void Session::release_held_input() {
+    if (!input_held_ || holding_for_authentication() || state_ != SessionState::Forwarding)
+        return;
+    input_held_ = false;
+    if (!client_gone_)
+        end_->want_input(true);
+    (void)forward_client_to_upstream();
+}
+
 bool Session::watch_for_key(std::span<const std::byte> copy) {
     if (!key_watcher_)
         return true;

@@ -134,6 +134,11 @@ bool Session::forward_client_to_upstream() {
         discard_client_input();
         return false;
     }
+    if (holding_for_authentication()) {
+        input_held_ = true;
+        end_->want_input(false);
+        return false;
+    }
     bool moved = false;
     while (state_ == SessionState::Forwarding && !upstream_blocked_ && !upstream_shut_ &&
            !upstream_refuses_ && to_upstream_.empty()) {
@@ -205,6 +210,11 @@ void Session::read_upstream() {
         read_greeting();
         return;
     }
+    read_upstream_chunks();
+    release_held_input();
+}
+
+void Session::read_upstream_chunks() {
     for (int i = 0; i < kUpstreamReadsPerWakeup && state_ == SessionState::Forwarding &&
                     upstream_.valid() && !upstream_eof_;
          ++i) {

@@ -443,10 +443,16 @@ void Session::refuse_unauthenticated_login() {
         "l5pgd's connections",
         id_, peer_.describe(), to_string(transport_), record_ ? record_->role : "",
         peer_.local ? "local" : "tcp");
-    fail_startup(protocol::kSqlstateInvalidAuthorization,
-                 "l5pgd: PostgreSQL accepted the login without authenticating the client "
-                 "(auth passthrough needs pg_hba.conf to require a password)",
-                 "upstream did not authenticate");
+    // Forwarding already (Postgres answered): ended as when Postgres closes, with our FATAL.
+    key_watcher_.reset();
+    upstream_read_.reset();
+    upstream_write_.reset();
+    upstream_.reset();
+    finish_after_client_flush("upstream did not authenticate");
+    send_to_client(protocol::build_fatal(
+        protocol::kSqlstateInvalidAuthorization,
+        "l5pgd: PostgreSQL accepted the login without authenticating the client (auth "
+        "passthrough needs pg_hba.conf to require a password)"));
 }
 
 bool Session::admit_startup(const protocol::StartupPacket& packet) {

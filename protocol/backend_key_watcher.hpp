@@ -31,6 +31,8 @@ class BackendKeyWatcher {
     // AuthenticationOk came with no authentication request before it (trust or peer for
     // l5pgd's own connection). Complete messages only: known before the message is passed on.
     [[nodiscard]] bool accepted_without_asking() const noexcept { return accepted_without_asking_; }
+    // An authentication request (AuthenticationSASL, ...MD5Password, ...) came.
+    [[nodiscard]] bool asked() const noexcept { return asked_; }
 
   private:
     MessageBuffer buffer_;

@@ -378,6 +378,19 @@ def test_passthrough_refuses_a_login_postgres_did_not_authenticate(workdir, peer
         assert d.metric("l5pg_auth_failures_total", transport="tcp",
                         reason="upstream_did_not_authenticate") == 2
         assert "Postgres accepted the login without asking for a password" in d.log_text()
+        # A query pipelined behind the StartupMessage must not run before Postgres asked for
+        # a password (here it never does): held, then dropped with the session.
+        table = f"l5pg_pipelined_{os.getpid()}"
+        with pgwire.connect(d.host, d.port) as s:
+            sql = f"create table {table} (i int)".encode() + b"\0"
+            s.sendall(pgwire.startup_packet(user="postgres") +
+                      b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
+            types = []
+            while not types or types[-1] != "E":
+                types.append(pgwire.read_message(s)[0])
+            assert types == ["E"], types  # nothing of the login reached the client
+        time.sleep(0.5)  # had it been forwarded, Postgres would have run it by now
+        assert sql_as_postgres(peer_cluster, f"select to_regclass('{table}') is null") == "t"
 
 
 def test_passthrough_needs_the_operators_word(l5pgd_binary):
