@@ -10,12 +10,15 @@ namespace l5pg::protocol {
 namespace {
 
 // session_user and current_database() name the backend's role and database by their OIDs
-// as they are named now. Everything schema-qualified: the role's search_path is its own.
+// as they are named now. CONNECT is the login role's, as Postgres checks it at login (the
+// current role may be another: ALTER ROLE ... SET role). Everything schema-qualified, the
+// operators too: the role's search_path is its own.
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
-    "pg_catalog.has_database_privilege(d.oid, 'CONNECT') "
+    "pg_catalog.has_database_privilege(r.oid, d.oid, 'CONNECT') "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
-    "WHERE r.rolname = session_user AND d.datname = pg_catalog.current_database()";
+    "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
+    "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
 constexpr size_t kColumns = 3;
 constexpr size_t kMaxReply = 16 * 1024;
 

@@ -1038,3 +1038,25 @@ def test_kept_backend_of_a_renamed_role_is_not_reused(l5pgd, cluster, login_role
     assert user == login_role and int(pid) != first, out
     assert pool_metric(d, REUSE_REFUSED) == 1
     assert "not reused: its role or database was renamed" in d.log_text()
+
+
+def test_kept_backend_is_checked_for_its_login_role_not_the_role_it_runs_as(
+        l5pgd, cluster, login_role):
+    """ALTER ROLE ... SET role: the backend runs as another role, which may connect; Postgres
+    checks CONNECT for the login role, and so must the check before reuse."""
+    owner = f"{login_role}_owner"
+    # NOINHERIT: the login role has only its own CONNECT, the role it runs as has its own.
+    cluster.sql(f"create role {owner} nologin; grant connect on database {login_role} to {owner};"
+                f" grant {owner} to {login_role}; alter role {login_role} noinherit;"
+                f" alter role {login_role} set role = {owner}")
+    try:
+        d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+        assert psql_lines(target, "select current_user", app=app, env=env)[-1] == owner
+        wait_idle(d, 1)
+        cluster.sql(f"revoke connect on database {login_role} from {login_role}")
+        r = psql_lines(target, "select 1", app=app, env=env, check=False)
+        assert r.returncode != 0, r.stdout
+        assert f'permission denied for database "{login_role}"' in r.stderr, r.stderr
+        assert pool_metric(d, REUSE_REFUSED) == 1
+    finally:
+        cluster.sql(f"drop owned by {owner}; drop role if exists {owner}")
