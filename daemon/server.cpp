@@ -341,9 +341,11 @@ void Server::begin_graceful_shutdown() {
     event_add(drain_timer_.get(), &every);
 }
 
+// Done once every session that got past its StartupMessage has ended: one that has not sent
+// it yet (an idle connection, a client retrying through the drain) holds nothing up.
 void Server::drain_cb(int, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
-    if (self->active_sessions() == 0)
+    if (self->active_sessions() <= self->admission_.startup.in_startup())
         event_base_loopbreak(self->base_.get());
 }
 
