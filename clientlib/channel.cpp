@@ -107,6 +107,13 @@ class EndWaiter {
             errno = EAGAIN;
             return wait::Woken::Stop;
         }
+        if (p.revents & POLLNVAL) {
+            // Another thread closed the fd: no doorbell can reach us, but as on a socket the
+            // call waits on for its answer, looking at the ring every millisecond.
+            const timespec ms{0, 1'000'000};
+            ::nanosleep(&ms, nullptr);
+            return wait::Woken::Again;
+        }
         ch_.end->on_socket_readable(fd_);
         return wait::Woken::Again;  // EOF makes the end ready (it reports Closed)
     }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -92,6 +93,15 @@ int find_io_uring() noexcept {
 
 void note_io_uring_instances() noexcept {
     if (g_foreign_waiters.load(std::memory_order_relaxed))
+        return;
+    // A look costs a readlinkat() per open descriptor: at most one a second (event loops make
+    // their instance when they start, before they connect; pgbench -c 64 looks once).
+    static std::atomic<int64_t> last_look_s{-1};
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    int64_t previous = last_look_s.load(std::memory_order_relaxed);
+    if (previous == now.tv_sec ||
+        !last_look_s.compare_exchange_strong(previous, now.tv_sec, std::memory_order_relaxed))
         return;
     if (const int ring = find_io_uring(); ring >= 0)
         expect_foreign_waiters(

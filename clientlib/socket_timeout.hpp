@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "transport/channel_end.hpp"
@@ -31,7 +34,8 @@ class SocketTimeout {
         if (left <= clock::duration::zero())
             return 0;
         // Rounded up: poll() must not come back before the deadline and find it not passed.
-        return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+        return static_cast<int>(std::min<int64_t>(ms, std::numeric_limits<int>::max()));
     }
 
   private:
@@ -44,6 +48,10 @@ class SocketTimeout {
         if (::getsockopt(fd_, SOL_SOCKET, option, &tv, &len) != 0 ||
             (tv.tv_sec == 0 && tv.tv_usec == 0))
             return std::nullopt;
+        // The kernel takes timeouts of centuries; a year is as long for any program.
+        constexpr int64_t kLongest = 365LL * 24 * 3600;
+        if (tv.tv_sec >= kLongest)
+            return clock::now() + std::chrono::seconds(kLongest);
         return clock::now() + std::chrono::seconds(tv.tv_sec) +
                std::chrono::microseconds(tv.tv_usec);
     }
