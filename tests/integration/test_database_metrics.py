@@ -74,7 +74,12 @@ def test_kept_server_connections_count_each_client_session(workdir, cluster, l5p
     d = start(workdir, cluster, "l5pgd-dbm-pool",
               ["metrics.labels=database", "pool.mode=session"], workers=1)  # one pool
     try:
-        pids = {psql(shm_target(d), "select pg_backend_pid()") for _ in range(2)}
+        pids = set()
+        for _ in range(2):
+            pids.add(psql(shm_target(d), "select pg_backend_pid()"))
+            # Kept once its reset is answered: a client connecting before gets a new backend.
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, WAIT,
+                     "the backend kept")
         wait_for(lambda: series(d, "l5pg_database_sessions_active").get(of("postgres")) == 0,
                  WAIT, "both sessions closed")
         assert len(pids) == 1, pids  # the second client got the first one's backend
