@@ -437,7 +437,8 @@ void Session::refuse_while_draining() {
 // login reached the client.
 void Session::refuse_unauthenticated_login() {
     metrics_.auth_failed(transport_, AuthFailure::UpstreamDidNotAuthenticate);
-    spdlog::error(
+    client_logs().auth_refused.log(  // a client can cause it at will: rate-limited
+        spdlog::level::err,
         "session {}: refused {} over {} (role \"{}\"): Postgres accepted the login without "
         "asking for a password, but auth.{} is passthrough: make pg_hba.conf require one for "
         "l5pgd's connections",
