@@ -308,8 +308,9 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 
 namespace {
 
-// Reads (or with MSG_PEEK copies the next bytes of) what the end has into `iov` from byte
-// `got` on, until it is full or the end has no more now. The last call's status.
+// Reads (or with MSG_PEEK copies without consuming) what the end has into `iov` from byte
+// `got` on, until it is full or the end has no more now. The last call's status. (A peek
+// starts again from the first unread byte each call, hence `got` as what to skip.)
 IoResult fill_from_end(Channel& ch, int fd, const iovec* iov, int iovcnt, bool peek,
                        size_t& got) noexcept {
     IoResult r{0, IoStatus::Ok};
@@ -317,9 +318,9 @@ IoResult fill_from_end(Channel& ch, int fd, const iovec* iov, int iovcnt, bool p
         const std::span<std::byte> piece = piece_at(iov, iovcnt, got);
         if (piece.empty())
             return r;
-        r = peek ? ch.end->peek(piece) : ch.end->read(fd, piece);
+        r = peek ? ch.end->peek(piece, got) : ch.end->read(fd, piece);
         got += r.bytes;
-        if (peek || r.bytes == 0 || r.status != IoStatus::Ok)
+        if (r.bytes == 0 || r.status != IoStatus::Ok)
             return r;
     }
 }

@@ -26,7 +26,7 @@ class RdmaEnd final : public transport::ChannelEnd {
     [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) noexcept override;
     // The channel consumes what it reads: MSG_PEEK is refused (EOPNOTSUPP).
     [[nodiscard]] bool can_peek() const noexcept override { return false; }
-    [[nodiscard]] transport::IoResult peek(std::span<std::byte>) noexcept override {
+    [[nodiscard]] transport::IoResult peek(std::span<std::byte>, size_t) noexcept override {
         return {0, transport::IoStatus::Error};
     }
     [[nodiscard]] bool ready(transport::Want want) noexcept override;

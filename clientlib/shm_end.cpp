@@ -99,11 +99,11 @@ IoResult ShmEnd::read(int fd, std::span<std::byte> out) noexcept {
 }
 
 // What a socket's MSG_PEEK gives: the unread bytes across records, nothing consumed.
-IoResult ShmEnd::peek(std::span<std::byte> out) noexcept {
+IoResult ShmEnd::peek(std::span<std::byte> out, size_t skip) noexcept {
     if (broken())
         return {0, IoStatus::Error};
     shm::RingStatus status = shm::RingStatus::Ok;
-    const size_t n = rx_.peek_ahead(out, status);
+    const size_t n = rx_.peek_ahead(out, skip, status);
     if (status == shm::RingStatus::Corrupt && n == 0) {
         mark_broken("impossible record in the server->client ring");
         return {0, IoStatus::Error};

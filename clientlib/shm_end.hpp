@@ -17,7 +17,7 @@ class ShmEnd final : public transport::ChannelEnd {
                                             std::span<const std::byte> bytes) noexcept override;
     [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) noexcept override;
     [[nodiscard]] bool can_peek() const noexcept override { return true; }
-    [[nodiscard]] transport::IoResult peek(std::span<std::byte> out) noexcept override;
+    [[nodiscard]] transport::IoResult peek(std::span<std::byte> out, size_t skip) noexcept override;
     [[nodiscard]] bool ready(transport::Want want) noexcept override;
     [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) noexcept override;
     void disarm(transport::Want want) noexcept override;

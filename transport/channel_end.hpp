@@ -38,9 +38,10 @@ class ChannelEnd {
     [[nodiscard]] virtual IoResult write(int fd, std::span<const std::byte> bytes) noexcept = 0;
     // Copies what the peer sent. Closed only once everything it sent was read.
     [[nodiscard]] virtual IoResult read(int fd, std::span<std::byte> out) noexcept = 0;
-    // MSG_PEEK: copies the next bytes without consuming them (statuses as read()).
+    // MSG_PEEK: copies the bytes from `skip` bytes past the next unread one without
+    // consuming anything (statuses as read(); nothing beyond `skip` reads as nothing now).
     [[nodiscard]] virtual bool can_peek() const noexcept = 0;
-    [[nodiscard]] virtual IoResult peek(std::span<std::byte> out) noexcept = 0;
+    [[nodiscard]] virtual IoResult peek(std::span<std::byte> out, size_t skip) noexcept = 0;
 
     // read() (Want::Read) or write() would not return WouldBlock now.
     [[nodiscard]] virtual bool ready(Want want) noexcept = 0;

@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)reader.has_data();
         // MSG_PEEK's walk ahead over the records, from wherever the reader stands.
         l5pg::shm::RingStatus peeked = l5pg::shm::RingStatus::Ok;
-        if (reader.peek_ahead({out, 1 + (chunk * 7u + i) % sizeof out}, peeked) > sizeof out)
+        if (reader.peek_ahead({out, 1 + (chunk * 7u + i) % sizeof out}, chunk * 37u, peeked) >
+            sizeof out)
             __builtin_trap();
     }
     return 0;

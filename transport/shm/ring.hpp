@@ -97,10 +97,12 @@ class RingReader {
     void consume(size_t n) noexcept;
     // Copies up to out.size() bytes across records. Returns bytes copied.
     [[nodiscard]] size_t read(std::span<std::byte> out, RingStatus& status) noexcept;
-    // As read(), but consumes nothing (recv()'s MSG_PEEK): the unread bytes from the current
-    // position on, across the published records. Empty when there are none; Corrupt as
-    // peek() says it, for any record on the way.
-    [[nodiscard]] size_t peek_ahead(std::span<std::byte> out, RingStatus& status) const noexcept;
+    // As read(), but consumes nothing (recv()'s MSG_PEEK): the unread bytes from `skip`
+    // bytes past the current position on, across the published records. Empty when there
+    // are none; Corrupt as peek() says it, for any record on the way, or when the records
+    // would run on past one lap of the ring.
+    [[nodiscard]] size_t peek_ahead(std::span<std::byte> out, size_t skip,
+                                    RingStatus& status) const noexcept;
     // True when a published record is waiting (acquire load of its length word). A
     // corrupt length counts as data: the next peek() reports it.
     [[nodiscard]] bool has_data() noexcept;
@@ -276,9 +278,12 @@ inline size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& st
     return written;
 }
 
-// Each step copies at least one byte or stops, so a writer's lengths cannot make it loop
-// longer than out.size() steps; each record is bounded as peek() bounds it.
-inline size_t RingReader::peek_ahead(std::span<std::byte> out, RingStatus& status) const noexcept {
+// Walks the published records from the reader's position without consuming: skips `skip`
+// bytes, then copies. Each record is bounded as peek() bounds it, and the walk stops (Corrupt)
+// before it would pass size() bytes beyond the reader's position, which no honest writer can
+// have published: a writer's lengths cannot make it run longer than one lap of the ring.
+inline size_t RingReader::peek_ahead(std::span<std::byte> out, size_t skip,
+                                     RingStatus& status) const noexcept {
     size_t copied = 0;
     status = RingStatus::Ok;
     uint64_t pos = read_pos_;
@@ -290,11 +295,15 @@ inline size_t RingReader::peek_ahead(std::span<std::byte> out, RingStatus& statu
             length = detail::length_word(record).load(std::memory_order_acquire);
             if (length == 0)
                 break;
-            if (length > max_record_payload(size_)) {
+            if (length > max_record_payload(size_) ||
+                pos + record_footprint(length) - read_pos_ > size_) {
                 status = RingStatus::Corrupt;
                 return copied;
             }
         }
+        const size_t skipped = std::min<size_t>(length - offset, skip);
+        skip -= skipped;
+        offset += static_cast<uint32_t>(skipped);
         const size_t n = std::min<size_t>(length - offset, out.size() - copied);
         std::memcpy(out.data() + copied, record + kRecordHeaderSize + offset, n);
         copied += n;

@@ -296,6 +296,17 @@ TEST_CASE("channel recv: MSG_PEEK copies without consuming", "[shim]") {
     CHECK(c.recv(64) == "peekaboo");
 }
 
+TEST_CASE("channel recv: MSG_PEEK fills every iovec, as a socket's does", "[shim]") {
+    Connection c;
+    c.end.deliver("peekaboo");
+    std::string a(3, '\0'), b(8, '\0');
+    iovec iov[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
+    CHECK(l5pg::shim::channel_recv(*c.ch, c.app, iov, 2, MSG_PEEK) == 8);
+    CHECK(a == "pee");
+    CHECK(b.substr(0, 5) == "kaboo");
+    CHECK(c.recv(64) == "peekaboo");
+}
+
 TEST_CASE("channel poll support: revents follow the end's state", "[shim]") {
     Connection c(/*capacity=*/2);
     using l5pg::shim::channel_revents;

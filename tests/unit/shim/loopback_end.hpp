@@ -108,11 +108,11 @@ class LoopbackEnd final : public transport::ChannelEnd {
         return {n, IoStatus::Ok};
     }
     IoResult read(int, std::span<std::byte> out) noexcept override {
-        return copy_out(out, /*consume=*/true);
+        return copy_out(out, 0, /*consume=*/true);
     }
     bool can_peek() const noexcept override { return true; }
-    IoResult peek(std::span<std::byte> out) noexcept override {
-        return copy_out(out, /*consume=*/false);
+    IoResult peek(std::span<std::byte> out, size_t skip) noexcept override {
+        return copy_out(out, skip, /*consume=*/false);
     }
     bool ready(Want want) noexcept override {
         std::lock_guard lock(mutex_);
@@ -164,7 +164,7 @@ class LoopbackEnd final : public transport::ChannelEnd {
     void forget_after_fork() noexcept override {}
 
   private:
-    IoResult copy_out(std::span<std::byte> out, bool consume) noexcept {
+    IoResult copy_out(std::span<std::byte> out, size_t skip, bool consume) noexcept {
         std::lock_guard lock(mutex_);
         if (error_ != nullptr)
             return {0, IoStatus::Error};
@@ -172,10 +172,11 @@ class LoopbackEnd final : public transport::ChannelEnd {
             --faults_.would_block_reads;
             return {0, IoStatus::WouldBlock};
         }
-        const size_t n = std::min({out.size(), inbound_.size(), faults_.max_read});
+        const size_t there = inbound_.size() - std::min(skip, inbound_.size());
+        const size_t n = std::min({out.size(), there, faults_.max_read});
         if (n == 0)
             return {0, closed_ ? IoStatus::Closed : IoStatus::WouldBlock};
-        std::memcpy(out.data(), inbound_.data(), n);
+        std::memcpy(out.data(), inbound_.data() + skip, n);
         if (consume)
             inbound_.erase(0, n);
         return {n, IoStatus::Ok};

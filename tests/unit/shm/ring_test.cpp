@@ -402,22 +402,64 @@ TEST_CASE("Ring: peek_ahead sees across records and consumes nothing", "[shm][ri
     both.insert(both.end(), b.begin(), b.end());
     RingStatus status;
     Bytes out(16);
-    REQUIRE(p.reader.peek_ahead(out, status) == 8);
+    REQUIRE(p.reader.peek_ahead(out, 0, status) == 8);
     CHECK(status == RingStatus::Ok);
     CHECK(Bytes(out.begin(), out.begin() + 8) == both);
     Bytes four(4);  // a buffer that ends inside the second record
-    REQUIRE(p.reader.peek_ahead(four, status) == 4);
+    REQUIRE(p.reader.peek_ahead(four, 0, status) == 4);
     CHECK(four == Bytes(both.begin(), both.begin() + 4));
     // After a partial consume, from where the reader stands.
     std::span<const std::byte> data;
     REQUIRE(p.reader.peek(data) == RingStatus::Ok);
     p.reader.consume(2);
-    REQUIRE(p.reader.peek_ahead(out, status) == 6);
+    REQUIRE(p.reader.peek_ahead(out, 0, status) == 6);
     CHECK(Bytes(out.begin(), out.begin() + 6) == Bytes(both.begin() + 2, both.end()));
     // Nothing consumed: read() gets the same bytes.
     CHECK(p.reader.read(out, status) == 6);
-    CHECK(p.reader.peek_ahead(out, status) == 0);
+    CHECK(p.reader.peek_ahead(out, 0, status) == 0);
     CHECK(status == RingStatus::Empty);
+}
+
+TEST_CASE("Ring: peek_ahead skips across records", "[shm][ring]") {
+    RingPair p;
+    Bytes all = put_record(p.writer, 3, 1);
+    const Bytes b = put_record(p.writer, 5, 2);
+    const Bytes c = put_record(p.writer, 4, 3);
+    all.insert(all.end(), b.begin(), b.end());
+    all.insert(all.end(), c.begin(), c.end());
+    RingStatus status;
+    Bytes out(16);
+    // From inside the second record on, across into the third.
+    REQUIRE(p.reader.peek_ahead(out, 5, status) == 7);
+    CHECK(status == RingStatus::Ok);
+    CHECK(Bytes(out.begin(), out.begin() + 7) == Bytes(all.begin() + 5, all.end()));
+    // A skip that ends on a record boundary, and one past everything published.
+    REQUIRE(p.reader.peek_ahead(out, 8, status) == 4);
+    CHECK(Bytes(out.begin(), out.begin() + 4) == c);
+    CHECK(p.reader.peek_ahead(out, 12, status) == 0);
+    CHECK(status == RingStatus::Empty);
+    // The skip counts from the reader's position inside a record.
+    std::span<const std::byte> data;
+    REQUIRE(p.reader.peek(data) == RingStatus::Ok);
+    p.reader.consume(1);
+    REQUIRE(p.reader.peek_ahead(out, 2, status) == 9);
+    CHECK(Bytes(out.begin(), out.begin() + 9) == Bytes(all.begin() + 3, all.end()));
+}
+
+TEST_CASE("Ring: peek_ahead does not walk more than one lap of hostile records", "[shm][ring]") {
+    RingPair p;
+    // Every slot holds a plausible length word: the records chain around the ring forever.
+    const size_t footprint = record_footprint(8);
+    for (size_t at = 0; at < p.size(); at += footprint)
+        std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(p.data() + at)).store(8);
+    RingStatus status;
+    Bytes out(16);
+    CHECK(p.reader.peek_ahead(out, size_t{1} << 40, status) == 0);
+    CHECK(status == RingStatus::Corrupt);
+    // Copying stops at the lap too, after what one lap holds.
+    Bytes big(2 * p.size());
+    CHECK(p.reader.peek_ahead(big, 0, status) == 8 * (p.size() / footprint));
+    CHECK(status == RingStatus::Corrupt);
 }
 
 TEST_CASE("Ring: peek_ahead stops at an impossible record", "[shm][ring]") {
@@ -429,7 +471,7 @@ TEST_CASE("Ring: peek_ahead stops at an impossible record", "[shm][ring]") {
         .store(0xffffffffu);
     RingStatus status;
     Bytes out(16);
-    CHECK(p.reader.peek_ahead(out, status) == 3);
+    CHECK(p.reader.peek_ahead(out, 0, status) == 3);
     CHECK(status == RingStatus::Corrupt);
     CHECK(Bytes(out.begin(), out.begin() + 3) == a);
 }
