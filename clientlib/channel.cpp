@@ -37,13 +37,6 @@ ssize_t fail(int err) noexcept {
     return -1;
 }
 
-size_t iov_total(const iovec* iov, int iovcnt) noexcept {
-    size_t total = 0;
-    for (int i = 0; i < iovcnt; ++i)
-        total += iov[i].iov_len;
-    return total;
-}
-
 // The iovec piece holding byte `offset` onwards (empty once past the end).
 std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) noexcept {
     for (int i = 0; i < iovcnt; ++i) {
@@ -267,6 +260,13 @@ void channel_forget_all_after_fork() noexcept {
 }
 
 // ---------------------------------------------------------------- I/O
+
+size_t iov_total(const iovec* iov, int iovcnt) noexcept {
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; ++i)
+        total += iov[i].iov_len;
+    return total;
+}
 
 ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
                      bool nosignal) noexcept {

@@ -71,6 +71,8 @@ void channel_forget_all_after_fork() noexcept;
 
 // Byte-stream I/O. `flags` are MSG_* flags; results and errno as send(2)/recv(2).
 // `nosignal` false means a write to a closed peer raises SIGPIPE, as the socket would.
+// The bytes `iov` names in all (valid_iov in interpose_io.cpp has bounded the sum).
+[[nodiscard]] size_t iov_total(const iovec* iov, int iovcnt) noexcept;
 [[nodiscard]] ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
                                    bool nosignal) noexcept;
 [[nodiscard]] ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt,

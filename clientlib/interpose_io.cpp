@@ -127,6 +127,68 @@ Route route_recv(int fd) noexcept {
     return {RouteKind::Real, {}};
 }
 
+// ---------------------------------------------------------------- flags the rings cannot carry
+//
+// An upgraded connection has no urgent data and no error queue, and the socket's peer is
+// l5pgd's doorbell, not the application's: such calls get the answer the kernel gives on a
+// socket where nothing of the kind is pending, never the stream's bytes.
+
+// send(MSG_OOB): urgent data cannot travel through the rings; EOPNOTSUPP is what a socket
+// family without it answers (AF_UNIX before Linux 5.15).
+bool refuse_send_flags(int flags) noexcept {
+    if ((flags & MSG_OOB) == 0)
+        return false;
+    errno = EOPNOTSUPP;
+    return true;
+}
+
+// recv(MSG_OOB) with no urgent data is EINVAL (TCP and AF_UNIX alike); MSG_ERRQUEUE reads an
+// empty error queue: EAGAIN (TCP; AF_UNIX would hand out stream bytes, which no caller
+// asking for errors wants).
+bool refuse_recv_flags(int flags) noexcept {
+    if ((flags & (MSG_OOB | MSG_ERRQUEUE)) == 0)
+        return false;
+    errno = (flags & MSG_OOB) != 0 ? EINVAL : EAGAIN;
+    return true;
+}
+
+// sendto()/sendmsg() with an address on the connected socket: the kernel decides as on the
+// real socket, by a send of nothing to it (TCP ignores the address; AF_UNIX says EISCONN; a
+// bad address is EFAULT or EINVAL on both). Only those answers count: the connection's own
+// failures are the channel's to report.
+bool refuse_address(int fd, const sockaddr* addr, socklen_t addrlen) noexcept {
+    if (addr == nullptr && addrlen == 0)
+        return false;
+    if (real().sendto(fd, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL, addr, addrlen) == 0)
+        return false;
+    return errno == EISCONN || errno == EFAULT || errno == EINVAL;
+}
+
+// recv(MSG_TRUNC) on TCP discards what it would have copied (tcp(7)): `buf` may well be
+// null. The channel reads into one scratch buffer named by every piece, so that the call's
+// other flags keep their meaning; at most sizeof scratch * kPieces bytes per call, a short
+// read as a stream socket may give. AF_UNIX ignores the flag and copies.
+bool discards_truncated(int fd, int flags) noexcept {
+    if ((flags & MSG_TRUNC) == 0)
+        return false;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+           (domain == AF_INET || domain == AF_INET6);
+}
+
+ssize_t recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept {
+    constexpr int kPieces = 64;
+    std::byte scratch[4096];
+    iovec pieces[kPieces];
+    int count = 0;
+    for (; count < kPieces && len > 0; ++count) {
+        pieces[count] = {scratch, std::min(len, sizeof scratch)};
+        len -= pieces[count].iov_len;
+    }
+    return channel_recv(ch, fd, pieces, count, flags);
+}
+
 template <class RealSend>
 ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
                  RealSend real_send) noexcept {
@@ -139,6 +201,8 @@ ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
                 errno = EINVAL;
                 return -1;
             }
+            if (refuse_send_flags(flags))
+                return -1;
             return channel_send(*route.channel, fd, iov, iovcnt, flags, nosignal);
         case RouteKind::Eof:
         case RouteKind::Error:
@@ -178,6 +242,10 @@ ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_
             }
             if (empty == EmptyRead::ReturnsZero && asks_nothing(iov, iovcnt))
                 return 0;
+            if (refuse_recv_flags(flags))
+                return -1;
+            if (discards_truncated(fd, flags))
+                return recv_discarding(*route.channel, fd, iov_total(iov, iovcnt), flags);
             return channel_recv(*route.channel, fd, iov, iovcnt, flags);
         case RouteKind::Eof:
             return 0;
@@ -203,6 +271,8 @@ ssize_t send(int fd, const void* buf, size_t len, int flags) {
 ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* addr,
                socklen_t addrlen) {
     iovec iov{const_cast<void*>(buf), len};
+    if (fd_lookup(fd).kind == FdKind::Upgraded && refuse_address(fd, addr, addrlen))
+        return -1;
     return send_iov(fd, &iov, 1, flags, flags & MSG_NOSIGNAL,
                     [&] { return real().sendto(fd, buf, len, flags, addr, addrlen); });
 }
@@ -210,9 +280,13 @@ ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* a
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
     if (too_many_pieces(fd, msg))
         return -1;
-    if (fd_lookup(fd).kind == FdKind::Upgraded && msg->msg_controllen > 0) {
-        errno = EOPNOTSUPP;  // ancillary data cannot travel through the rings
-        return -1;
+    if (fd_lookup(fd).kind == FdKind::Upgraded) {
+        if (msg->msg_controllen > 0) {
+            errno = EOPNOTSUPP;  // ancillary data cannot travel through the rings
+            return -1;
+        }
+        if (refuse_address(fd, static_cast<const sockaddr*>(msg->msg_name), msg->msg_namelen))
+            return -1;
     }
     return send_iov(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
                     flags & MSG_NOSIGNAL, [&] { return real().sendmsg(fd, msg, flags); });

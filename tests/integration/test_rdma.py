@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import paths, socket_flags
 from tests.harness.cancel import PQCANCEL_SCRIPT, stop_process, wait_for_backend
 from tests.harness.client import (Target, pgbench, popen, psql, psql_cmd, run,
                                   run_python_json, shim_debug_lines, tcp_target)
@@ -391,3 +392,19 @@ def test_sigkill_client_frees_session(rdma, l5pgd_rdma, cluster):
             time.sleep(0.05)
     finally:
         stop_process(p)
+
+
+# Flags the rings cannot carry on a connection that began as TCP (tests/harness/socket_flags.py):
+# TCP's answers, and recv(MSG_TRUNC) discards what it would have copied, as tcp(7) says (the
+# shim used to copy, into a buffer a caller may pass as null). The rings carry no urgent data:
+# send(MSG_OOB) is EOPNOTSUPP where TCP would send it.
+@pytest.mark.timeout(60)
+def test_flags_the_rings_cannot_carry_get_tcps_answers(rdma, l5pgd_rdma):
+    out, _ = run_python_json(rdma, socket_flags.SCRIPT,
+                             args=["tcp", f"{l5pgd_rdma.host}:{l5pgd_rdma.port}", str(paths.REPO)])
+    assert out["transport"] == 2, out  # L5PG_TRANSPORT_RDMA
+    assert out["socket"]["oob_recv"] == ["EINVAL"], out
+    assert out["socket"]["errqueue"] == ["EAGAIN"], out
+    assert out["socket"]["trunc"] == [5, "ff"], out  # discarded, the buffer untouched
+    # (Python names EOPNOTSUPP by its Linux alias ENOTSUP.)
+    assert out["shim"] == dict(out["socket"], oob_send=["ENOTSUP"]), out

@@ -9,11 +9,13 @@ zero-byte recv() is EAGAIN on an empty connection (clientlib/channel.cpp); a vfo
 dup2() and close() leave the parent its connection (clientlib/fd_table.cpp); poll() in a
 signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls);
 close_range() and closefrom() close an upgraded fd as close() does, and Python's subprocess
-(close_range() in a vfork() child) leaves the parent its connection. Where
+(close_range() in a vfork() child) leaves the parent its connection; flags the rings cannot
+carry (MSG_OOB, MSG_ERRQUEUE, an address) get the kernel's answers, not the stream. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
 from tests.harness import paths
+from tests.harness import socket_flags
 from tests.harness.client import direct_unix_target, run, run_python_json, shm_target
 
 # psycopg's connection socket is upgraded by the shim; a pipe beside it is an ordinary fd.
@@ -575,3 +577,20 @@ def test_receive_timeout_of_a_blocking_socket_holds(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), RCVTIMEO_SCRIPT,
                              args=[str(l5pgd.socket_path), str(paths.REPO)])
     assert out == {"transport": 1, "shim": ["EAGAIN"], "socket": ["EAGAIN"]}, out
+
+
+# MSG_OOB, MSG_ERRQUEUE and an address on an upgraded connection: the answers a plain AF_UNIX
+# socket gives with nothing of the kind pending, never the stream's bytes (the shim used to
+# hand out the answer to recv(MSG_OOB) and recv(MSG_ERRQUEUE)). Two answers differ by
+# design: the rings carry no urgent data (EOPNOTSUPP), and the error queue is empty where
+# AF_UNIX would read the stream.
+@pytest.mark.timeout(60)
+def test_flags_the_rings_cannot_carry_get_the_kernels_answers(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), socket_flags.SCRIPT,
+                             args=["unix", str(l5pgd.socket_path), str(paths.REPO)])
+    assert out["transport"] == 1, out  # L5PG_TRANSPORT_SHM
+    assert out["socket"]["oob_recv"] == ["EINVAL"], out
+    assert out["socket"]["sendto_addr"] == ["EISCONN"], out
+    assert out["socket"]["trunc"] == [5, "54"], out  # AF_UNIX copies despite MSG_TRUNC
+    # (Python names EOPNOTSUPP by its Linux alias ENOTSUP.)
+    assert out["shim"] == dict(out["socket"], oob_send=["ENOTSUP"], errqueue=["EAGAIN"]), out

@@ -1,0 +1,79 @@
+"""recv()/send() flags the rings cannot carry, asked of an upgraded connection and of a plain
+socket pair of the same family (clientlib/interpose_io.cpp, "flags the rings cannot carry").
+
+SCRIPT runs under the client's target with argv: the family ("unix" or "tcp"), l5pgd's
+address (the socket path, or host:port), the repository root. It speaks the protocol itself
+on a Python socket, sends "select 42" and, while the answer waits unread, asks:
+  oob_recv     recv(MSG_OOB): no urgent data is pending
+  errqueue     recv(MSG_ERRQUEUE): the error queue (the plain AF_UNIX socket is not asked:
+               the kernel hands out stream bytes there)
+  oob_send     send(MSG_OOB) of one byte
+  sendto_addr  sendto() of nothing with an address, the connection's own family's
+  sendmsg_addr sendmsg() of nothing with that address
+  sendto_badlen sendto() with an address length beyond sockaddr_storage
+  trunc        recv_into(MSG_TRUNC) of 5 bytes into 0xff bytes: what came back, and the
+               buffer's first byte after it (TCP discards; AF_UNIX copies)
+  rest         the next 10 bytes: what follows the first 5 of the answer
+The plain pair's peer sends the first 15 bytes of the same answer. Answers are [result] or
+[errno name]; the last stdout line is {"transport": <upgraded fd's>, "shim": {...},
+"socket": {...}}.
+"""
+
+SCRIPT = r'''
+import ctypes, errno, json, select, socket, struct, sys
+family, address, repo = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, repo)
+from tests.harness import pgwire
+
+libc = ctypes.CDLL(None, use_errno=True)
+ANSWER_HEAD = b"T\x00\x00\x00\x21\x00\x01?column?"  # RowDescription of select 42
+
+def attempt(f):
+    try:
+        r = f()
+        return [r.hex() if isinstance(r, bytes) else r]
+    except OSError as e:
+        return [errno.errorcode[e.errno]]
+
+def bad_length_sendto(s):
+    addr = ctypes.create_string_buffer(256)
+    ctypes.set_errno(0)
+    rc = libc.sendto(s.fileno(), b"", 0, 0, addr, 200)
+    return [rc] if rc >= 0 else [errno.errorcode[ctypes.get_errno()]]
+
+def cases(s, peer_addr, ask_errqueue):
+    select.select([s], [], [], 5)
+    out = {"oob_recv": attempt(lambda: s.recv(16, socket.MSG_OOB | socket.MSG_DONTWAIT))}
+    if ask_errqueue:
+        out["errqueue"] = attempt(lambda: s.recv(16, socket.MSG_ERRQUEUE | socket.MSG_DONTWAIT))
+    out["oob_send"] = attempt(lambda: s.send(b"x", socket.MSG_OOB))
+    out["sendto_addr"] = attempt(lambda: s.sendto(b"", peer_addr))
+    out["sendmsg_addr"] = attempt(lambda: s.sendmsg([b""], [], 0, peer_addr))
+    out["sendto_badlen"] = bad_length_sendto(s)
+    buf = bytearray(b"\xff" * 5)
+    n = attempt(lambda: s.recv_into(buf, 5, socket.MSG_TRUNC))
+    out["trunc"] = n + [buf[:1].hex()]
+    out["rest"] = pgwire.recv_exact(s, 10).hex()
+    return out
+
+if family == "unix":
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(address)
+    peer_addr = address
+    a, b = socket.socketpair()
+else:
+    host, port = address.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    peer_addr = (host, int(port))
+    listener = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(listener.getsockname())
+    b, _ = listener.accept()
+s.sendall(pgwire.startup_packet(application_name="l5pg-socket-flags"))
+pgwire.read_until_ready(s)
+sql = b"select 42\0"
+s.sendall(b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
+b.sendall(ANSWER_HEAD)
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(s.fileno()),
+                  "shim": cases(s, peer_addr, True),
+                  "socket": cases(a, peer_addr, family != "unix")}))
+'''
