@@ -321,36 +321,28 @@ short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex
     return events;
 }
 
-// select()/pselect() on top of poll_ns(): fd_sets in, fd_sets out, counting set bits. The
-// pollfd array lives on the stack for up to 64 fds, on the heap beyond; with MixedPoll's
-// state (about 20 fds inline) a select() allocates nothing, as in a signal handler, up to
-// about 20 fds.
-int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
-               const sigset_t* mask) {
-    nfds = std::min(nfds, FD_SETSIZE);
-    size_t asked = 0;
-    for (int fd = 0; fd < nfds; ++fd)
-        asked += select_events(fd, rd, wr, ex) != 0 ? 1 : 0;
-    alignas(std::max_align_t) std::array<std::byte, 64 * sizeof(pollfd)> inline_fds;
-    std::pmr::monotonic_buffer_resource arena(inline_fds.data(), inline_fds.size());
-    std::pmr::vector<pollfd> fds(&arena);
-    fds.reserve(asked);
-    for (int fd = 0; fd < nfds; ++fd)
-        if (const short events = select_events(fd, rd, wr, ex); events != 0)
-            fds.push_back({fd, events, 0});
-    const nfds_t n = fds.size();
-    const int rc = poll_ns(fds.data(), n, timeout_ns, mask);
-    if (rc < 0)
-        return -1;
-    for (nfds_t i = 0; i < n; ++i)
-        if (fds[i].revents & POLLNVAL) {
-            errno = EBADF;
-            return -1;
-        }
+// Asked for exceptions alone (POLLPRI) and hung up or failed without one: select() has
+// nothing to report for it, and never will (after a hang-up or an error no urgent data can
+// come), so its wait goes on without it, as the kernel's does.
+bool exception_never_coming(const pollfd& entry) noexcept {
+    return entry.events == POLLPRI && entry.revents != 0 && (entry.revents & POLLPRI) == 0;
+}
+
+// Whether select() reports the entry in one of the sets it was asked in (its events).
+bool select_reports(const pollfd& entry) noexcept {
+    const short re = entry.fd < 0 ? 0 : entry.revents;
+    return ((entry.events & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR))) ||
+           ((entry.events & POLLOUT) && (re & (POLLOUT | POLLERR))) ||
+           ((entry.events & POLLPRI) && (re & POLLPRI));
+}
+
+// Counts the fds select() reports, once per set, and clears the rest from the sets. An
+// entry left out of the wait (its fd negated) is reported as not ready.
+int report_select(const std::pmr::vector<pollfd>& fds, fd_set* rd, fd_set* wr, fd_set* ex) {
     int count = 0;
-    for (nfds_t i = 0; i < n; ++i) {
-        const int fd = fds[i].fd;
-        const short re = fds[i].revents;
+    for (const pollfd& entry : fds) {
+        const int fd = entry.fd < 0 ? ~entry.fd : entry.fd;
+        const short re = entry.fd < 0 ? 0 : entry.revents;
         auto report = [&](fd_set* set, bool on) {
             if (set == nullptr || !FD_ISSET(fd, set))
                 return;
@@ -364,6 +356,50 @@ int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
         report(ex, re & POLLPRI);
     }
     return count;
+}
+
+// select()/pselect() on top of poll_ns(): fd_sets in, fd_sets out, counting set bits. The
+// pollfd array lives on the stack for up to 64 fds, on the heap beyond; with MixedPoll's
+// state (about 20 fds inline) a select() allocates nothing, as in a signal handler, up to
+// about 20 fds. poll() reports a hang-up or an error whatever was asked, select() only
+// within the sets: a wait that found nothing select() reports goes on, without the fds
+// that ended it (exception_never_coming), until the caller's timeout.
+int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
+               const sigset_t* mask) {
+    nfds = std::min(nfds, FD_SETSIZE);
+    size_t asked = 0;
+    for (int fd = 0; fd < nfds; ++fd)
+        asked += select_events(fd, rd, wr, ex) != 0 ? 1 : 0;
+    alignas(std::max_align_t) std::array<std::byte, 64 * sizeof(pollfd)> inline_fds;
+    std::pmr::monotonic_buffer_resource arena(inline_fds.data(), inline_fds.size());
+    std::pmr::vector<pollfd> fds(&arena);
+    fds.reserve(asked);
+    for (int fd = 0; fd < nfds; ++fd)
+        if (const short events = select_events(fd, rd, wr, ex); events != 0)
+            fds.push_back({fd, events, 0});
+    const int64_t deadline = timeout_ns == kForever ? kForever : now_ns() + timeout_ns;
+    for (;;) {
+        const int64_t left =
+            deadline == kForever ? kForever : std::max<int64_t>(deadline - now_ns(), 0);
+        if (poll_ns(fds.data(), fds.size(), left, mask) < 0)
+            return -1;
+        for (const pollfd& entry : fds)
+            if (entry.revents & POLLNVAL) {
+                errno = EBADF;
+                return -1;
+            }
+        if (left == 0 || std::any_of(fds.begin(), fds.end(), select_reports))
+            break;
+        bool left_out = false;
+        for (pollfd& entry : fds)
+            if (exception_never_coming(entry)) {
+                entry.fd = ~entry.fd;  // poll() skips negative fds
+                left_out = true;
+            }
+        if (!left_out)
+            break;  // the caller's timeout passed
+    }
+    return report_select(fds, rd, wr, ex);
 }
 
 int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,

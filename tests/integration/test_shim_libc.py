@@ -10,7 +10,8 @@ dup2() and close() leave the parent its connection (clientlib/fd_table.cpp); pol
 signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls);
 close_range() and closefrom() close an upgraded fd as close() does, and Python's subprocess
 (close_range() in a vfork() child) leaves the parent its connection; flags the rings cannot
-carry (MSG_OOB, MSG_ERRQUEUE, an address) get the kernel's answers, not the stream. Where
+carry (MSG_OOB, MSG_ERRQUEUE, an address) get the kernel's answers, not the stream; select()
+for exceptions alone waits out a hang-up, as the kernel's does. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import pytest
 
@@ -578,6 +579,51 @@ def test_receive_timeout_of_a_blocking_socket_holds(l5pgd, shim):
                              args=[str(l5pgd.socket_path), str(paths.REPO)])
     assert out == {"transport": 1, "shim": ["EAGAIN"], "socket": ["EAGAIN"]}, out
 
+
+# A socket asked for exceptions alone that hangs up has nothing select() reports: the kernel's
+# select() sleeps on until the timeout and leaves no time in it. The shim's poll() underneath
+# reports the hang-up whatever was asked, and its select() used to return 0 at once.
+EXCEPTION_ONLY_SELECT_SCRIPT = r'''
+import ctypes, json, select, socket, time, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+class Timeval(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+
+def exception_only_select(fd):
+    fds = (ctypes.c_ulong * 16)()
+    fds[fd // 64] |= 1 << (fd % 64)
+    tv = Timeval(0, 300_000)
+    rc = libc.select(fd + 1, None, None, fds, ctypes.byref(tv))
+    return [rc, tv.sec, tv.usec, bool(fds[fd // 64] & (1 << (fd % 64)))]
+
+conn = psycopg.connect("", autocommit=True)
+pg = conn.pgconn
+pg.send_query(b"select pg_terminate_backend(pg_backend_pid())")
+while pg.flush():
+    pass
+p = select.poll()
+p.register(pg.socket, select.POLLIN)
+deadline = time.monotonic() + 5
+revents = 0
+while time.monotonic() < deadline and not revents & select.POLLHUP:
+    revents = dict(p.poll(100)).get(pg.socket, 0)
+a, b = socket.socketpair()
+b.close()
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(pg.socket),
+                  "hung_up": bool(revents & select.POLLHUP),
+                  "shim": exception_only_select(pg.socket),
+                  "socket": exception_only_select(a.fileno())}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_select_for_exceptions_alone_waits_out_a_hangup(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), EXCEPTION_ONLY_SELECT_SCRIPT)
+    assert out["socket"] == [0, 0, 0, False], out
+    assert out == {"transport": 1, "hung_up": True, "shim": out["socket"],
+                   "socket": out["socket"]}, out
 
 # MSG_OOB, MSG_ERRQUEUE and an address on an upgraded connection: the answers a plain AF_UNIX
 # socket gives with nothing of the kind pending, never the stream's bytes (the shim used to
