@@ -1,21 +1,24 @@
 #include "clientlib/fd_table.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/settings.hpp"
 
 namespace l5pg::shim {
 namespace {
 
-// Encoding of one entry: 0 untracked, 1 candidate, 2 forked, 3 RDMA candidate,
+// Encoding of one entry: 0 untracked, 1 candidate, 2 forked, 3 RDMA candidate, 4 upgrading,
 // kChannelBase + slot.
 constexpr uint32_t kUntracked = 0;
 constexpr uint32_t kCandidate = 1;
 constexpr uint32_t kForked = 2;
 constexpr uint32_t kRdmaCandidate = 3;
+constexpr uint32_t kUpgrading = 4;
 constexpr uint32_t kChannelBase = 16;
 
 // Zero-initialised static storage: valid before any constructor runs.
@@ -51,6 +54,8 @@ FdEntry decode(uint32_t raw) noexcept {
             return {FdKind::Forked, nullptr};
         case kRdmaCandidate:
             return {FdKind::RdmaCandidate, nullptr};
+        case kUpgrading:
+            return {FdKind::Upgrading, nullptr};
         default:
             break;
     }
@@ -80,14 +85,45 @@ void fd_set_rdma_candidate(int fd) noexcept {
         g_table[fd].store(kRdmaCandidate, std::memory_order_release);
 }
 
-bool fd_attach_channel(int fd, Channel& channel) noexcept {
+bool fd_claim_for_upgrade(int fd) noexcept {
     if (!in_range(fd))
         return false;
     uint32_t expected = g_table[fd].load(std::memory_order_acquire);
     if (expected != kCandidate && expected != kRdmaCandidate)
         return false;
+    return g_table[fd].compare_exchange_strong(expected, kUpgrading, std::memory_order_acq_rel);
+}
+
+bool fd_attach_channel(int fd, Channel& channel) noexcept {
+    if (!in_range(fd))
+        return false;
+    uint32_t expected = kUpgrading;
     return g_table[fd].compare_exchange_strong(expected, kChannelBase + channel_index(channel),
                                                std::memory_order_acq_rel);
+}
+
+void fd_abandon_upgrade(int fd) noexcept {
+    if (!in_range(fd))
+        return;
+    uint32_t expected = kUpgrading;
+    (void)g_table[fd].compare_exchange_strong(expected, kUntracked, std::memory_order_acq_rel);
+}
+
+// An upgrade waits for l5pgd's answer for up to upgrade_timeout_ms per step (RDMA's take a
+// few): four of them bound a wait that a signal handler interrupting the upgrading thread
+// itself would otherwise never end.
+bool fd_await_upgrade(int fd) noexcept {
+    if (!in_range(fd))
+        return true;
+    constexpr long kPollNs = 100'000;
+    const int64_t rounds = int64_t{4} * settings().upgrade_timeout_ms * 1'000'000 / kPollNs;
+    for (int64_t i = 0; i < rounds; ++i) {
+        if (g_table[fd].load(std::memory_order_acquire) != kUpgrading)
+            return true;
+        const timespec pause{0, kPollNs};
+        ::nanosleep(&pause, nullptr);
+    }
+    return g_table[fd].load(std::memory_order_acquire) != kUpgrading;
 }
 
 FdEntry fd_forget(int fd) noexcept {
@@ -106,6 +142,10 @@ void fd_duplicate(int from, int to) noexcept {
         channel_release(*previous.channel);
     if (!in_range(from) || !in_range(to))
         return;
+    // Duplicated while its first message asks l5pgd: the socket's fate is being decided (and
+    // on the rings once l5pgd said yes): both descriptors get what the upgrade gives.
+    if (g_table[from].load(std::memory_order_acquire) == kUpgrading && !fd_await_upgrade(from))
+        return;
     uint32_t raw = g_table[from].load(std::memory_order_acquire);
     if (raw == kCandidate || raw == kRdmaCandidate) {
         // Two descriptors of one socket before its first message: the upgrade would move
@@ -123,10 +163,14 @@ void fd_duplicate(int from, int to) noexcept {
     g_table[to].store(raw, std::memory_order_release);
 }
 
+// A socket another thread was upgrading when the parent forked goes onto the parent's rings
+// (or stays a socket) without the child: the child's copy is the parent's, as upgraded ones.
 void fd_mark_all_forked() noexcept {
-    for (auto& entry : g_table)
-        if (entry.load(std::memory_order_relaxed) >= kChannelBase)
+    for (auto& entry : g_table) {
+        const uint32_t raw = entry.load(std::memory_order_relaxed);
+        if (raw >= kChannelBase || raw == kUpgrading)
             entry.store(kForked, std::memory_order_relaxed);
+    }
 }
 
 }  // namespace l5pg::shim

@@ -16,6 +16,7 @@ enum class FdKind {
     Untracked,      // not ours: every call goes straight to libc
     Candidate,      // connected to an l5pgd Unix socket, upgrade decided at the first send
     RdmaCandidate,  // TCP connection to a port in L5PG_RDMA_PORTS (L5PG_TRANSPORT=rdma)
+    Upgrading,      // a candidate whose first send is asking l5pgd for the upgrade now
     Forked,         // upgraded in the parent before fork(): EOF/EPIPE here, rings untouched
     Upgraded,       // bytes go through a Channel
 };
@@ -32,17 +33,25 @@ struct FdEntry {
 void fd_table_take_ownership() noexcept;
 void fd_set_candidate(int fd) noexcept;
 void fd_set_rdma_candidate(int fd) noexcept;
-// Candidate or RdmaCandidate -> Upgraded; false if the entry changed meanwhile (closed by another
-// thread).
-bool fd_attach_channel(int fd, Channel& channel) noexcept;
+// The first send's claim on a candidate: Candidate or RdmaCandidate -> Upgrading. False when
+// another thread got there first (its own first send, a dup(), a close()).
+[[nodiscard]] bool fd_claim_for_upgrade(int fd) noexcept;
+// Upgrading -> Upgraded; false if the entry changed meanwhile (closed by another thread).
+[[nodiscard]] bool fd_attach_channel(int fd, Channel& channel) noexcept;
+// Upgrading -> Untracked: the upgrade was declined or failed; the socket is a socket.
+void fd_abandon_upgrade(int fd) noexcept;
+// Waits (sleeping, async-signal-safe) while another thread's upgrade of `fd` is under way,
+// at most a few upgrade timeouts. False if it still is.
+[[nodiscard]] bool fd_await_upgrade(int fd) noexcept;
 // Returns the previous entry and leaves the fd Untracked. The caller owns the
 // reference the entry held (see channel_release).
 FdEntry fd_forget(int fd) noexcept;
 // `to` becomes a duplicate of `from` (dup/dup2/dup3/F_DUPFD). The previous entry of
 // `to` is released, as the kernel implicitly closed it. A candidate duplicated before its
-// first message is no longer one (both stay plain sockets).
+// first message is no longer one (both stay plain sockets); one duplicated while its first
+// message asks for the upgrade gets the upgrade's outcome (fd_await_upgrade).
 void fd_duplicate(int from, int to) noexcept;
-// In a forked child: every upgraded fd becomes Forked.
+// In a forked child: every upgraded fd, and every one being upgraded, becomes Forked.
 void fd_mark_all_forked() noexcept;
 
 }  // namespace l5pg::shim

@@ -72,8 +72,23 @@ size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) n
     return n;
 }
 
+Route route_send(int fd, const iovec* iov, int iovcnt) noexcept;
+
+// Another thread's first send is upgrading `fd`: this send waits for the outcome and goes
+// where it sends the socket (bytes sent meanwhile on the bare socket would reach l5pgd in
+// the middle of the upgrade).
+Route route_after_upgrade(int fd, const iovec* iov, int iovcnt) noexcept {
+    if (!fd_await_upgrade(fd)) {
+        errno = EAGAIN;
+        return {RouteKind::Error, {}};
+    }
+    return route_send(fd, iov, iovcnt);
+}
+
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
 Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
+    if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
+        return route_send(fd, iov, iovcnt);
     std::byte first[16];
     const size_t n = gather_prefix(iov, iovcnt, first, sizeof first);
     Channel* channel = nullptr;
@@ -87,10 +102,10 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept
             errno = EBADF;
             return {RouteKind::Error, {}};
         case UpgradeResult::Plain:
-            (void)fd_forget(fd);
+            fd_abandon_upgrade(fd);
             return {RouteKind::Real, {}};
         case UpgradeResult::Failed:
-            (void)fd_forget(fd);
+            fd_abandon_upgrade(fd);
             return {RouteKind::Error, {}};
     }
     return {RouteKind::Real, {}};
@@ -109,6 +124,8 @@ Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
             return decide_candidate(fd, iov, iovcnt, false);
         case FdKind::RdmaCandidate:
             return decide_candidate(fd, iov, iovcnt, true);
+        case FdKind::Upgrading:
+            return route_after_upgrade(fd, iov, iovcnt);
     }
     return {RouteKind::Real, {}};
 }
@@ -119,6 +136,12 @@ Route route_recv(int fd) noexcept {
         case FdKind::Candidate:
         case FdKind::RdmaCandidate:
             return {RouteKind::Real, {}};
+        case FdKind::Upgrading:  // l5pgd's answer to the upgrade is not the caller's to read
+            if (!fd_await_upgrade(fd)) {
+                errno = EAGAIN;
+                return {RouteKind::Error, {}};
+            }
+            return route_recv(fd);
         case FdKind::Upgraded:
             return via_channel(fd);
         case FdKind::Forked:

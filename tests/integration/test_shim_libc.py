@@ -11,8 +11,12 @@ signal handler does not allocate (tests/tools/libc_probe.cpp makes those calls);
 close_range() and closefrom() close an upgraded fd as close() does, and Python's subprocess
 (close_range() in a vfork() child) leaves the parent its connection; flags the rings cannot
 carry (MSG_OOB, MSG_ERRQUEUE, an address) get the kernel's answers, not the stream; select()
-for exceptions alone waits out a hang-up, as the kernel's does. Where
+for exceptions alone waits out a hang-up, as the kernel's does; a dup() during the upgrade
+gets its outcome. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
+import os
+import signal
+
 import pytest
 
 from tests.harness import paths
@@ -510,6 +514,52 @@ def test_socket_duplicated_before_its_first_message_stays_a_socket(l5pgd, shim):
                              args=[str(l5pgd.socket_path), str(paths.REPO)])
     assert out == {"transports": [0, 0], "ready": "Z", "row": "42"}, out
 
+
+# A socket duplicated while its first message is asking l5pgd for the upgrade (l5pgd held
+# stopped so that the dup() surely falls inside): the dup() waits for the outcome and both
+# descriptors share the rings. The shim used to make both plain sockets under the upgrading
+# thread, whose send then failed with EBADF on a socket l5pgd had moved onto the rings.
+DUP_DURING_UPGRADE_SCRIPT = r'''
+import ctypes, json, os, signal, socket, sys, threading, time
+sys.path.insert(0, sys.argv[3])
+from tests.harness import pgwire
+
+shim = ctypes.CDLL(None)
+l5pgd = int(sys.argv[2])
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+failure = []
+
+def first_send():
+    try:
+        s.sendall(pgwire.startup_packet(application_name="l5pg-dup-upgrading"))
+    except OSError as e:
+        failure.append(os.strerror(e.errno))
+
+os.kill(l5pgd, signal.SIGSTOP)
+sender = threading.Thread(target=first_send)
+sender.start()
+time.sleep(0.2)  # the sender is waiting for l5pgd's answer to its upgrade request
+threading.Timer(0.3, os.kill, (l5pgd, signal.SIGCONT)).start()
+copy = s.dup()
+sender.join(10)
+msgs = pgwire.read_until_ready(copy) if not failure else [("?", b"")]
+rows = [b for t, b in pgwire.query(s, "select 6*7") if t == "D"] if not failure else [b"--"]
+print(json.dumps({"send": failure, "transports": [shim.l5pg_fd_transport(s.fileno()),
+                                                  shim.l5pg_fd_transport(copy.fileno())],
+                  "ready": msgs[-1][0], "row": rows[0][-2:].decode()}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_socket_duplicated_during_its_upgrade_shares_the_rings(l5pgd, shim):
+    try:
+        out, _ = run_python_json(shm_target(l5pgd), DUP_DURING_UPGRADE_SCRIPT,
+                                 args=[str(l5pgd.socket_path), str(l5pgd.pid()), str(paths.REPO)])
+    finally:
+        os.kill(l5pgd.pid(), signal.SIGCONT)
+    assert out == {"send": [], "transports": [1, 1], "ready": "Z", "row": "42"}, out
 
 # Postgres ends the session after a last message the client has not read yet: a Unix socket
 # then polls POLLIN | POLLHUP, and so must the upgraded connection (held against Postgres's
