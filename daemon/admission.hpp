@@ -5,8 +5,11 @@
 // segments, the directory of admitted sessions) is in AdmissionState.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "config/config.hpp"
 #include "daemon/cancel_keys.hpp"
@@ -64,6 +67,17 @@ struct AcceptedClient {
     Transport listener = Transport::Unix;
     PeerIdentity peer;
     StartupLimiter::Slot startup_slot;  // released once the StartupMessage is complete
+    // Came when limits.max_sessions were served already: heard as Postgres hears a client
+    // over max_connections, its TLS negotiation and a CancelRequest served, its
+    // StartupMessage answered FATAL 53300. (Refused at once, libpq 16.5/17.1 and later would
+    // show only "server sent an error response during SSL exchange", and a full l5pgd would
+    // forward no cancel.) Bounded by the startup caps, as every connection before its login.
+    bool over_max_sessions = false;
 };
+
+// What a client refused for `refusal` is told (FATAL 53300).
+[[nodiscard]] inline std::string too_many_connections_message(ConnectionRefusal refusal) {
+    return fmt::format("l5pgd: too many connections (limits.{} reached)", to_string(refusal));
+}
 
 }  // namespace l5pg::daemon

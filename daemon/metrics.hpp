@@ -22,7 +22,7 @@ enum class Direction { ClientToServer, ServerToClient };
 [[nodiscard]] std::string_view to_string(Direction d) noexcept;  // "client_to_server", ...
 
 // Why a connection was refused before anything of it reached Postgres: by the acceptor
-// before its startup was read, or (shutting_down) at its StartupMessage.
+// before its startup was read, or (max_sessions, shutting_down) at its StartupMessage.
 enum class ConnectionRefusal {
     MaxSessions,
     MaxStartupSessions,

@@ -172,15 +172,15 @@ void Server::accept_client(int fd, Transport transport) {
 }
 
 // Checks the limits that apply before a byte is read; takes the client's startup slot.
+// limits.max_sessions is answered later, at the StartupMessage (AcceptedClient).
 std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
-    if (active_sessions() >= config().limits.max_sessions)
-        return ConnectionRefusal::MaxSessions;
     StartupLimiter::Refusal refusal = StartupLimiter::Refusal::None;
     client.startup_slot = admission_.startup.try_acquire(client.peer.limit_key(), refusal);
     if (refusal == StartupLimiter::Refusal::Total)
         return ConnectionRefusal::MaxStartupSessions;
     if (refusal == StartupLimiter::Refusal::PerPeer)
         return ConnectionRefusal::MaxStartupPerPeer;
+    client.over_max_sessions = active_sessions() >= config().limits.max_sessions;
     return std::nullopt;
 }
 
@@ -188,8 +188,7 @@ std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
 // buffer) and closes. Logged through the shared limiter, with a count of what was not.
 void Server::refuse_connection(const AcceptedClient& client, ConnectionRefusal refusal) {
     metrics_.connection_refused(refusal);
-    const std::string message =
-        fmt::format("l5pgd: too many connections (limits.{} reached)", to_string(refusal));
+    const std::string message = too_many_connections_message(refusal);
     const auto error = protocol::build_fatal(protocol::kSqlstateTooManyConnections, message);
     (void)!::send(client.fd.get(), error.data(), error.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     client_logs().refused_connection.log(

@@ -145,7 +145,10 @@ class Session final : public ClientEndHost {
                                                         std::unique_ptr<ClientEnd>& end);
     // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
-    void refuse_while_draining();
+    // A StartupMessage l5pgd does not serve now (draining, limits.max_sessions): counted,
+    // logged and answered FATAL `sqlstate`, as Postgres answers it after TLS negotiation.
+    void refuse_startup(ConnectionRefusal refusal, std::string_view sqlstate,
+                        std::string_view message);
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
     void connect_upstream();
     void watch_upstream();  // the upstream socket's events, once upstream_ is set
@@ -252,6 +255,7 @@ class Session final : public ClientEndHost {
     Transport transport_;
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
+    const bool over_max_sessions_;       // AcceptedClient::over_max_sessions
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;                   // included in sessions_active
     bool polled_ = false;                    // in the worker's polling loop (set_polled())

@@ -231,7 +231,14 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             const std::optional<protocol::ProtocolDowngrade> downgrade =
                 protocol::downgrade_to_3_0(packet);
             if (worker_.draining()) {
-                refuse_while_draining();
+                refuse_startup(ConnectionRefusal::ShuttingDown, protocol::kSqlstateCannotConnectNow,
+                               "l5pgd is shutting down");
+                return;
+            }
+            if (over_max_sessions_) {
+                refuse_startup(ConnectionRefusal::MaxSessions,
+                               protocol::kSqlstateTooManyConnections,
+                               too_many_connections_message(ConnectionRefusal::MaxSessions));
                 return;
             }
             if (downgrade)
@@ -423,13 +430,14 @@ void Session::note_logged_in() {
         database_counters_->opened();
 }
 
-// As Postgres in smart shutdown answers a StartupMessage (its CancelRequests still pass).
-void Session::refuse_while_draining() {
-    metrics_.connection_refused(ConnectionRefusal::ShuttingDown);
-    client_logs().refused_connection.log(spdlog::level::warn,
-                                         "session {}: refused {} over {}: l5pgd is shutting down",
-                                         id_, peer_.describe(), to_string(transport_));
-    fail_startup(protocol::kSqlstateCannotConnectNow, "l5pgd is shutting down", "shutting down");
+// As Postgres in smart shutdown or over max_connections answers a StartupMessage (its
+// CancelRequests still pass).
+void Session::refuse_startup(ConnectionRefusal refusal, std::string_view sqlstate,
+                             std::string_view message) {
+    metrics_.connection_refused(refusal);
+    client_logs().refused_connection.log(spdlog::level::warn, "session {}: refused {} over {}: {}",
+                                         id_, peer_.describe(), to_string(transport_), message);
+    fail_startup(sqlstate, message, to_string(refusal));
 }
 
 // Under passthrough Postgres said AuthenticationOk without asking anything: pg_hba.conf

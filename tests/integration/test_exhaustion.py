@@ -1,9 +1,11 @@
 """Issue 19: l5pgd under resource exhaustion. Out of file descriptors it neither spins nor
-floods its log, and a client it cannot serve is told so (SQLSTATE 53300) instead of hanging.
+floods its log, and a client it cannot serve is told so (SQLSTATE 53300) instead of hanging;
+over limits.max_sessions, after its TLS negotiation, as Postgres tells it.
 
 Each test starts its own l5pgd in front of the session's Postgres cluster.
 """
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -12,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness import pgwire
+from tests.harness.cancel import stop_process, wait_for_backend
+from tests.harness.client import popen, psql_cmd, run, tcp_target
 from tests.harness.l5pgd import L5pgd
 from tests.harness.ports import free_port
 from tests.harness.procstat import cpu_seconds, open_fds, vm_rss
@@ -373,3 +377,37 @@ def unix_connect(d):
     s.settimeout(5)
     s.connect(str(d.socket_path))
     return s
+
+
+@pytest.mark.timeout(120)
+def test_a_client_over_max_sessions_is_told_so_after_tls_negotiation(workdir, cluster, l5pgd_binary):
+    """Over limits.max_sessions l5pgd answers as Postgres over max_connections: after the TLS
+    negotiation (libpq's default sslmode=prefer asks for it over TCP, and libpq 16.5/17.1 and
+    later show only "server sent an error response during SSL exchange" for an error sent
+    before), at the StartupMessage, FATAL 53300. A CancelRequest is still forwarded: the query
+    of the session that fills l5pgd can be cancelled (psql's Ctrl-C)."""
+    d = L5pgd(short_dir(workdir, "l5m-"), cluster, workers=1,
+              extra_overrides=["limits.max_sessions=1"])
+    app = "l5pg-full"
+    with d:
+        target = tcp_target(d)
+        holder = popen(psql_cmd("-c", "select pg_sleep(60)"), target, env={"PGAPPNAME": app},
+                       text=True)
+        try:
+            wait_for_backend(cluster, app)
+            for sslmode in ("prefer", "disable"):
+                r = run(psql_cmd("-c", "select 1"), target, env={"PGSSLMODE": sslmode},
+                        check=False)
+                assert r.returncode != 0, r.stdout
+                assert "FATAL:  l5pgd: too many connections (limits.max_sessions reached)" in \
+                    r.stderr, (sslmode, r.stderr)
+            typ, fields = unix_startup(d)
+            assert typ == "E" and fields.get("C") == "53300", (typ, fields)
+            holder.send_signal(signal.SIGINT)
+            _, err = holder.communicate(timeout=20)
+            assert "canceling statement due to user request" in err, err
+        finally:
+            stop_process(holder)
+        assert d.metric("l5pg_connections_refused_total", reason="max_sessions") == 3
+        assert "too many connections (limits.max_sessions reached)" in d.log_text()
+        wait_for(lambda: unix_startup(d)[0] == "Z", 20, "a client to be served once the first left")

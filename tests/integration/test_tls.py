@@ -4,9 +4,11 @@ import subprocess
 
 import pytest
 
-from tests.harness.client import Target, psql_cmd, run, shim_debug_lines
+from tests.harness.cancel import stop_process
+from tests.harness.client import Target, popen, psql_cmd, run, shim_debug_lines
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_overrides, rdma_target, upgraded_rdma
+from tests.harness.waiting import wait_for
 
 
 def openssl(*args, cwd):
@@ -32,9 +34,10 @@ def pki(workdir):
     return d
 
 
-def tls_l5pgd(workdir, cluster, pki, name, mode, ca=False, rdma=False):
+def tls_l5pgd(workdir, cluster, pki, name, mode, ca=False, rdma=False, extra=()):
     overrides = [f"tls.mode={mode}", f"tls.cert_file={pki / 'server.crt'}",
                  f"tls.key_file={pki / 'server.key'}"] + (rdma_overrides("soft") if rdma else [])
+    overrides += list(extra)
     if ca:
         overrides.append(f"tls.ca_file={pki / 'ca.crt'}")
     return L5pgd(workdir / name, cluster, extra_overrides=overrides)
@@ -88,6 +91,24 @@ def test_allow_serves_both(workdir, cluster, pki):
         r = conninfo(d, PGSSLMODE="require")
         assert r.returncode == 0 and "SSL connection" in r.stdout, r.stderr
 
+
+def test_a_client_over_max_sessions_reads_the_refusal_through_tls(workdir, cluster, pki):
+    """Over limits.max_sessions the FATAL 53300 comes after the TLS handshake, inside TLS, as
+    Postgres sends its "too many clients": libpq shows it (an error before the handshake it
+    would not, from 16.5/17.1 on)."""
+    with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-full", "require",
+                   extra=["limits.max_sessions=1"]) as d:
+        target = Target("tcp", "127.0.0.1", d.port, extra={"PGSSLMODE": "require"})
+        holder = popen(psql_cmd("-c", "select pg_sleep(60)"), target, text=True)
+        try:
+            wait_for(lambda: d.metric("l5pg_sessions_active", transport="tcp") >= 1, 15,
+                     "the first session")
+            r = run(psql_cmd("-c", "select 1"), target, check=False, timeout=60)
+            assert r.returncode != 0, r.stdout
+            assert "FATAL:  l5pgd: too many connections (limits.max_sessions reached)" in \
+                r.stderr, r.stderr
+        finally:
+            stop_process(holder)
 
 def test_bulk_result_through_tls(required):
     """Many TLS records each way: a large COPY out and a large statement in."""
