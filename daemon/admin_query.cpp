@@ -151,8 +151,11 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
     } else if (command == "show help") {
         show_rows("command",
                   {"SHOW SESSIONS", "SHOW POOLS", "SHOW STATS", "SHOW CONFIG", "SHOW VERSION",
-                   "SHOW HELP"},
+                   "SHOW HELP", "RELOAD"},
                   out);
+    } else if (command == "reload" && view.request_reload) {
+        view.request_reload();
+        out.command_complete("RELOAD");
     } else {
         out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",

@@ -7,11 +7,14 @@
 //   SHOW CONFIG     every configuration key: value in force, default, reloadable or not
 //   SHOW VERSION    l5pgd's version
 //   SHOW HELP       these commands
+//   RELOAD          as SIGHUP (and PgBouncer's RELOAD): l5pgd reloads its configuration;
+//                   the answer comes once the reload was asked for, its outcome is logged
 //
 // Case does not matter; a trailing ';' and surrounding white space are ignored.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string_view>
 
 #include "config/config.hpp"
@@ -28,12 +31,13 @@ struct AdminClock {
 
 // What the console reads: the admitted sessions, the kept server connections, the
 // configuration the answering worker runs with (after a reload, the reloaded one) and
-// l5pgd's counters.
+// l5pgd's counters; and how it asks for a reload (unset: RELOAD is refused).
 struct AdminView {
     const SessionDirectory& sessions;
     const PoolDirectory& pools;
     const config::Config& config;
     const Metrics& metrics;
+    std::function<void()> request_reload = {};
 };
 
 // Appends the answer to `sql`, ending with ReadyForQuery. An unknown command is an ERROR

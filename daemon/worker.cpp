@@ -56,6 +56,13 @@ wait::WaitPolicy spin_policy(const config::ShmConfig& shm) {
     return wait::WaitPolicy::from_us(shm.spin_us, shm.yield_us);
 }
 
+// The console's RELOAD takes SIGHUP's path: the main thread's handler (workers block the
+// signal), so that a reload runs in one place whoever asked for it.
+void request_reload_from_console() {
+    spdlog::info("admin console: RELOAD requested");
+    (void)::kill(::getpid(), SIGHUP);
+}
+
 }  // namespace
 
 Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
@@ -233,7 +240,8 @@ void Worker::adopt_handed_over() {
 AdminConsole& Worker::admin_console() {
     if (!admin_console_)
         admin_console_ = std::make_unique<AdminConsole>(base_.get(), [this] {
-            return AdminView{admission_state_.sessions, admission_state_.pools, config(), metrics_};
+            return AdminView{admission_state_.sessions, admission_state_.pools, config(), metrics_,
+                             request_reload_from_console};
         });
     return *admin_console_;
 }

@@ -171,12 +171,16 @@ class L5pgd:
 
     RELOAD_ENDS = ("reload: done", "reload: invalid configuration")
 
-    def reload(self, timeout=10):
-        """SIGHUP, then wait for the reload's last log line; returns the log it wrote."""
+    def reload(self, timeout=10, trigger=None):
+        """SIGHUP (or `trigger()`), then wait for the reload's last log line; returns the log
+        it wrote."""
         before = self.log_text()
         start = len(before)
         ends = sum(before.count(e) for e in self.RELOAD_ENDS)
-        os.kill(self.pid(), signal.SIGHUP)
+        if trigger is None:
+            os.kill(self.pid(), signal.SIGHUP)
+        else:
+            trigger()
         deadline = time.monotonic() + timeout
         while True:
             text = self.log_text()

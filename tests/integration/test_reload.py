@@ -1,5 +1,6 @@
-"""Configuration reload on SIGHUP (README "Operating"): live keys change under running
-sessions, keys that need a restart are named and kept, an invalid file changes nothing."""
+"""Configuration reload on SIGHUP and the admin console's RELOAD (README "Operating"): live
+keys change under running sessions, keys that need a restart are named and kept, an invalid
+file changes nothing."""
 import re
 import subprocess
 import tempfile
@@ -106,6 +107,23 @@ def test_bad_file_keeps_running_configuration(configured):
     assert "reload: invalid configuration" in d.reload()
     assert psql(shm_target(d), "select 2") == "2"
 
+
+@pytest.mark.timeout(60)
+def test_admin_console_reload(configured):
+    """RELOAD on the admin console, as PgBouncer's: the reload SIGHUP makes, answered RELOAD."""
+    d, config = configured
+    config.write_text(BASE_CONFIG.replace("spin_us: 50", "spin_us: 7"))
+    answer = {}
+
+    def console_reload():
+        answer["r"] = run(psql_cmd("-d", "l5pgd", "-c", "RELOAD"), unix_target(d), check=False)
+
+    reload_log = d.reload(trigger=console_reload)
+    r = answer["r"]
+    assert r.returncode == 0 and "RELOAD" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert "admin console: RELOAD requested" in reload_log
+    assert "reload: shm.spin_us: 50 -> 7" in reload_log
+    assert show_config(d)["shm.spin_us"][0] == "7"
 
 def test_restart_keys_are_named_and_kept(configured):
     d, config = configured

@@ -104,7 +104,24 @@ TEST_CASE("admin console: unknown commands are errors, empty queries are empty")
     CHECK(unknown[0].body.find("SHOW HELP") != std::string::npos);
     CHECK(types(ask(" ; ", sessions)) == "IZ");
     CHECK(types(ask("show version", sessions)) == "TDCZ");
-    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDDCZ");
+    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDDDCZ");
+}
+
+TEST_CASE("admin console: RELOAD asks for a reload once and answers RELOAD") {
+    const SessionDirectory sessions;
+    const PoolDirectory pools;
+    const config::Config config;
+    const Metrics metrics;
+    int asked = 0;
+    protocol::BackendWriter out;
+    answer_admin_query(" reload; ", AdminView{sessions, pools, config, metrics, [&] { ++asked; }},
+                       out);
+    const auto m = split(out.bytes());
+    REQUIRE(types(m) == "CZ");
+    CHECK(m[0].body == std::string("RELOAD") + '\0');
+    CHECK(asked == 1);
+    // Where nobody can reload (no request_reload), it is an unknown command.
+    CHECK(types(ask("RELOAD", sessions)) == "EZ");
 }
 
 TEST_CASE(
