@@ -561,12 +561,10 @@ def test_socket_duplicated_during_its_upgrade_shares_the_rings(l5pgd, shim):
         os.kill(l5pgd.pid(), signal.SIGCONT)
     assert out == {"send": [], "transports": [1, 1], "ready": "Z", "row": "42"}, out
 
-# Postgres ends the session after a last message the client has not read yet: a Unix socket
-# then polls POLLIN | POLLHUP, and so must the upgraded connection (held against Postgres's
-# own socket).
-HANGUP_WITH_DATA_SCRIPT = r'''
-import ctypes, json, os, select, time, psycopg
 
+# A psycopg connection whose backend terminated itself, polled until it hangs up (5 s at
+# most): `revents` is the last poll()'s answer.
+TERMINATED_CONNECTION = r'''
 conn = psycopg.connect("", autocommit=True)
 pg = conn.pgconn
 pg.send_query(b"select pg_terminate_backend(pg_backend_pid())")
@@ -578,6 +576,14 @@ deadline = time.monotonic() + 5
 revents = 0
 while time.monotonic() < deadline and not revents & select.POLLHUP:
     revents = dict(p.poll(100)).get(pg.socket, 0)
+'''
+
+# Postgres ends the session after a last message the client has not read yet: a Unix socket
+# then polls POLLIN | POLLHUP, and so must the upgraded connection (held against Postgres's
+# own socket).
+HANGUP_WITH_DATA_SCRIPT = r'''
+import ctypes, json, os, select, time, psycopg
+''' + TERMINATED_CONNECTION + r'''
 transport = getattr(ctypes.CDLL(None), "l5pg_fd_transport", lambda fd: 0)  # direct: no shim
 print(json.dumps({"transport": transport(pg.socket), "revents": revents,
                   "unread": len(os.read(pg.socket, 65536)) > 0}))
@@ -647,18 +653,7 @@ def exception_only_select(fd):
     tv = Timeval(0, 300_000)
     rc = libc.select(fd + 1, None, None, fds, ctypes.byref(tv))
     return [rc, tv.sec, tv.usec, bool(fds[fd // 64] & (1 << (fd % 64)))]
-
-conn = psycopg.connect("", autocommit=True)
-pg = conn.pgconn
-pg.send_query(b"select pg_terminate_backend(pg_backend_pid())")
-while pg.flush():
-    pass
-p = select.poll()
-p.register(pg.socket, select.POLLIN)
-deadline = time.monotonic() + 5
-revents = 0
-while time.monotonic() < deadline and not revents & select.POLLHUP:
-    revents = dict(p.poll(100)).get(pg.socket, 0)
+''' + TERMINATED_CONNECTION + r'''
 a, b = socket.socketpair()
 b.close()
 print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(pg.socket),
