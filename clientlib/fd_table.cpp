@@ -44,6 +44,12 @@ bool tracked(int fd) noexcept {
     return in_range(fd) && g_table[fd].load(std::memory_order_relaxed) != kUntracked;
 }
 
+int64_t monotonic_ns() noexcept {  // clock_gettime is async-signal-safe
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
 FdEntry decode(uint32_t raw) noexcept {
     switch (raw) {
         case kUntracked:
@@ -115,15 +121,15 @@ void fd_abandon_upgrade(int fd) noexcept {
 bool fd_await_upgrade(int fd) noexcept {
     if (!in_range(fd))
         return true;
-    constexpr long kPollNs = 100'000;
-    const int64_t rounds = int64_t{4} * settings().upgrade_timeout_ms * 1'000'000 / kPollNs;
-    for (int64_t i = 0; i < rounds; ++i) {
-        if (g_table[fd].load(std::memory_order_acquire) != kUpgrading)
-            return true;
-        const timespec pause{0, kPollNs};
+    const int64_t deadline =
+        monotonic_ns() + int64_t{4} * settings().upgrade_timeout_ms * 1'000'000;
+    while (g_table[fd].load(std::memory_order_acquire) == kUpgrading) {
+        if (monotonic_ns() >= deadline)
+            return false;
+        const timespec pause{0, 100'000};
         ::nanosleep(&pause, nullptr);
     }
-    return g_table[fd].load(std::memory_order_acquire) != kUpgrading;
+    return true;
 }
 
 FdEntry fd_forget(int fd) noexcept {
@@ -142,17 +148,28 @@ void fd_duplicate(int from, int to) noexcept {
         channel_release(*previous.channel);
     if (!in_range(from) || !in_range(to))
         return;
-    // Duplicated while its first message asks l5pgd: the socket's fate is being decided (and
-    // on the rings once l5pgd said yes): both descriptors get what the upgrade gives.
-    if (g_table[from].load(std::memory_order_acquire) == kUpgrading && !fd_await_upgrade(from))
-        return;
     uint32_t raw = g_table[from].load(std::memory_order_acquire);
-    if (raw == kCandidate || raw == kRdmaCandidate) {
+    for (;;) {
+        if (raw == kUpgrading) {
+            // Duplicated while its first message asks l5pgd: the socket's fate is being
+            // decided (on the rings once l5pgd said yes): both descriptors get the outcome.
+            // Should the upgrade outlast the wait, the copy must not touch the bare socket
+            // beside the rings: it reads EOF and writes EPIPE, as a forked child's.
+            if (!fd_await_upgrade(from)) {
+                g_table[to].store(kForked, std::memory_order_release);
+                return;
+            }
+            raw = g_table[from].load(std::memory_order_acquire);
+            continue;
+        }
+        if (raw != kCandidate && raw != kRdmaCandidate)
+            break;
         // Two descriptors of one socket before its first message: the upgrade would move
         // only the one that sends first onto the rings, and the other would go on reading
-        // and writing the bare socket. Neither is upgraded: the socket stays a socket.
-        (void)g_table[from].compare_exchange_strong(raw, kUntracked, std::memory_order_acq_rel);
-        return;
+        // and writing the bare socket. Neither is upgraded: the socket stays a socket. (A
+        // first send that claims it meanwhile makes the exchange fail: look again.)
+        if (g_table[from].compare_exchange_strong(raw, kUntracked, std::memory_order_acq_rel))
+            return;
     }
     if (raw >= kChannelBase) {
         Channel* channel = channel_at(raw - kChannelBase);

@@ -1,6 +1,7 @@
 // The interposed data calls: send/recv and friends, read/write, readv/writev and the
 // _FORTIFY_SOURCE __*_chk variants. Untracked fds cost one atomic load and go straight
 // to libc; upgraded fds go through their Channel.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -72,23 +73,24 @@ size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) n
     return n;
 }
 
-Route route_send(int fd, const iovec* iov, int iovcnt) noexcept;
+Route route_send(int fd, const iovec* iov, int iovcnt, int flags) noexcept;
 
-// Another thread's first send is upgrading `fd`: this send waits for the outcome and goes
-// where it sends the socket (bytes sent meanwhile on the bare socket would reach l5pgd in
-// the middle of the upgrade).
-Route route_after_upgrade(int fd, const iovec* iov, int iovcnt) noexcept {
-    if (!fd_await_upgrade(fd)) {
-        errno = EAGAIN;
-        return {RouteKind::Error, {}};
-    }
-    return route_send(fd, iov, iovcnt);
+// Another thread's first send is upgrading `fd`: a blocking call waits for the outcome
+// (bytes sent meanwhile on the bare socket would reach l5pgd in the middle of the upgrade,
+// and l5pgd's answer is not the caller's to read); a non-blocking one is EAGAIN now.
+bool await_upgrade_by(int fd, int flags) noexcept {
+    const bool nonblocking =
+        (flags & MSG_DONTWAIT) != 0 || (real().fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
+    if (!nonblocking && fd_await_upgrade(fd))
+        return true;
+    errno = EAGAIN;
+    return false;
 }
 
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
-Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
+Route decide_candidate(int fd, const iovec* iov, int iovcnt, int flags, bool rdma) noexcept {
     if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
-        return route_send(fd, iov, iovcnt);
+        return route_send(fd, iov, iovcnt, flags);
     std::byte first[16];
     const size_t n = gather_prefix(iov, iovcnt, first, sizeof first);
     Channel* channel = nullptr;
@@ -111,7 +113,7 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept
     return {RouteKind::Real, {}};
 }
 
-Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
+Route route_send(int fd, const iovec* iov, int iovcnt, int flags) noexcept {
     switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
             return {RouteKind::Real, {}};
@@ -121,27 +123,27 @@ Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
             errno = EPIPE;
             return {RouteKind::Error, {}};
         case FdKind::Candidate:
-            return decide_candidate(fd, iov, iovcnt, false);
+            return decide_candidate(fd, iov, iovcnt, flags, false);
         case FdKind::RdmaCandidate:
-            return decide_candidate(fd, iov, iovcnt, true);
+            return decide_candidate(fd, iov, iovcnt, flags, true);
         case FdKind::Upgrading:
-            return route_after_upgrade(fd, iov, iovcnt);
+            if (!await_upgrade_by(fd, flags))
+                return {RouteKind::Error, {}};
+            return route_send(fd, iov, iovcnt, flags);
     }
     return {RouteKind::Real, {}};
 }
 
-Route route_recv(int fd) noexcept {
+Route route_recv(int fd, int flags) noexcept {
     switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
         case FdKind::Candidate:
         case FdKind::RdmaCandidate:
             return {RouteKind::Real, {}};
-        case FdKind::Upgrading:  // l5pgd's answer to the upgrade is not the caller's to read
-            if (!fd_await_upgrade(fd)) {
-                errno = EAGAIN;
+        case FdKind::Upgrading:
+            if (!await_upgrade_by(fd, flags))
                 return {RouteKind::Error, {}};
-            }
-            return route_recv(fd);
+            return route_recv(fd, flags);
         case FdKind::Upgraded:
             return via_channel(fd);
         case FdKind::Forked:
@@ -215,7 +217,7 @@ ssize_t recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept {
 template <class RealSend>
 ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
                  RealSend real_send) noexcept {
-    const Route route = route_send(fd, iov, iovcnt);
+    const Route route = route_send(fd, iov, iovcnt, flags);
     switch (route.kind) {
         case RouteKind::Real:
             return real_send();
@@ -254,7 +256,7 @@ bool asks_nothing(const iovec* iov, int iovcnt) noexcept {
 template <class RealRecv>
 ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
                  EmptyRead empty = EmptyRead::Waits) noexcept {
-    const Route route = route_recv(fd);
+    const Route route = route_recv(fd, flags);
     switch (route.kind) {
         case RouteKind::Real:
             return real_recv();
@@ -294,7 +296,7 @@ ssize_t send(int fd, const void* buf, size_t len, int flags) {
 ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* addr,
                socklen_t addrlen) {
     iovec iov{const_cast<void*>(buf), len};
-    if (fd_lookup(fd).kind == FdKind::Upgraded && refuse_address(fd, addr, addrlen))
+    if (fd_lookup(fd).kind != FdKind::Untracked && refuse_address(fd, addr, addrlen))
         return -1;
     return send_iov(fd, &iov, 1, flags, flags & MSG_NOSIGNAL,
                     [&] { return real().sendto(fd, buf, len, flags, addr, addrlen); });
@@ -308,9 +310,10 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
             errno = EOPNOTSUPP;  // ancillary data cannot travel through the rings
             return -1;
         }
-        if (refuse_address(fd, static_cast<const sockaddr*>(msg->msg_name), msg->msg_namelen))
-            return -1;
     }
+    if (fd_lookup(fd).kind != FdKind::Untracked &&
+        refuse_address(fd, static_cast<const sockaddr*>(msg->msg_name), msg->msg_namelen))
+        return -1;
     return send_iov(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
                     flags & MSG_NOSIGNAL, [&] { return real().sendmsg(fd, msg, flags); });
 }

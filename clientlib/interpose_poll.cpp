@@ -325,7 +325,8 @@ short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex
 // nothing to report for it, and never will (after a hang-up or an error no urgent data can
 // come), so its wait goes on without it, as the kernel's does.
 bool exception_never_coming(const pollfd& entry) noexcept {
-    return entry.events == POLLPRI && entry.revents != 0 && (entry.revents & POLLPRI) == 0;
+    return entry.fd >= 0 && entry.events == POLLPRI && entry.revents != 0 &&
+           (entry.revents & POLLPRI) == 0;
 }
 
 // Whether select() reports the entry in one of the sets it was asked in (its events).

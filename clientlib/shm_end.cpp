@@ -104,7 +104,9 @@ IoResult ShmEnd::peek(std::span<std::byte> out, size_t skip) noexcept {
         return {0, IoStatus::Error};
     shm::RingStatus status = shm::RingStatus::Ok;
     const size_t n = rx_.peek_ahead(out, skip, status);
-    if (status == shm::RingStatus::Corrupt && n == 0) {
+    // Past `skip` bytes a peek has shown already: those stay readable, and the read that
+    // reaches the impossible record breaks the channel then.
+    if (status == shm::RingStatus::Corrupt && n == 0 && skip == 0) {
         mark_broken("impossible record in the server->client ring");
         return {0, IoStatus::Error};
     }

@@ -14,7 +14,8 @@ on a Python socket, sends "select 42" and, while the answer waits unread, asks:
   trunc        recv_into(MSG_TRUNC) of 5 bytes into 0xff bytes: what came back, and the
                buffer's first byte after it (TCP discards; AF_UNIX copies)
   rest         the next 10 bytes: what follows the first 5 of the answer
-The plain pair's peer sends the first 15 bytes of the same answer. Answers are [result] or
+The plain pair's peer sends the first 15 bytes of the same answer (its oob_recv is EINVAL
+where the kernel has AF_UNIX urgent data, 5.15 and later, EOPNOTSUPP before). Answers are [result] or
 [errno name]; the last stdout line is {"transport": <upgraded fd's>, "shim": {...},
 "socket": {...}}.
 """

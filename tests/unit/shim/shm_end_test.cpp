@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string_view>
@@ -112,4 +113,27 @@ TEST_CASE("ShmEnd: one doorbell per named block of a worker", "[shim][shm][doorb
         a.send("query a");
         CHECK(a.doorbells() == 0);
     }
+}
+
+// recv(MSG_PEEK) into several iovecs peeks again past what it has shown: an impossible record
+// there must not break the channel before the shown bytes were read.
+TEST_CASE("ShmEnd: a peek past shown bytes leaves them readable before a torn record",
+          "[shim][shm]") {
+    Connection c;
+    shm::RingWriter to_client(c.server->header().s2c, c.server->s2c_data(), c.server->s2c_size());
+    shm::RingStatus status = shm::RingStatus::Ok;
+    const std::string_view good = "good";
+    REQUIRE(to_client.write(std::as_bytes(std::span(good.data(), good.size())), status) == 4);
+    // The next record's length word, beyond the first record's footprint, made impossible.
+    std::atomic_ref<uint32_t>(
+        *reinterpret_cast<uint32_t*>(c.server->s2c_data() + shm::record_footprint(4)))
+        .store(0xffffffffu);
+    std::byte out[16];
+    CHECK(c.end->peek(out, 0).bytes == 4);
+    CHECK(c.end->peek(out, 4).status == IoStatus::WouldBlock);
+    CHECK_FALSE(c.end->broken());
+    const auto r = c.end->read(c.app, out);
+    CHECK(r.bytes == 4);
+    CHECK(std::string_view(reinterpret_cast<const char*>(out), 4) == good);
+    CHECK(c.end->read(c.app, out).status == IoStatus::Error);  // now the torn record counts
 }
