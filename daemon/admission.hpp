@@ -18,6 +18,7 @@
 #include "daemon/peer.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/segment_registry.hpp"
+#include "daemon/session_cap.hpp"
 #include "daemon/session_directory.hpp"
 #include "daemon/startup_limiter.hpp"
 #include "daemon/tls_context.hpp"
@@ -52,6 +53,7 @@ struct AdmissionState {
         : startup(limits.max_startup_sessions, limits.max_startup_per_peer) {}
 
     StartupLimiter startup;     // its caps follow reloads (StartupLimiter::set_caps)
+    SessionCap session_cap;     // limits.max_sessions
     SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
@@ -67,12 +69,14 @@ struct AcceptedClient {
     Transport listener = Transport::Unix;
     PeerIdentity peer;
     StartupLimiter::Slot startup_slot;  // released once the StartupMessage is complete
-    // Came when limits.max_sessions were served already: heard as Postgres hears a client
-    // over max_connections, its TLS negotiation and a CancelRequest served, its
-    // StartupMessage answered FATAL 53300. (Refused at once, libpq 16.5/17.1 and later would
-    // show only "server sent an error response during SSL exchange", and a full l5pgd would
-    // forward no cancel.) Bounded by the startup caps, as every connection before its login.
-    bool over_max_sessions = false;
+    // Empty when the client came while limits.max_sessions places were taken: it is heard
+    // as Postgres hears a client over max_connections, its TLS negotiation and a
+    // CancelRequest served, and asks again for a place at an upgrade request (declined
+    // without one) and at its StartupMessage (FATAL 53300 without one). Refused at once,
+    // libpq 17.1, 16.5, 15.9, 14.14 and later would show only "server sent an error response
+    // during SSL exchange", and a full l5pgd would forward no cancel. Such connections are
+    // bounded by the startup caps, as every connection before its login.
+    SessionCap::Place session_place;
 };
 
 // What a client refused for `refusal` is told (FATAL 53300).

@@ -6,7 +6,7 @@
 
 namespace l5pg::daemon {
 
-void raise_fd_limit(unsigned max_sessions) {
+void raise_fd_limit(const config::LimitsConfig& limits) {
     rlimit limit{};
     if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
         return;
@@ -15,12 +15,12 @@ void raise_fd_limit(unsigned max_sessions) {
         (void)::setrlimit(RLIMIT_NOFILE, &limit);
         (void)::getrlimit(RLIMIT_NOFILE, &limit);
     }
-    const rlim_t needed = rlim_t{2} * max_sessions + 64;
+    const rlim_t needed = rlim_t{2} * limits.max_sessions + limits.max_startup_sessions + 64;
     if (limit.rlim_cur < needed)
         spdlog::warn(
-            "open file limit {} is below the {} that limits.max_sessions={} needs; raise "
-            "it (systemd: LimitNOFILE=, shell: ulimit -n)",
-            limit.rlim_cur, needed, max_sessions);
+            "open file limit {} is below the {} that limits.max_sessions={} needs (with "
+            "limits.max_startup_sessions={}); raise it (systemd: LimitNOFILE=, shell: ulimit -n)",
+            limit.rlim_cur, needed, limits.max_sessions, limits.max_startup_sessions);
 }
 
 }  // namespace l5pg::daemon

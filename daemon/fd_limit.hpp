@@ -1,12 +1,15 @@
 // The open-file limit l5pgd's sessions need.
 #pragma once
 
+#include "config/config.hpp"
+
 namespace l5pg::daemon {
 
-// Every session holds two descriptors (client and upstream sockets); the soft limit a shell
-// hands down is often 1,024. Raises it to the hard limit, and warns when even that is too
-// low for `max_sessions` (limits.max_sessions): clients are then refused for want of
-// descriptors. Called at start and on every reload.
-void raise_fd_limit(unsigned max_sessions);
+// Every session holds two descriptors (client and upstream sockets), and a connection that
+// came over limits.max_sessions one until its StartupMessage is refused (there are at most
+// limits.max_startup_sessions of those); the soft limit a shell hands down is often 1,024.
+// Raises it to the hard limit, and warns when even that is too low for `limits`: clients are
+// then refused for want of descriptors. Called at start and on every reload.
+void raise_fd_limit(const config::LimitsConfig& limits);
 
 }  // namespace l5pg::daemon

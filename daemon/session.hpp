@@ -145,6 +145,8 @@ class Session final : public ClientEndHost {
                                                         std::unique_ptr<ClientEnd>& end);
     // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
+    // Whether the session holds one of limits.max_sessions places (taking one if free).
+    [[nodiscard]] bool has_session_place();
     // A StartupMessage l5pgd does not serve now (draining, limits.max_sessions): counted,
     // logged and answered FATAL `sqlstate`, as Postgres answers it after TLS negotiation.
     void refuse_startup(ConnectionRefusal refusal, std::string_view sqlstate,
@@ -255,7 +257,7 @@ class Session final : public ClientEndHost {
     Transport transport_;
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
-    const bool over_max_sessions_;       // AcceptedClient::over_max_sessions
+    SessionCap::Place session_place_;    // AcceptedClient::session_place, or taken later
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;                   // included in sessions_active
     bool polled_ = false;                    // in the worker's polling loop (set_polled())

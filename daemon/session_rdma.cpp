@@ -46,6 +46,8 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
         return "RDMA needs the TCP listener";
     if (!cfg.enabled)
         return "rdma.enabled is false";
+    if (!has_session_place())  // its StartupMessage is refused: over TCP, no channel
+        return "limits.max_sessions reached";
     // No client on TCP is served: allocate nothing for it (its StartupMessage, sent over
     // TCP after the decline, is refused with 28000).
     if (worker_.admission().auth.tcp == config::AuthMethod::Reject)

@@ -235,7 +235,7 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
                                "l5pgd is shutting down");
                 return;
             }
-            if (over_max_sessions_) {
+            if (!has_session_place()) {
                 refuse_startup(ConnectionRefusal::MaxSessions,
                                protocol::kSqlstateTooManyConnections,
                                too_many_connections_message(ConnectionRefusal::MaxSessions));
@@ -297,6 +297,8 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
     const config::ShmConfig& cfg = worker_.config().shm;
     if (transport_ != Transport::Unix)
         return "shared memory needs the Unix socket listener";
+    if (!has_session_place())  // its StartupMessage is refused: over the socket, no rings
+        return "limits.max_sessions reached";
     if (!cfg.enabled)
         return "shm.enabled is false";
     if (req.transport != protocol::L5Transport::Shm)
@@ -428,6 +430,12 @@ void Session::note_logged_in() {
     database_counters_ = metrics_.databases().counters_for(record_->database, record_->role);
     if (database_counters_ != nullptr)
         database_counters_->opened();
+}
+
+bool Session::has_session_place() {
+    if (!session_place_.held())
+        session_place_ = worker_.session_cap().try_take(worker_.config().limits.max_sessions);
+    return session_place_.held();
 }
 
 // As Postgres in smart shutdown or over max_connections answers a StartupMessage (its

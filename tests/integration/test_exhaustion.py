@@ -382,10 +382,11 @@ def unix_connect(d):
 @pytest.mark.timeout(120)
 def test_a_client_over_max_sessions_is_told_so_after_tls_negotiation(workdir, cluster, l5pgd_binary):
     """Over limits.max_sessions l5pgd answers as Postgres over max_connections: after the TLS
-    negotiation (libpq's default sslmode=prefer asks for it over TCP, and libpq 16.5/17.1 and
-    later show only "server sent an error response during SSL exchange" for an error sent
-    before), at the StartupMessage, FATAL 53300. A CancelRequest is still forwarded: the query
-    of the session that fills l5pgd can be cancelled (psql's Ctrl-C)."""
+    negotiation (libpq's default sslmode=prefer asks for it over TCP, and libpq 17.1, 16.5,
+    15.9 and later show only "server sent an error response during SSL exchange" for an error
+    sent before), at the StartupMessage, FATAL 53300. A CancelRequest is still forwarded: the
+    query of the session that fills l5pgd can be cancelled (psql's Ctrl-C). A connection that
+    came while l5pgd was full is served if a place came free before its StartupMessage."""
     d = L5pgd(short_dir(workdir, "l5m-"), cluster, workers=1,
               extra_overrides=["limits.max_sessions=1"])
     app = "l5pg-full"
@@ -403,11 +404,19 @@ def test_a_client_over_max_sessions_is_told_so_after_tls_negotiation(workdir, cl
                     r.stderr, (sslmode, r.stderr)
             typ, fields = unix_startup(d)
             assert typ == "E" and fields.get("C") == "53300", (typ, fields)
+            came_while_full = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            came_while_full.settimeout(10)
+            came_while_full.connect(str(d.socket_path))
             holder.send_signal(signal.SIGINT)
             _, err = holder.communicate(timeout=20)
             assert "canceling statement due to user request" in err, err
         finally:
             stop_process(holder)
+        with came_while_full:
+            wait_for(lambda: d.metric("l5pg_sessions_active", transport="tcp") == 0, 20,
+                     "the first session to end")
+            came_while_full.sendall(pgwire.startup_packet(user="postgres", database="postgres"))
+            assert pgwire.read_until_ready(came_while_full)[-1][0] == "Z"
         assert d.metric("l5pg_connections_refused_total", reason="max_sessions") == 3
         assert "too many connections (limits.max_sessions reached)" in d.log_text()
         wait_for(lambda: unix_startup(d)[0] == "Z", 20, "a client to be served once the first left")

@@ -125,6 +125,7 @@ def test_admin_console_reload(configured):
     assert "reload: shm.spin_us: 50 -> 7" in reload_log
     assert show_config(d)["shm.spin_us"][0] == "7"
 
+
 def test_restart_keys_are_named_and_kept(configured):
     d, config = configured
     config.write_text(BASE_CONFIG + "listen:\n  backlog: 17\n"
@@ -149,7 +150,7 @@ def test_reload_warns_when_max_sessions_outgrows_the_fd_limit(configured):
     config.write_text(BASE_CONFIG + "limits:\n  max_sessions: 100000000\n")
     log = d.reload()
     assert "reload: limits.max_sessions: 1000 -> 100000000" in log
-    assert re.search(r"open file limit \d+ is below the 200000064 that "
+    assert re.search(r"open file limit \d+ is below the 200000564 that "
                      r"limits\.max_sessions=100000000 needs", log), log
 
 

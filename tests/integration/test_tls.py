@@ -94,8 +94,9 @@ def test_allow_serves_both(workdir, cluster, pki):
 
 def test_a_client_over_max_sessions_reads_the_refusal_through_tls(workdir, cluster, pki):
     """Over limits.max_sessions the FATAL 53300 comes after the TLS handshake, inside TLS, as
-    Postgres sends its "too many clients": libpq shows it (an error before the handshake it
-    would not, from 16.5/17.1 on)."""
+    Postgres sends its "too many clients": libpq shows it. (An error before the handshake
+    libpq 17.1, 16.5, 15.9, 14.14 and later would not show; an older one would, so there this
+    test cannot tell the two apart.)"""
     with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-full", "require",
                    extra=["limits.max_sessions=1"]) as d:
         target = Target("tcp", "127.0.0.1", d.port, extra={"PGSSLMODE": "require"})
