@@ -69,14 +69,6 @@ struct AcceptedClient {
     Transport listener = Transport::Unix;
     PeerIdentity peer;
     StartupLimiter::Slot startup_slot;  // released once the StartupMessage is complete
-    // Empty when the client came while limits.max_sessions places were taken: it is heard
-    // as Postgres hears a client over max_connections, its TLS negotiation and a
-    // CancelRequest served, and asks again for a place at an upgrade request (declined
-    // without one) and at its StartupMessage (FATAL 53300 without one). Refused at once,
-    // libpq 17.1, 16.5, 15.9, 14.14 and later would show only "server sent an error response
-    // during SSL exchange", and a full l5pgd would forward no cancel. Such connections are
-    // bounded by the startup caps, as every connection before its login.
-    SessionCap::Place session_place;
 };
 
 // What a client refused for `refusal` is told (FATAL 53300).

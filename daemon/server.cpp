@@ -156,7 +156,7 @@ void Server::accept_client(int fd, Transport transport) {
         log_accept_recovered();
     }
     AcceptedClient client{
-        UniqueFd(fd), transport, identify_peer(fd, transport == Transport::Unix), {}, {}};
+        UniqueFd(fd), transport, identify_peer(fd, transport == Transport::Unix), {}};
     if (transport == Transport::Tcp) {
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -172,7 +172,7 @@ void Server::accept_client(int fd, Transport transport) {
 }
 
 // Checks the limits that apply before a byte is read; takes the client's startup slot.
-// limits.max_sessions is answered later (AcceptedClient::session_place).
+// limits.max_sessions is answered later, at the StartupMessage (daemon/session_cap.hpp).
 std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
     StartupLimiter::Refusal refusal = StartupLimiter::Refusal::None;
     client.startup_slot = admission_.startup.try_acquire(client.peer.limit_key(), refusal);
@@ -180,7 +180,6 @@ std::optional<ConnectionRefusal> Server::admit(AcceptedClient& client) {
         return ConnectionRefusal::MaxStartupSessions;
     if (refusal == StartupLimiter::Refusal::PerPeer)
         return ConnectionRefusal::MaxStartupPerPeer;
-    client.session_place = admission_.session_cap.try_take(config().limits.max_sessions);
     return std::nullopt;
 }
 

@@ -35,7 +35,6 @@ Session::Session(Worker& worker, uint64_t id, AcceptedClient client)
       transport_(client.listener),
       peer_(std::move(client.peer)),
       startup_slot_(std::move(client.startup_slot)),
-      session_place_(std::move(client.session_place)),
       client_(std::move(client.fd)),
       stream_(client_.get()),
       end_(std::make_unique<SocketClientEnd>(stream_, *this)) {}

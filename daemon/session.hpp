@@ -145,7 +145,8 @@ class Session final : public ClientEndHost {
                                                         std::unique_ptr<ClientEnd>& end);
     // l5pgd's client check (auth.*) for a StartupMessage; refuses with 28000 when it fails.
     [[nodiscard]] bool admit_startup(const protocol::StartupPacket& packet);
-    // Whether the session holds one of limits.max_sessions places (taking one if free).
+    // Whether the session holds one of limits.max_sessions places, taking one if free (at
+    // its StartupMessage or upgrade request: daemon/session_cap.hpp).
     [[nodiscard]] bool has_session_place();
     // A StartupMessage l5pgd does not serve now (draining, limits.max_sessions): counted,
     // logged and answered FATAL `sqlstate`, as Postgres answers it after TLS negotiation.
@@ -257,7 +258,7 @@ class Session final : public ClientEndHost {
     Transport transport_;
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
-    SessionCap::Place session_place_;    // AcceptedClient::session_place, or taken later
+    SessionCap::Place session_place_;    // taken at the StartupMessage or an upgrade request
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;                   // included in sessions_active
     bool polled_ = false;                    // in the worker's polling loop (set_polled())

@@ -619,6 +619,7 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
         return;
     }
     const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
+    session_place_.release();  // not served: its place is free while the FATAL goes out
     enter(SessionState::Refusing);
     upstream_.reset();
     upstream_read_.reset();

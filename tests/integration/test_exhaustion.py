@@ -385,13 +385,15 @@ def test_a_client_over_max_sessions_is_told_so_after_tls_negotiation(workdir, cl
     negotiation (libpq's default sslmode=prefer asks for it over TCP, and libpq 17.1, 16.5,
     15.9 and later show only "server sent an error response during SSL exchange" for an error
     sent before), at the StartupMessage, FATAL 53300. A CancelRequest is still forwarded: the
-    query of the session that fills l5pgd can be cancelled (psql's Ctrl-C). A connection that
-    came while l5pgd was full is served if a place came free before its StartupMessage."""
+    query of the session that fills l5pgd can be cancelled (psql's Ctrl-C). As in Postgres, a
+    connection takes a place only with its StartupMessage: an idle one keeps nobody out, and
+    one that came while l5pgd was full is served if a place came free before it."""
     d = L5pgd(short_dir(workdir, "l5m-"), cluster, workers=1,
               extra_overrides=["limits.max_sessions=1"])
     app = "l5pg-full"
     with d:
         target = tcp_target(d)
+        idle = socket.create_connection(("127.0.0.1", d.port), timeout=10)  # sends nothing
         holder = popen(psql_cmd("-c", "select pg_sleep(60)"), target, env={"PGAPPNAME": app},
                        text=True)
         try:
@@ -412,6 +414,7 @@ def test_a_client_over_max_sessions_is_told_so_after_tls_negotiation(workdir, cl
             assert "canceling statement due to user request" in err, err
         finally:
             stop_process(holder)
+            idle.close()
         with came_while_full:
             wait_for(lambda: d.metric("l5pg_sessions_active", transport="tcp") == 0, 20,
                      "the first session to end")
