@@ -1,7 +1,6 @@
 // The interposed data calls: send/recv and friends, read/write, readv/writev and the
 // _FORTIFY_SOURCE __*_chk variants. Untracked fds cost one atomic load and go straight
 // to libc; upgraded fds go through their Channel.
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -73,24 +72,24 @@ size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) n
     return n;
 }
 
-Route route_send(int fd, const iovec* iov, int iovcnt, int flags) noexcept;
+Route route_send(int fd, const iovec* iov, int iovcnt) noexcept;
 
-// Another thread's first send is upgrading `fd`: a blocking call waits for the outcome
-// (bytes sent meanwhile on the bare socket would reach l5pgd in the middle of the upgrade,
-// and l5pgd's answer is not the caller's to read); a non-blocking one is EAGAIN now.
-bool await_upgrade_by(int fd, int flags) noexcept {
-    const bool nonblocking =
-        (flags & MSG_DONTWAIT) != 0 || (real().fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
-    if (!nonblocking && fd_await_upgrade(fd))
+// Another thread's first send is upgrading `fd`: the call waits for the outcome (bytes sent
+// meanwhile on the bare socket would reach l5pgd in the middle of the upgrade, and l5pgd's
+// answer is not the caller's to read), also when non-blocking, as the first send itself
+// does: an EAGAIN now would come with no readiness to wait for (poll() and epoll see the
+// bare socket until the upgrade settles). EAGAIN only if it outlasts fd_await_upgrade().
+bool await_upgrade(int fd) noexcept {
+    if (fd_await_upgrade(fd))
         return true;
     errno = EAGAIN;
     return false;
 }
 
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
-Route decide_candidate(int fd, const iovec* iov, int iovcnt, int flags, bool rdma) noexcept {
+Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
     if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
-        return route_send(fd, iov, iovcnt, flags);
+        return route_send(fd, iov, iovcnt);
     std::byte first[16];
     const size_t n = gather_prefix(iov, iovcnt, first, sizeof first);
     Channel* channel = nullptr;
@@ -113,7 +112,7 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, int flags, bool rdm
     return {RouteKind::Real, {}};
 }
 
-Route route_send(int fd, const iovec* iov, int iovcnt, int flags) noexcept {
+Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
     switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
             return {RouteKind::Real, {}};
@@ -123,27 +122,27 @@ Route route_send(int fd, const iovec* iov, int iovcnt, int flags) noexcept {
             errno = EPIPE;
             return {RouteKind::Error, {}};
         case FdKind::Candidate:
-            return decide_candidate(fd, iov, iovcnt, flags, false);
+            return decide_candidate(fd, iov, iovcnt, false);
         case FdKind::RdmaCandidate:
-            return decide_candidate(fd, iov, iovcnt, flags, true);
+            return decide_candidate(fd, iov, iovcnt, true);
         case FdKind::Upgrading:
-            if (!await_upgrade_by(fd, flags))
+            if (!await_upgrade(fd))
                 return {RouteKind::Error, {}};
-            return route_send(fd, iov, iovcnt, flags);
+            return route_send(fd, iov, iovcnt);
     }
     return {RouteKind::Real, {}};
 }
 
-Route route_recv(int fd, int flags) noexcept {
+Route route_recv(int fd) noexcept {
     switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
         case FdKind::Candidate:
         case FdKind::RdmaCandidate:
             return {RouteKind::Real, {}};
         case FdKind::Upgrading:
-            if (!await_upgrade_by(fd, flags))
+            if (!await_upgrade(fd))
                 return {RouteKind::Error, {}};
-            return route_recv(fd, flags);
+            return route_recv(fd);
         case FdKind::Upgraded:
             return via_channel(fd);
         case FdKind::Forked:
@@ -217,7 +216,7 @@ ssize_t recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept {
 template <class RealSend>
 ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
                  RealSend real_send) noexcept {
-    const Route route = route_send(fd, iov, iovcnt, flags);
+    const Route route = route_send(fd, iov, iovcnt);
     switch (route.kind) {
         case RouteKind::Real:
             return real_send();
@@ -256,7 +255,7 @@ bool asks_nothing(const iovec* iov, int iovcnt) noexcept {
 template <class RealRecv>
 ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
                  EmptyRead empty = EmptyRead::Waits) noexcept {
-    const Route route = route_recv(fd, flags);
+    const Route route = route_recv(fd);
     switch (route.kind) {
         case RouteKind::Real:
             return real_recv();

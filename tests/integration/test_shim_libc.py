@@ -521,11 +521,12 @@ def test_socket_duplicated_before_its_first_message_stays_a_socket(l5pgd, shim):
 # descriptors share the rings. The shim used to make both plain sockets under the upgrading
 # thread, whose send then failed with EBADF on a socket l5pgd had moved onto the rings.
 DUP_DURING_UPGRADE_SCRIPT = r'''
-import ctypes, fcntl, json, os, signal, socket, struct, sys, termios, threading, time
+import ctypes, fcntl, json, os, platform, signal, socket, struct, sys, termios, threading, time
 sys.path.insert(0, sys.argv[3])
 from tests.harness import pgwire
 
-SLEEPS = {35, 230}  # x86-64 nanosleep, clock_nanosleep
+# nanosleep, clock_nanosleep
+SLEEPS = {"x86_64": {35, 230}, "aarch64": {101, 115}}[platform.machine()]
 
 def eventually(condition, seconds=10):
     deadline = time.monotonic() + seconds
@@ -538,7 +539,8 @@ def queued(sock):
 
 def sleeping(tid):
     with open(f"/proc/self/task/{tid}/syscall") as f:
-        return int(f.read().split()[0]) in SLEEPS
+        first = f.read().split()[0]  # "running" while on a CPU or runnable
+    return first.isdigit() and int(first) in SLEEPS
 
 shim = ctypes.CDLL(None)
 l5pgd = int(sys.argv[2])
@@ -575,8 +577,11 @@ print(json.dumps({"send": failure, "transports": [shim.l5pg_fd_transport(s.filen
 @pytest.mark.timeout(60)
 def test_socket_duplicated_during_its_upgrade_shares_the_rings(l5pgd, shim):
     try:
+        # An upgrade timeout far beyond the script's 5 s fallback: without the wait in dup(),
+        # the upgrade still succeeds, after the dup() (the failure this test is for).
         out, _ = run_python_json(shm_target(l5pgd), DUP_DURING_UPGRADE_SCRIPT,
-                                 args=[str(l5pgd.socket_path), str(l5pgd.pid()), str(paths.REPO)])
+                                 args=[str(l5pgd.socket_path), str(l5pgd.pid()), str(paths.REPO)],
+                                 env={"L5PG_UPGRADE_TIMEOUT_MS": "30000"})
     finally:
         os.kill(l5pgd.pid(), signal.SIGCONT)
     assert out == {"send": [], "transports": [1, 1], "ready": "Z", "row": "42"}, out
