@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 
@@ -308,14 +309,29 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
 
 namespace {
 
-// Reads (or with MSG_PEEK copies without consuming) what the end has into `iov` from byte
+// Where a recv() puts what it reads: the caller's pieces, or, for recv(MSG_TRUNC) on a
+// TCP-born connection, nowhere: `total` bytes read again and again into one scratch buffer.
+struct RecvTarget {
+    const iovec* iov = nullptr;
+    int iovcnt = 0;
+    size_t total = 0;
+    std::span<std::byte> scratch;  // non-empty: discard
+
+    // Where byte `got` onwards goes (empty once `total` are in).
+    [[nodiscard]] std::span<std::byte> piece_at(size_t got) const noexcept {
+        if (scratch.empty())
+            return l5pg::shim::piece_at(iov, iovcnt, got);
+        return scratch.first(std::min(scratch.size(), total - got));
+    }
+};
+
+// Reads (or with MSG_PEEK copies without consuming) what the end has into `to` from byte
 // `got` on, until it is full or the end has no more now. The last call's status. (A peek
 // starts again from the first unread byte each call, hence `got` as what to skip.)
-IoResult fill_from_end(Channel& ch, int fd, const iovec* iov, int iovcnt, bool peek,
-                       size_t& got) noexcept {
+IoResult fill_from_end(Channel& ch, int fd, const RecvTarget& to, bool peek, size_t& got) noexcept {
     IoResult r{0, IoStatus::Ok};
     for (;;) {
-        const std::span<std::byte> piece = piece_at(iov, iovcnt, got);
+        const std::span<std::byte> piece = to.piece_at(got);
         if (piece.empty())
             return r;
         r = peek ? ch.end->peek(piece, got) : ch.end->read(fd, piece);
@@ -325,20 +341,18 @@ IoResult fill_from_end(Channel& ch, int fd, const iovec* iov, int iovcnt, bool p
     }
 }
 
-}  // namespace
-
-ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) noexcept {
+ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) noexcept {
     const bool peek = (flags & MSG_PEEK) != 0;
     if (peek && !ch.end->can_peek())
         return fail(EOPNOTSUPP);
-    const size_t total = iov_total(iov, iovcnt);
+    const size_t total = to.total;
     const bool wait_all = (flags & MSG_WAITALL) != 0 && !would_block(ch, flags) && !peek;
     if (total == 0)
         return recv_nothing(ch, fd, flags);
     size_t got = 0;
     SocketTimeout timeout(fd, Want::Read);
     for (;;) {
-        const IoResult r = fill_from_end(ch, fd, iov, iovcnt, peek, got);
+        const IoResult r = fill_from_end(ch, fd, to, peek, got);
         if (got == total || (got > 0 && !wait_all))
             break;
         if (r.status == IoStatus::Closed) {
@@ -370,6 +384,17 @@ ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
     }
     prepare_return(ch, fd);
     return static_cast<ssize_t>(got);
+}
+
+}  // namespace
+
+ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) noexcept {
+    return recv_into(ch, fd, {iov, iovcnt, iov_total(iov, iovcnt), {}}, flags);
+}
+
+ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept {
+    std::byte scratch[4096];
+    return recv_into(ch, fd, {nullptr, 0, len, scratch}, flags);
 }
 
 // ---------------------------------------------------------------- poll support

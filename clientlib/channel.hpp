@@ -77,6 +77,9 @@ void channel_forget_all_after_fork() noexcept;
                                    bool nosignal) noexcept;
 [[nodiscard]] ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt,
                                    int flags) noexcept;
+// recv(MSG_TRUNC) as TCP answers it (tcp(7)): reads `len` bytes as channel_recv would, the
+// other flags included, and discards them.
+[[nodiscard]] ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept;
 
 // How long to spin and yield before blocking on this channel: the budget its recent waits
 // earned (wait::AdaptiveSpin), or, for SHM, none when it is the `only_session` waited on and

@@ -38,19 +38,38 @@ Route via_channel(int fd) noexcept {
     return {RouteKind::Channel, std::move(channel)};
 }
 
-// The argument checks the kernel makes before it looks at a socket (readv(2), writev(2)):
-// a count outside 0..IOV_MAX, or a length that is negative as an ssize_t, is EINVAL. (A sum
-// beyond SSIZE_MAX, which only invalid buffers reach, is EINVAL here too, as readv(2) says;
-// the kernel caps it and then fails with EFAULT.)
-bool valid_iov(const iovec* iov, int iovcnt) noexcept {
+// The argument checks the kernel makes before it looks at a socket (readv(2), writev(2)),
+// as an errno, or 0: a count outside 0..IOV_MAX is EINVAL, an array it cannot read EFAULT (of
+// invalid addresses only null is caught, here and below), a length that is negative as an
+// ssize_t EINVAL. (A sum beyond SSIZE_MAX, which only invalid buffers reach, is EINVAL here
+// too, as readv(2) says; the kernel caps it and then fails with EFAULT.)
+int iov_refusal(const iovec* iov, int iovcnt) noexcept {
     if (iovcnt < 0 || iovcnt > IOV_MAX)
-        return false;
+        return EINVAL;
+    if (iov == nullptr && iovcnt > 0)
+        return EFAULT;
     size_t total = 0;
     for (int i = 0; i < iovcnt; ++i) {
         if (iov[i].iov_len > static_cast<size_t>(SSIZE_MAX) - total)
-            return false;
+            return EINVAL;
         total += iov[i].iov_len;
     }
+    return 0;
+}
+
+// A null buffer of non-zero length: the kernel's copy from or to it fails with EFAULT; the
+// rings' memcpy would crash the program instead.
+bool null_piece(const iovec* iov, int iovcnt) noexcept {
+    for (int i = 0; i < iovcnt; ++i)
+        if (iov[i].iov_base == nullptr && iov[i].iov_len > 0)
+            return true;
+    return false;
+}
+
+bool refused(int error) noexcept {
+    if (error == 0)
+        return false;
+    errno = error;
     return true;
 }
 
@@ -88,6 +107,9 @@ bool await_upgrade(int fd) noexcept {
 
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
 Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
+    // Arguments the kernel refuses: the bare socket says so, and the fd stays a candidate.
+    if (iov_refusal(iov, iovcnt) != 0 || null_piece(iov, iovcnt))
+        return {RouteKind::Real, {}};
     if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
         return route_send(fd, iov, iovcnt);
     std::byte first[16];
@@ -189,9 +211,7 @@ bool refuse_address(int fd, const sockaddr* addr, socklen_t addrlen) noexcept {
 }
 
 // recv(MSG_TRUNC) on TCP discards what it would have copied (tcp(7)): `buf` may well be
-// null. The channel reads into one scratch buffer named by every piece, so that the call's
-// other flags keep their meaning; at most sizeof scratch * kPieces bytes per call, a short
-// read as a stream socket may give. AF_UNIX ignores the flag and copies.
+// null (channel_recv_discarding). AF_UNIX ignores the flag and copies.
 bool discards_truncated(int fd, int flags) noexcept {
     if ((flags & MSG_TRUNC) == 0)
         return false;
@@ -199,18 +219,6 @@ bool discards_truncated(int fd, int flags) noexcept {
     socklen_t len = sizeof domain;
     return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
            (domain == AF_INET || domain == AF_INET6);
-}
-
-ssize_t recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept {
-    constexpr int kPieces = 64;
-    std::byte scratch[4096];
-    iovec pieces[kPieces];
-    int count = 0;
-    for (; count < kPieces && len > 0; ++count) {
-        pieces[count] = {scratch, std::min(len, sizeof scratch)};
-        len -= pieces[count].iov_len;
-    }
-    return channel_recv(ch, fd, pieces, count, flags);
 }
 
 template <class RealSend>
@@ -221,12 +229,12 @@ ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
         case RouteKind::Real:
             return real_send();
         case RouteKind::Channel:
-            if (!valid_iov(iov, iovcnt)) {
-                errno = EINVAL;
+            if (refused(iov_refusal(iov, iovcnt)) || refuse_send_flags(flags))
+                return -1;
+            if (null_piece(iov, iovcnt)) {
+                errno = EFAULT;
                 return -1;
             }
-            if (refuse_send_flags(flags))
-                return -1;
             return channel_send(*route.channel, fd, iov, iovcnt, flags, nosignal);
         case RouteKind::Eof:
         case RouteKind::Error:
@@ -260,16 +268,19 @@ ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_
         case RouteKind::Real:
             return real_recv();
         case RouteKind::Channel:
-            if (!valid_iov(iov, iovcnt)) {
-                errno = EINVAL;
+            if (refused(iov_refusal(iov, iovcnt)))
                 return -1;
-            }
             if (empty == EmptyRead::ReturnsZero && asks_nothing(iov, iovcnt))
                 return 0;
             if (refuse_recv_flags(flags))
                 return -1;
             if (discards_truncated(fd, flags))
-                return recv_discarding(*route.channel, fd, iov_total(iov, iovcnt), flags);
+                return channel_recv_discarding(*route.channel, fd, iov_total(iov, iovcnt), flags);
+            // (The kernel would wait for data first and then fail the copy.)
+            if (null_piece(iov, iovcnt)) {
+                errno = EFAULT;
+                return -1;
+            }
             return channel_recv(*route.channel, fd, iov, iovcnt, flags);
         case RouteKind::Eof:
             return 0;
@@ -302,6 +313,8 @@ ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* a
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+    if (msg == nullptr)
+        return real().sendmsg(fd, msg, flags);  // EFAULT before the kernel looks at the socket
     if (too_many_pieces(fd, msg))
         return -1;
     if (fd_lookup(fd).kind == FdKind::Upgraded) {
@@ -340,6 +353,8 @@ ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, sockl
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+    if (msg == nullptr)
+        return real().recvmsg(fd, msg, flags);  // EFAULT before the kernel looks at the socket
     if (too_many_pieces(fd, msg))
         return -1;
     if (fd_lookup(fd).kind == FdKind::Upgraded) {

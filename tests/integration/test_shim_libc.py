@@ -699,7 +699,8 @@ def test_select_for_exceptions_alone_waits_out_a_hangup(l5pgd, shim):
 # socket gives with nothing of the kind pending, never the stream's bytes (the shim used to
 # hand out the answer to recv(MSG_OOB) and recv(MSG_ERRQUEUE)). Two answers differ by
 # design: the rings carry no urgent data (EOPNOTSUPP), and the error queue is empty where
-# AF_UNIX would read the stream.
+# AF_UNIX would read the stream. A null buffer is EFAULT, as the kernel's copy fails (the
+# shim's crashed the program), and nothing is read.
 @pytest.mark.timeout(60)
 def test_flags_the_rings_cannot_carry_get_the_kernels_answers(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), socket_flags.SCRIPT,
@@ -707,6 +708,8 @@ def test_flags_the_rings_cannot_carry_get_the_kernels_answers(l5pgd, shim):
     assert out["transport"] == 1, out  # L5PG_TRANSPORT_SHM
     assert out["socket"]["sendto_addr"] == ["EISCONN"], out
     assert out["socket"]["trunc"] == [5, "54"], out  # AF_UNIX copies despite MSG_TRUNC
+    assert out["socket"]["null_send"] == out["socket"]["null_recv"] == ["EFAULT"], out
+    assert out["socket"]["big_trunc"] == ["EFAULT", 600000, "43"], out
     # (Python names EOPNOTSUPP by its Linux alias ENOTSUP; the kernel's AF_UNIX before 5.15
     # has no urgent data and answers recv(MSG_OOB) so, the shim as a 5.15's with none pending.)
     assert out["socket"]["oob_recv"] in (["EINVAL"], ["ENOTSUP"]), out
