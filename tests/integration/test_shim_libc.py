@@ -605,12 +605,19 @@ while time.monotonic() < deadline and not revents & select.POLLHUP:
 
 # Postgres ends the session after a last message the client has not read yet: a Unix socket
 # then polls POLLIN | POLLHUP, and so must the upgraded connection (held against Postgres's
-# own socket).
+# own socket). Asked for writing alone it is writable as well (a write fails at once), so
+# select() with only a write set reports it at once (the shim's channel said POLLHUP alone:
+# select() returned 0 before its timeout).
 HANGUP_WITH_DATA_SCRIPT = r'''
 import ctypes, json, os, select, time, psycopg
 ''' + TERMINATED_CONNECTION + r'''
 transport = getattr(ctypes.CDLL(None), "l5pg_fd_transport", lambda fd: 0)  # direct: no shim
+w = select.poll()
+w.register(pg.socket, select.POLLOUT)
+out_revents = dict(w.poll(0)).get(pg.socket, 0)
+writable = select.select([], [pg.socket], [], 0.3)[1] == [pg.socket]
 print(json.dumps({"transport": transport(pg.socket), "revents": revents,
+                  "out_revents": out_revents, "select_writable": writable,
                   "unread": len(os.read(pg.socket, 65536)) > 0}))
 '''
 
@@ -621,7 +628,8 @@ def test_poll_reports_hangup_beside_unread_data(l5pgd, cluster, shim):
     via_shm, _ = run_python_json(shm_target(l5pgd), HANGUP_WITH_DATA_SCRIPT)
     direct, _ = run_python_json(direct_unix_target(cluster), HANGUP_WITH_DATA_SCRIPT)
     assert direct == {"transport": 0, "revents": select.POLLIN | select.POLLHUP,
-                      "unread": True}, direct
+                      "out_revents": select.POLLOUT | select.POLLHUP,
+                      "select_writable": True, "unread": True}, direct
     assert via_shm == dict(direct, transport=1), via_shm
 
 
