@@ -83,7 +83,7 @@ void load_rdma_settings(Settings& s) {
         std::strncpy(s.rdma_device_name, name, sizeof s.rdma_device_name - 1);
     }
     s.rdma_device_port = static_cast<uint8_t>(env_number("L5PG_RDMA_DEVICE_PORT", 1, 1, 255));
-    // -1 (the default): the device's first GID; an invalid value keeps the default.
+    // -1 (the default): LID routing, no GID; an invalid value keeps the default.
     if (const char* gid = std::getenv("L5PG_RDMA_GID_INDEX");
         gid && *gid && std::strcmp(gid, "-1")) {
         constexpr uint64_t kNone = 256;

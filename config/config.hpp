@@ -14,7 +14,7 @@
 namespace l5pg::config {
 
 // Thrown for any invalid configuration. what() names the key and the reason, e.g.
-// "listen.port: must be between 1 and 65535 (got 70000)".
+// "listen.port: must be an integer between 1 and 65535 (got '70000')".
 class ConfigError : public std::runtime_error {
   public:
     using std::runtime_error::runtime_error;
@@ -56,7 +56,7 @@ struct ShmConfig {
     bool follow_client_cpu = true;
 };
 
-// L5 RDMA channel for remote clients (DESIGN.md "RDMA channel"): clients upgrade their
+// L5 RDMA channel for remote clients (docs/wire-format.md section 5): clients upgrade their
 // TCP connection to l5pgd with the L5 upgrade request, transport 2.
 struct RdmaConfig {
     bool enabled = false;         // accept RDMA upgrades on the TCP listener
@@ -152,7 +152,7 @@ struct LoggingConfig {
 enum class TlsMode {
     Disable,  // SSLRequest answered 'N'
     Allow,    // SSLRequest answered 'S'; plaintext clients served too
-    Require,  // TCP clients must use TLS; RDMA upgrades are declined (not inside TLS yet)
+    Require,  // TCP clients must use TLS; an RDMA upgrade only inside TLS
 };
 [[nodiscard]] std::string_view to_string(TlsMode m) noexcept;
 

@@ -39,8 +39,9 @@ constexpr const char* kUsage =
     "  -h, --help            this help\n"
     "\n"
     "Signals: SIGHUP reloads the configuration (keys that need a restart are logged and\n"
-    "kept); SIGTERM stops now; SIGINT refuses new sessions (FATAL 57P03; cancel requests\n"
-    "still pass) and waits for the open ones to end.\n";
+    "kept); SIGTERM (or SIGQUIT) stops now; SIGINT refuses new sessions (FATAL 57P03;\n"
+    "cancel requests still pass) and waits for the open ones to end, and a second SIGINT\n"
+    "or SIGTERM then stops now.\n";
 
 struct Options {
     std::string config_path;

@@ -268,7 +268,8 @@ void Metrics::render_refusals(std::string& out) const {
                            read(auth_failures_[idx(t)][r]));
     }
     header(out, "l5pg_connections_refused_total", "counter",
-           "Connections refused before their startup packet was read, by limit.");
+           "Connections refused before anything of them reached Postgres (at accept or at "
+           "their StartupMessage), by reason.");
     for (size_t r = 0; r < kConnectionRefusalCount; ++r)
         fmt::format_to(std::back_inserter(out),
                        "l5pg_connections_refused_total{{reason=\"{}\"}} {}\n",

@@ -1,7 +1,7 @@
 // A worker thread: owns its sessions and one libevent base. While SHM sessions are busy
 // it polls their rings in a loop (spin, then sched_yield); when idle past the budget it
 // arms every ring's wake-up flag and blocks in epoll until a doorbell, an upstream
-// socket or a new session wakes it (DESIGN.md "Waiting"). It does not spin at all while
+// socket or a new session wakes it (docs/wire-format.md section 3). It does not spin at all while
 // every busy session waits for Postgres, while its recent idle stretches outlasted the
 // budget (wait::AdaptiveSpin), while its clients are confined to the one CPU it is
 // confined to (transport/wait/cpu_hint.hpp), or while it serves one session and the CPUs

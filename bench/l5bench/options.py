@@ -58,7 +58,8 @@ def parser():
     ap = argparse.ArgumentParser(
         prog="run_bench.py",
         description="pgbench benchmark: direct TCP/Unix, PgBouncer TCP/Unix, l5pgd TCP/Unix/SHM "
-                    "(and RDMA when present), two CPU placements, repeated and interleaved.")
+                    "(and RDMA when present), CPU placements default, pinned and shared, repeated "
+                    "and interleaved.")
     ap.add_argument("--quick", action="store_true",
                     help="reduced matrix: clients 1,8 for point-read and tpcb-like; point-read "
                          "at 2,4,32,64 over the Unix and SHM targets; 2 s per cell")

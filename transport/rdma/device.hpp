@@ -1,4 +1,4 @@
-// The RDMA device interface (DESIGN.md "RDMA channel"): register memory, post RDMA WRITE
+// The RDMA device interface (docs/wire-format.md section 5): register memory, post RDMA WRITE
 // and READ, poll completions, and the connection data both ends exchange. The channel
 // (channel/) is written against this interface only; `verbs` (rdma-core, RC queue pairs)
 // and `soft` (a user-space device over a stream socket) implement it.

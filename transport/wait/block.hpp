@@ -1,6 +1,6 @@
-// The blocking wait, written once (L5 §III-A-3, DESIGN.md "Waiting"): spin, yield, arm the
-// waiting flag, re-check, block on the doorbell socket, drain it, and round again. Used by
-// the shim's channel over any end (clientlib/channel.cpp) and its poll() over several fds
+// The blocking wait, written once (L5 §III-A-3, docs/wire-format.md section 3): spin, yield, arm
+// the waiting flag, re-check, block on the doorbell socket, drain it, and round again. Used by the
+// shim's channel over any end (clientlib/channel.cpp) and its poll() over several fds
 // (clientlib/interpose_poll.cpp), the RDMA client channel's own waits
 // (rdma/channel/client.cpp), l5pgd's worker (daemon/worker.cpp: it spins and yields between
 // polling rounds itself, then arms every session and blocks in libevent through this), the
