@@ -11,15 +11,34 @@ namespace {
 
 // session_user and current_database() name the backend's role and database by their OIDs
 // as they are named now. CONNECT is the login role's, as Postgres checks it at login (the
-// current role may be another: ALTER ROLE ... SET role). Everything schema-qualified, the
-// operators too: the role's search_path is its own.
+// current role may be another: ALTER ROLE ... SET role). A datconnlimit of -2 marks a
+// database a DROP left half done. Everything schema-qualified, the operators too: the
+// role's search_path is its own.
+//
+// The fourth column is the CONNECTION LIMITs of the role and the database, which Postgres
+// checks for a login that is not a superuser's by counting the backends that exist with it,
+// itself included (CountUserBackends, CountDBConnections; "approximate", its docs say): so
+// here, with the backend to be reused counted as the new login would count itself. Client
+// backends and walsenders are what it counts (not background workers).
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
-    "pg_catalog.has_database_privilege(r.oid, d.oid, 'CONNECT') "
+    "d.datconnlimit OPERATOR(pg_catalog.<>) '-2'::pg_catalog.int4 AND "
+    "pg_catalog.has_database_privilege(r.oid, d.oid, 'CONNECT'), "
+    "r.rolsuper OR ("
+    "(r.rolconnlimit OPERATOR(pg_catalog.<) 0 OR "
+    "(SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a "
+    "WHERE a.usesysid OPERATOR(pg_catalog.=) r.oid AND a.backend_type "
+    "OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[])) "
+    "OPERATOR(pg_catalog.<=) r.rolconnlimit) AND "
+    "(d.datconnlimit OPERATOR(pg_catalog.<) 0 OR "
+    "(SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a "
+    "WHERE a.datid OPERATOR(pg_catalog.=) d.oid AND a.backend_type "
+    "OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[])) "
+    "OPERATOR(pg_catalog.<=) d.datconnlimit)) "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
     "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
-constexpr size_t kColumns = 3;
+constexpr size_t kColumns = 4;
 constexpr size_t kMaxReply = 16 * 1024;
 
 bool tag_is(std::span<const std::byte> body, std::string_view tag) {
@@ -28,7 +47,7 @@ bool tag_is(std::span<const std::byte> body, std::string_view tag) {
 }
 
 // The DataRow's columns as text; nullopt for a malformed row (a NULL counts as malformed:
-// none of the three may be NULL).
+// none of the columns may be NULL).
 std::optional<std::vector<std::string_view>> row_values(std::span<const std::byte> body) {
     if (body.size() < 2 || read_be16(body.data()) != kColumns)
         return std::nullopt;
@@ -89,6 +108,10 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
         failure_ =
             "its role may no longer log in to its database (NOLOGIN, CONNECT, or "
             "ALLOW_CONNECTIONS)";
+        return false;
+    }
+    if ((*values)[3] != "t") {
+        failure_ = "its role or database has reached its CONNECTION LIMIT";
         return false;
     }
     return true;

@@ -2,10 +2,11 @@
 // Postgres checks only when a backend starts is asked again: the backend's role must still
 // be the one a new login by that name would get (not renamed, nor replaced by a new role of
 // the old name), may still log in (NOLOGIN), and its database must still take it (its name,
-// datallowconn, the CONNECT privilege). Any other answer, an error included, fails: l5pgd
-// then opens a new backend, where Postgres's own checks apply and the client gets Postgres's
-// own refusal. (pg_hba.conf is not visible to a role: pool.server_lifetime_ms bounds that.)
-// Pure code, no I/O.
+// datallowconn, the CONNECT privilege), and the role's and the database's CONNECTION LIMIT
+// must not be exceeded, the backend counted as the new login. Any other answer, an error included,
+// fails: l5pgd then opens a new backend, where Postgres's own checks apply and the client gets
+// Postgres's own refusal. (pg_hba.conf is not visible to a role: pool.server_lifetime_ms bounds
+// that.) Pure code, no I/O.
 #pragma once
 
 #include <cstddef>

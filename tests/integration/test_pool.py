@@ -1005,16 +1005,25 @@ def kept_backend_of(l5pgd, cluster, role):
     return d, target, app, env, first
 
 
-@pytest.mark.parametrize("change, refusal", [
-    ("alter role {role} nologin", 'role "{role}" is not permitted to log in'),
-    ("revoke connect on database {role} from {role}", 'permission denied for database "{role}"'),
+MAY_NOT_LOG_IN = "its role may no longer log in"
+AT_LIMIT = "its role or database has reached its CONNECTION LIMIT"
+
+
+@pytest.mark.parametrize("change, refusal, why", [
+    ("alter role {role} nologin", 'role "{role}" is not permitted to log in', MAY_NOT_LOG_IN),
+    ("revoke connect on database {role} from {role}", 'permission denied for database "{role}"',
+     MAY_NOT_LOG_IN),
     ("alter database {role} allow_connections false",
-     'database "{role}" is not currently accepting connections'),
-], ids=["nologin", "connect_revoked", "connections_not_allowed"])
+     'database "{role}" is not currently accepting connections', MAY_NOT_LOG_IN),
+    ("alter role {role} connection limit 0", 'too many connections for role "{role}"', AT_LIMIT),
+    ("alter database {role} connection limit 0", 'too many connections for database "{role}"',
+     AT_LIMIT),
+], ids=["nologin", "connect_revoked", "connections_not_allowed", "role_limit", "database_limit"])
 def test_kept_backend_is_not_reused_once_postgres_would_refuse_the_login(
-        l5pgd, cluster, login_role, change, refusal):
+        l5pgd, cluster, login_role, change, refusal, why):
     """The next client gets Postgres's own refusal, as on a direct connection, and the kept
-    backend is closed."""
+    backend is closed. (The connection limits were not asked: a role or database limited to
+    0 after its backend was kept went on being served.)"""
     d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
     cluster.sql(change.format(role=login_role))
     r = psql_lines(target, "select 1", app=app, env=env, check=False)
@@ -1023,7 +1032,17 @@ def test_kept_backend_is_not_reused_once_postgres_would_refuse_the_login(
     assert pool_metric(d, REUSE_REFUSED) == 1
     wait_backend_gone(cluster, first)
     assert pool_metric(d, IDLE) == 0
-    assert "not reused: its role may no longer log in" in d.log_text()
+    assert f"not reused: {why}" in d.log_text()
+
+
+def test_kept_backend_within_its_connection_limit_is_reused(l5pgd, cluster, login_role):
+    """A limit of 1: the kept backend is the one connection a new login would count (as
+    Postgres counts the new backend itself), so it is reused, again and again."""
+    cluster.sql(f"alter role {login_role} connection limit 1; "
+                f"alter database {login_role} connection limit 1")
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    assert backend_pid(target, app=app, env=env) == first
+    assert pool_metric(d, REUSE_REFUSED) == 0
 
 
 def test_kept_backend_of_a_renamed_role_is_not_reused(l5pgd, cluster, login_role):

@@ -86,11 +86,11 @@ Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
     return concat({before, w.take()});
 }
 
-// The answer to PoolLoginCheck::request(): the row, if any, with its three values.
+// The answer to PoolLoginCheck::request(): the row, if any, with its four values.
 Bytes login_check_answer(const std::vector<std::optional<std::string>>& row,
                          std::string_view tag = "SELECT 1") {
     BackendWriter w;
-    w.row_description({"rolname", "datname", "?column?"});
+    w.row_description({"rolname", "datname", "?column?", "?column?"});
     if (!row.empty())
         w.data_row(row);
     w.command_complete(tag);
@@ -407,7 +407,7 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     CHECK(static_cast<char>(request[0]) == 'Q');
 
     const Bytes passing = concat({message('S', text(cstrings({"TimeZone", "UTC"}))),
-                                  login_check_answer({"alice", "app", "t"})});
+                                  login_check_answer({"alice", "app", "t", "t"})});
     for (size_t piece = 1; piece <= passing.size(); ++piece) {
         PoolLoginCheck login_check("alice", "app");
         ServerGreeting greeting;
@@ -423,7 +423,7 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     const std::string long_role(70, 'r');
     PoolLoginCheck cut(long_role, "app");
     ServerGreeting greeting;
-    CHECK(check(cut, login_check_answer({long_role.substr(0, 63), "app", "t"}), greeting) ==
+    CHECK(check(cut, login_check_answer({long_role.substr(0, 63), "app", "t", "t"}), greeting) ==
           PoolLoginCheck::Status::Passed);
 }
 
@@ -436,14 +436,16 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     error.error("ERROR", "42501", "permission denied");
     error.ready_for_query('I');
     const Case cases[] = {
-        {login_check_answer({"alice", "app", "f"}), "may no longer log in"},
-        {login_check_answer({"alice_old", "app", "t"}), "renamed"},
-        {login_check_answer({"alice", "app2", "t"}), "renamed"},
+        {login_check_answer({"alice", "app", "f", "t"}), "may no longer log in"},
+        {login_check_answer({"alice", "app", "t", "f"}), "CONNECTION LIMIT"},
+        {login_check_answer({"alice", "app", "t"}), "malformed row"},  // a column short
+        {login_check_answer({"alice_old", "app", "t", "t"}), "renamed"},
+        {login_check_answer({"alice", "app2", "t", "t"}), "renamed"},
         {login_check_answer({}, "SELECT 0"), "no longer exists"},
-        {login_check_answer({"alice", "app", std::nullopt}), "malformed row"},
-        {login_check_answer({"alice", "app", "t"}, "SELECT 0"), "command tag"},
+        {login_check_answer({"alice", "app", std::nullopt, "t"}), "malformed row"},
+        {login_check_answer({"alice", "app", "t", "t"}, "SELECT 0"), "command tag"},
         {error.take(), "an error"},
-        {concat({login_check_answer({"alice", "app", "t"}), message('Z', "I")}), "after"},
+        {concat({login_check_answer({"alice", "app", "t", "t"}), message('Z', "I")}), "after"},
         {message('D', ""), "unexpected message"},
     };
     for (const Case& c : cases) {
@@ -455,7 +457,7 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     // Nothing may follow a passed check either.
     PoolLoginCheck passed("alice", "app");
     ServerGreeting greeting;
-    REQUIRE(check(passed, login_check_answer({"alice", "app", "t"}), greeting) ==
+    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t"}), greeting) ==
             PoolLoginCheck::Status::Passed);
     CHECK(check(passed, message('Z', "I"), greeting) == PoolLoginCheck::Status::Failed);
 }
