@@ -17,6 +17,7 @@
 // The client's key is withdrawn before the reset: from then on it cancels nothing.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -229,7 +230,12 @@ void Session::ClientWalk::see(char type) noexcept {
 
 // Walks a copy of the client's bytes, never the shared memory or buffer they came from:
 // a client that rewrote its ring between our walk and send() would make the counts lie.
+// At most 64 KiB of them per round: an SHM peek shows up to half a ring (8 MiB), of which
+// the upstream socket takes a few hundred KiB per round, and copying and walking all of it
+// each round would cost the square of a record's size.
 std::span<const std::byte> Session::copy_client_chunk(std::span<const std::byte> data) {
+    constexpr size_t kMaxChunk = 64 * 1024;
+    data = data.first(std::min(data.size(), kMaxChunk));
     pool_.client_chunk.assign(data.begin(), data.end());
     return pool_.client_chunk;
 }
