@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -20,6 +21,10 @@ namespace {
 
 // A console query is a short command: anything longer is not one of ours.
 constexpr uint32_t kMaxConsoleMessage = 64 * 1024;
+// Answers not yet taken by the session: past this the console stops reading queries until
+// they are, as Postgres stops reading while its writes block (a client that sends and
+// never reads would otherwise make l5pgd buffer without end).
+constexpr size_t kMaxPendingOutput = 256 * 1024;
 
 // What libpq and psql read from a server at login.
 void greet(protocol::BackendWriter& out) {
@@ -34,7 +39,23 @@ void greet(protocol::BackendWriter& out) {
 }
 
 bool is_extended_protocol(char type) {
-    return std::string_view("PBDECHF").find(type) != std::string_view::npos;
+    return std::string_view("PBDECH").find(type) != std::string_view::npos;
+}
+
+// CopyData, CopyDone and CopyFail outside a COPY: Postgres ignores them (a client may still
+// be sending after a COPY failed).
+bool is_copy_message(char type) {
+    return std::string_view("dcf").find(type) != std::string_view::npos;
+}
+
+// A Query's string: NUL-terminated, with no NUL before the end (Postgres's pq_getmsgstring
+// and pq_getmsgend refuse anything else).
+std::optional<std::string_view> query_string(std::span<const std::byte> body) {
+    const auto* text = reinterpret_cast<const char*>(body.data());
+    const std::string_view all(text, body.size());
+    if (all.empty() || all.find('\0') != all.size() - 1)
+        return std::nullopt;
+    return all.substr(0, all.size() - 1);
 }
 
 }  // namespace
@@ -85,16 +106,16 @@ void AdminConsole::write_cb(int, short, void* arg) {
     c->console->flush(*c);
 }
 
+// Reads and answers what the session sent, a chunk at a time, until it has nothing more or
+// the answers pile up (kMaxPendingOutput): then reading waits for flush() to empty them.
 void AdminConsole::on_readable(Connection& c) {
     std::byte chunk[4096];
-    for (;;) {
+    while (!c.closing && c.out.size() < kMaxPendingOutput) {
         const ssize_t n = ::recv(c.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
         if (n > 0) {
             c.in.insert(c.in.end(), chunk, chunk + n);
-            if (c.in.size() > 2 * kMaxConsoleMessage) {
-                drop(c);  // the session would not send this much to Postgres unasked
-                return;
-            }
+            if (!process(c))
+                c.closing = true;
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -102,15 +123,17 @@ void AdminConsole::on_readable(Connection& c) {
         drop(c);  // the session is gone (or a socket error)
         return;
     }
-    if (!process(c))
-        c.closing = true;
+    if (c.closing || c.out.size() >= kMaxPendingOutput)
+        event_del(c.read.get());
     flush(c);
 }
 
+// Answers every whole message in `in`, as long as the answers do not pile up.
 bool AdminConsole::process(Connection& c) {
     if (!c.started && !process_startup(c))
         return false;
-    while (c.started && c.in.size() >= protocol::kMessageHeaderSize) {
+    while (c.started && c.in.size() >= protocol::kMessageHeaderSize &&
+           c.out.size() < kMaxPendingOutput) {
         const char type = static_cast<char>(c.in[0]);
         const protocol::MessageHeaderParse header =
             protocol::parse_message_header(c.in, kMaxConsoleMessage);
@@ -154,9 +177,12 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
     protocol::BackendWriter out;
     bool go_on = true;
     if (type == 'Q') {
-        const auto* text = reinterpret_cast<const char*>(body.data());
-        const std::string_view sql(text, std::find(text, text + body.size(), '\0') - text);
-        answer_admin_query(sql, view_(), out);
+        if (const std::optional<std::string_view> sql = query_string(body)) {
+            answer_admin_query(*sql, view_(), out);
+        } else {
+            out.error("ERROR", protocol::kSqlstateProtocolViolation, "invalid message format");
+            out.ready_for_query();
+        }
     } else if (type == 'X') {
         go_on = false;
     } else if (type == 'S') {  // Sync: the end of a refused extended-protocol exchange
@@ -168,7 +194,11 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
                       "l5pgd admin console: only simple queries (the extended query protocol "
                       "is not supported)");
         c.skipping_extended = true;
-    } else {
+    } else if (type == 'F') {  // FunctionCall: answered on its own, as Postgres does
+        out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
+                  "l5pgd admin console: only simple queries (no function calls)");
+        out.ready_for_query();
+    } else if (!is_copy_message(type)) {
         out.error("FATAL", protocol::kSqlstateProtocolViolation,
                   "l5pgd admin console: unexpected message type");
         go_on = false;
@@ -177,7 +207,32 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
     return go_on;
 }
 
+// Writes the answers; once the session took them all, answers the queries read meanwhile
+// (process() stopped at kMaxPendingOutput) and reads again.
 void AdminConsole::flush(Connection& c) {
+    for (;;) {
+        if (!write_out(c))
+            return drop(c);
+        if (!c.out.empty()) {
+            event_add(c.write.get(), nullptr);
+            return;
+        }
+        event_del(c.write.get());
+        if (c.closing)
+            return drop(c);
+        if (!process(c)) {
+            c.closing = true;
+            continue;
+        }
+        if (c.out.empty()) {
+            event_add(c.read.get(), nullptr);
+            return;
+        }
+    }
+}
+
+// False when the session is gone.
+bool AdminConsole::write_out(Connection& c) {
     size_t sent = 0;
     while (sent < c.out.size()) {
         const ssize_t n = ::send(c.fd.get(), c.out.data() + sent, c.out.size() - sent,
@@ -188,18 +243,10 @@ void AdminConsole::flush(Connection& c) {
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
-        drop(c);
-        return;
+        return false;
     }
     c.out.erase(c.out.begin(), c.out.begin() + static_cast<ptrdiff_t>(sent));
-    if (c.out.empty() && c.closing) {
-        drop(c);
-        return;
-    }
-    if (c.out.empty())
-        event_del(c.write.get());
-    else
-        event_add(c.write.get(), nullptr);
+    return true;
 }
 
 void AdminConsole::drop(Connection& c) {

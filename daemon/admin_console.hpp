@@ -46,6 +46,7 @@ class AdminConsole {
     bool process_startup(Connection& c);
     bool process_message(Connection& c, char type, std::span<const std::byte> body);
     void flush(Connection& c);
+    bool write_out(Connection& c);
     void drop(Connection& c);
 
     event_base* base_;

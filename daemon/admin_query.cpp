@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "config/reload_keys.hpp"
+#include "daemon/utf8_text.hpp"
 #include "l5pg_version.hpp"
 #include "protocol/error_response.hpp"
 
@@ -53,12 +54,14 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
     return buf;
 }
 
+// Database and role names are the client's bytes (listed from its StartupMessage on, before
+// Postgres saw them): shown as UTF-8, which the console announces as client_encoding.
 Row session_row(const SessionRecord& r, AdminClock clock) {
     return {std::to_string(r.id),
             std::string(to_string(r.transport)),
             r.client,
-            r.database,
-            r.role,
+            valid_utf8(r.database),
+            valid_utf8(r.role),
             r.active.load(std::memory_order_relaxed) ? "active" : "idle",
             std::to_string(r.bytes_from_client.load(std::memory_order_relaxed)),
             std::to_string(r.bytes_to_client.load(std::memory_order_relaxed)),
@@ -88,8 +91,8 @@ void show_pools(AdminView view, protocol::BackendWriter& out) {
         rows[key].second += idle;
     out.row_description({"database", "role", "sessions", "idle_server_connections"});
     for (const auto& [key, counts] : rows)
-        out.data_row(
-            {key.first, key.second, std::to_string(counts.first), std::to_string(counts.second)});
+        out.data_row({valid_utf8(key.first), valid_utf8(key.second), std::to_string(counts.first),
+                      std::to_string(counts.second)});
     out.command_complete(fmt::format("SHOW {}", rows.size()));
 }
 
@@ -159,7 +162,7 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
     } else {
         out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",
-                              std::string(sql.substr(0, 200))));
+                              valid_utf8(sql, 200)));
     }
     out.ready_for_query();
 }

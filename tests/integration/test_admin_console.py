@@ -1,9 +1,14 @@
 """The admin console: `psql -d l5pgd -c 'SHOW SESSIONS'` answered by l5pgd itself, behind
 the same client check as every session plus admin.users."""
+import socket
+import struct
+import threading
 import time
 
 import pytest
 
+from tests.harness import pgwire
+from tests.harness.procstat import vm_rss
 from tests.harness.client import popen, psql, psql_cmd, run, shm_target, tcp_target, unix_target
 from tests.harness.l5pgd import L5pgd
 
@@ -114,3 +119,85 @@ def test_admin_database_can_be_renamed_or_disabled(workdir, cluster):
         # No console: the name goes to Postgres, which has no such database.
         r = console(unix_target(d), "show sessions", check=False)
         assert r.returncode != 0 and 'database "l5pgd" does not exist' in r.stderr, r.stderr
+
+
+# -- the console's own protocol handling, on a raw socket ------------------------------------
+
+def console_socket(l5pgd):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(20)
+    s.connect(str(l5pgd.socket_path))
+    s.sendall(pgwire.startup_packet(database="l5pgd"))
+    pgwire.read_until_ready(s)
+    return s
+
+
+def message(typ, body=b""):
+    return typ + struct.pack("!I", 4 + len(body)) + body
+
+
+def answer_types(s):
+    """The types of the messages up to and including the next ReadyForQuery."""
+    types = ""
+    while not types.endswith("Z"):
+        typ, _ = pgwire.read_message(s)
+        types += typ
+    return types
+
+
+@pytest.mark.timeout(60)
+def test_console_answers_messages_as_postgres_does(l5pgd):
+    """A FunctionCall gets its error and a ReadyForQuery (psql's \\lo_* and PQfn waited for
+    one); CopyData, CopyDone and CopyFail outside a COPY are ignored; a Query with a NUL
+    inside is an invalid message (it ran what came before the NUL), and the session goes
+    on."""
+    s = console_socket(l5pgd)
+    try:
+        s.sendall(message(b"F", struct.pack("!IHHIH", 1, 0, 0, 0, 0)))
+        assert answer_types(s) == "EZ"
+        s.sendall(message(b"d", b"x") + message(b"c") + message(b"f", b"oops\0") +
+                  message(b"Q", b"show version\0"))
+        assert answer_types(s) == "TDCZ"
+        s.sendall(message(b"Q", b"show version\0junk\0"))
+        typ, body = pgwire.read_message(s)
+        assert typ == "E" and b"C08P01" in body, (typ, body)
+        assert answer_types(s) == "Z"
+        s.sendall(message(b"Q", b"show version"))  # not terminated
+        assert answer_types(s) == "EZ"
+        s.sendall(message(b"Q", b"show version\0"))
+        assert answer_types(s) == "TDCZ"
+    finally:
+        s.close()
+
+
+@pytest.mark.timeout(90)
+def test_console_client_that_never_reads_is_held_back_not_buffered(l5pgd):
+    """100,000 SHOW CONFIG (about 4 KiB of answer each) sent without reading: the console
+    stops reading once its answers wait (as Postgres, whose writes block), so the sender
+    blocks and l5pgd's memory stays put; it used to answer them all into memory (400 MB)."""
+    s = console_socket(l5pgd)
+    pid = l5pgd.pid()
+    rss_before = vm_rss(pid)
+    sent = [0]
+
+    def pump():
+        query = message(b"Q", b"show config\0")
+        try:
+            for _ in range(100):
+                s.sendall(query * 1000)
+                sent[0] += 1000
+        except OSError:
+            pass  # closed below, while blocked
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    time.sleep(3)
+    growth = vm_rss(pid) - rss_before
+    try:
+        assert sent[0] < 100_000, "the sender was never held back"
+        assert growth < 64 * 1024 * 1024, f"l5pgd grew by {growth >> 20} MiB"
+    finally:
+        s.shutdown(socket.SHUT_RDWR)
+        s.close()
+        t.join(10)
+    assert console(unix_target(l5pgd), "show version").startswith("l5pgd ")

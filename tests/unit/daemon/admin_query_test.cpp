@@ -107,6 +107,29 @@ TEST_CASE("admin console: unknown commands are errors, empty queries are empty")
     CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDDDCZ");
 }
 
+// The console announces client_encoding UTF8; names are the client's bytes, which may be
+// anything (listed before Postgres saw them): shown with U+FFFD for what is not UTF-8, and
+// an unknown command echoed cut at a character boundary.
+TEST_CASE("admin console: names and echoed commands are valid UTF-8") {
+    SessionDirectory sessions;
+    auto r = std::make_shared<SessionRecord>();
+    r->id = 1;
+    r->database = "caf\xc3\xa9\xff";
+    r->role = "\xe2\x82";  // a sequence cut short
+    sessions.add(std::move(r));
+    const auto listed = ask("show sessions", sessions);
+    REQUIRE(types(listed) == "TDCZ");
+    CHECK(columns(listed[1])[3] == "caf\xc3\xa9\xef\xbf\xbd");
+    CHECK(columns(listed[1])[4] == "\xef\xbf\xbd\xef\xbf\xbd");
+    const auto pools = ask("show pools", sessions);
+    REQUIRE(types(pools) == "TDCZ");
+    CHECK(columns(pools[1])[0] == "caf\xc3\xa9\xef\xbf\xbd");
+    // 199 ASCII bytes, then a two-byte character across the 200-byte cut.
+    const auto unknown = ask(std::string(199, 'x') + "\xc3\xa9", sessions);
+    REQUIRE(types(unknown) == "EZ");
+    CHECK(unknown[0].body.find(std::string(199, 'x') + "\"") != std::string::npos);
+}
+
 TEST_CASE("admin console: RELOAD asks for a reload once and answers RELOAD") {
     const SessionDirectory sessions;
     const PoolDirectory pools;
