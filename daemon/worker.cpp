@@ -17,6 +17,7 @@
 
 #include "daemon/session.hpp"
 #include "daemon/thread_name.hpp"
+#include "transport/rdma/channel/layout.hpp"
 #include "transport/wait/block.hpp"
 #include "transport/wait/spin.hpp"
 #include "transport/wait/wait_id.hpp"
@@ -127,6 +128,8 @@ void Worker::open_rdma() {
     options.port = cfg.device_port;
     options.gid_index = cfg.gid_index;
     options.soft_ack_timeout = std::chrono::milliseconds(cfg.completion_timeout_ms);
+    // No client's frame is longer than an area of the largest ring it may ask for.
+    options.soft_max_message = rdma::largest_message(cfg.max_ring_size);
     // The soft device runs in this worker's loop, not on a thread of its own: a client's
     // WRITE then wakes the worker itself, which applies it and finds the record at once
     // (a device thread cost a context switch more per message, issue 17).

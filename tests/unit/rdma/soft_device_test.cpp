@@ -1,8 +1,12 @@
 // The soft device on its own: RC semantics of WRITE/READ, completions, selective
 // signaling, ordering, access checks, failures and timeouts.
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -735,5 +739,44 @@ TEST_CASE("soft: input beyond one turn's read budget is read on later turns with
     CHECK(h.type == FrameType::Ack);
     CHECK(h.seq == 100 + kFrames - 1);
     CHECK(snapshot(dst.data(), 32 * 1024)[0] == std::byte{kFrames - 1});
+    CHECK_FALSE(qp->failed());
+}
+
+// A frame's header says how long it is; the room the QP sets aside for it grows with the
+// bytes that come. A 32-byte header claiming a 64 MiB WRITE made the QP commit 64 MiB at
+// once (the payload need never come), a lever for any client of l5pgd's soft device.
+TEST_CASE("soft: a frame's header alone does not make the QP set its length aside",
+          "[rdma][soft]") {
+    const auto resident = [] {
+        long pages = 0;
+        long resident_pages = 0;
+        std::FILE* f = std::fopen("/proc/self/statm", "r");
+        REQUIRE(f != nullptr);
+        REQUIRE(std::fscanf(f, "%ld %ld", &pages, &resident_pages) == 2);
+        std::fclose(f);
+        return resident_pages * ::sysconf(_SC_PAGESIZE);
+    };
+    auto [device, pd, wire, qp] = bare_qp();
+    connect_to_soft_peer(*qp, 5);
+    using namespace l5pg::rdma::soft;
+    std::vector<std::byte> frame(kFrameHeaderSize + 4096);
+    FrameHeader h;
+    h.type = FrameType::WriteRequest;
+    h.length = 64u << 20;  // the default maximum message
+    h.seq = 5;
+    encode_frame_header(h, frame.data());
+    const auto send_and_see_it_read = [&](std::span<const std::byte> bytes) {
+        REQUIRE(::write(wire.b.get(), bytes.data(), bytes.size()) ==
+                static_cast<ssize_t>(bytes.size()));
+        CHECK(eventually([&] {  // the QP has read it all
+            int queued = -1;
+            return ::ioctl(wire.b.get(), SIOCOUTQ, &queued) == 0 && queued == 0;
+        }));
+    };
+    const long before = resident();
+    send_and_see_it_read(frame);
+    // The room for the rest is made before the next read: after this one is read.
+    send_and_see_it_read(std::span(frame).subspan(kFrameHeaderSize));
+    CHECK(resident() - before < (16l << 20));
     CHECK_FALSE(qp->failed());
 }

@@ -21,6 +21,8 @@
 // never differ.
 #pragma once
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +59,14 @@ static_assert(offsetof(AreaControl, peer_rx_waiting) == kPeerRxWaitingOffset);
 static_assert(offsetof(AreaControl, peer_tx_waiting) == kPeerTxWaitingOffset);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint8_t>::is_always_lock_free);
+
+// The longest WRITE or READ a channel whose rings are at most `max_ring_size` bytes can make:
+// a whole area. A soft device told so refuses a longer frame from its peer before it sets
+// memory aside for it (DeviceOptions::soft_max_message, within the 4 KiB .. 1 GiB it takes).
+[[nodiscard]] constexpr uint32_t largest_message(uint64_t max_ring_size) noexcept {
+    return static_cast<uint32_t>(
+        std::clamp<uint64_t>(kControlSize + max_ring_size, 4096, uint64_t{1} << 30));
+}
 
 // Private scratch space at the start of each side's staging region (never remote
 // accessible): the landing spot of READs of the peer's read_pos and the constant byte

@@ -20,6 +20,8 @@ namespace {
 constexpr size_t kMinReceiveBuffer = 64 * 1024;
 // Bytes one queue pair reads per turn of the device thread before the other wires.
 constexpr size_t kReceiveBudget = 256 * 1024;
+// A receive buffer grown beyond this for a large frame is released once the frame is done.
+constexpr size_t kKeptReceiveBuffer = 1024 * 1024;
 
 [[nodiscard]] uint32_t random_u24() {
     return static_cast<uint32_t>(std::random_device{}()) & 0xffffffu;
@@ -290,14 +292,18 @@ bool SoftQueuePair::receive() {
             in_len_ -= in_head_;
             in_head_ = 0;
         }
-        // Room for the frame being assembled: its header tells how long it is (bounded
-        // by max_message, checked before we grow for it).
+        if (in_len_ == 0 && in_.size() > kKeptReceiveBuffer)
+            std::vector<std::byte>().swap(in_);  // a large frame is done: give its room back
+        // Room for the frame being assembled: its header tells how long it is (bounded by
+        // max_message, checked first), but the room grows with what arrives, a read budget
+        // at a time: a header alone must not make us commit a whole message's memory.
         size_t want = std::max(kMinReceiveBuffer, in_len_ + 1);
         if (in_len_ >= kFrameHeaderSize) {
             FrameHeader h;
             if (!check_frame_header(in_.data(), h))
                 return false;
-            want = std::max(want, kFrameHeaderSize + payload_length(h));
+            want = std::max(
+                want, std::min(kFrameHeaderSize + payload_length(h), in_len_ + kReceiveBudget));
         }
         if (in_.size() < want)
             in_.resize(want);
