@@ -15,7 +15,8 @@ void raise_fd_limit(const config::LimitsConfig& limits) {
         (void)::setrlimit(RLIMIT_NOFILE, &limit);
         (void)::getrlimit(RLIMIT_NOFILE, &limit);
     }
-    const rlim_t needed = rlim_t{2} * limits.max_sessions + limits.max_startup_sessions + 64;
+    const rlim_t needed = rlim_t{2} * limits.max_sessions + limits.max_startup_sessions +
+                          rlim_t{2} * max_lingering_channels(limits) + 64;
     if (limit.rlim_cur < needed)
         spdlog::warn(
             "open file limit {} is below the {} that limits.max_sessions={} needs (with "

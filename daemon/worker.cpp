@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/fd_limit.hpp"
 #include "daemon/session.hpp"
 #include "daemon/thread_name.hpp"
 #include "transport/rdma/channel/layout.hpp"
@@ -267,6 +268,17 @@ void Worker::linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> ch
     channel->begin_close();
     if (channel->flush_step())
         return;  // nothing in flight: the channel goes now
+    const size_t workers = std::max(1u, settings_->config.workers.count);
+    const size_t share = (max_lingering_channels(settings_->config.limits) + workers - 1) / workers;
+    if (lingering_.size() >= share) {
+        client_logs().session_error.log(
+            spdlog::level::warn,
+            "session {}: RDMA channel closed before the client acknowledged our last writes: "
+            "{} channels of this worker wait for that already (a quarter of "
+            "limits.max_sessions)",
+            session_id, lingering_.size());
+        return;
+    }
     const auto timeout = std::chrono::milliseconds(settings_->config.rdma.completion_timeout_ms);
     lingering_.push_back(
         {session_id, std::move(channel), std::move(socket), clock::now() + timeout});

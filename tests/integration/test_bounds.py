@@ -282,6 +282,36 @@ def test_stuck_rdma_teardown_does_not_stall_the_worker(start_l5pgd, shim):
     assert d.alive()
 
 
+@pytest.mark.timeout(90)
+def test_lingering_rdma_channels_are_bounded(start_l5pgd, shim):
+    """Two RDMA clients stop acknowledging (SIGSTOP) and their backends are terminated: with
+    limits.max_sessions=4 one closed channel may wait for its client (a quarter of the
+    sessions), the other goes at once, said in the log. (Lingering channels had no bound: a
+    client that made each session it closed linger held their slots, descriptors and memory
+    beyond every limit.)"""
+    timeout_ms = 5000
+    d = start_l5pgd(*rdma_overrides(), f"rdma.completion_timeout_ms={timeout_ms}",
+                    "limits.max_sessions=4")
+    holders = [popen([sys.executable, "-c", HOLDER], rdma_target(d), stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        backends = [int(h.stdout.readline()) for h in holders]
+        assert d.metric("l5pg_sessions_total", transport="rdma") == 2, d.log_tail()
+        for h in holders:
+            os.kill(h.pid, signal.SIGSTOP)
+        for backend in backends:
+            run(psql_cmd("-c", f"select pg_terminate_backend({backend})"), unix_target(d))
+        wait_for(lambda: "channels of this worker wait for that already" in d.log_text(),
+                 timeout_ms / 1000 / 2, "the second closed channel to go at once")
+        wait_for(lambda: "did not acknowledge our last writes" in d.log_text(),
+                 timeout_ms / 1000 + 5, "the lingering channel to time out")
+    finally:
+        for h in holders:
+            os.kill(h.pid, signal.SIGCONT)
+            stop_process(h)
+    assert d.alive()
+
+
 @pytest.mark.parametrize("owner", ["nobody", "socket-owner"])
 def test_marker_is_trusted_only_from_the_sockets_owner(cluster, shim, owner):
     """A `.s.PGSQL.<port>.l5pg` marker planted next to a real Postgres socket by another
