@@ -37,6 +37,15 @@ void RdmaClientEnd::progress(bool) {
         (void)channel_->progress();
 }
 
+namespace {
+// How long the soft device's wire may stay quiet and open after the client's socket closed
+// before its input counts as done. An honest client's wire closes with its socket (the
+// queue pair then fails, and everything it sent has landed); one that keeps a copy of the
+// wire open would otherwise keep the session waiting for WRITEs that never come, and the
+// worker polling it without a pause, until limits.drain_timeout_ms.
+constexpr auto kSoftWireGrace = std::chrono::milliseconds(500);
+}  // namespace
+
 void RdmaClientEnd::fill_input() {
     if (channel_ && !exhausted_) {
         // Whether every WRITE the client made has landed, taken before the read: the soft
@@ -47,11 +56,20 @@ void RdmaClientEnd::fill_input() {
         std::span<std::byte> space = in_.prepare(kChunk);
         const rdma::IoResult r = channel_->read(space);
         in_.commit(r.bytes);
+        if (r.bytes > 0)
+            closed_since_.reset();  // the wire still delivers
         if (r.bytes == 0 && (r.status == IoStatus::Closed || r.status == IoStatus::Error)) {
-            exhausted_ = settled;
+            exhausted_ = settled || soft_wire_quiet();
             report(r.status);
         }
     }
+}
+
+bool RdmaClientEnd::soft_wire_quiet() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!closed_since_)
+        closed_since_ = now;
+    return now - *closed_since_ >= kSoftWireGrace;
 }
 
 // Its lingering flush delivers it. With the client's ring nearly full only a part may go

@@ -4,7 +4,9 @@
 // makes room. The session socket carries doorbell bytes and EOF only.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 
 #include "daemon/client_end_queued.hpp"
 #include "transport/rdma/channel/server.hpp"
@@ -44,6 +46,8 @@ class RdmaClientEnd final : public QueuedClientEnd {
     // client tearing its channel down looks like for a moment (the session looks at the
     // socket again before counting it as an error).
     void report(IoStatus status);
+    // Whether the client's wire has been quiet for kSoftWireGrace since its socket closed.
+    [[nodiscard]] bool soft_wire_quiet();
 
     std::unique_ptr<rdma::ServerSession> channel_;  // null once input is done after departure
     const bool soft_;
@@ -51,6 +55,8 @@ class RdmaClientEnd final : public QueuedClientEnd {
     const uint64_t session_id_;
     bool exhausted_ = false;  // read() has nothing more and never will
     bool linger_ = false;     // at reaping, hand the channel to the worker to flush
+    // Since when read() has found the socket closed with nothing new (soft device).
+    std::optional<std::chrono::steady_clock::time_point> closed_since_;
 };
 
 }  // namespace l5pg::daemon

@@ -18,9 +18,10 @@ import pytest
 
 from tests.harness import paths, socket_flags
 from tests.harness.cancel import PQCANCEL_SCRIPT, stop_process, wait_for_backend
-from tests.harness.client import (Target, pgbench, popen, psql, psql_cmd, run,
+from tests.harness.client import (PYTHON, Target, pgbench, popen, psql, psql_cmd, run,
                                   run_python_json, shim_debug_lines, tcp_target)
 from tests.harness.l5pgd import L5pgd
+from tests.harness.procstat import cpu_seconds
 from tests.harness.rdma import rdma_device, rdma_env, rdma_overrides, rdma_target, upgraded_rdma
 
 T = 200  # pgbench transactions per client
@@ -328,16 +329,11 @@ def test_client_in_another_network_namespace(workdir, cluster, l5pgd_binary, shi
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def _cpu_seconds(pid):
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 @pytest.mark.timeout(60)
 def test_idle_session_costs_no_cpu(rdma, l5pgd_rdma):
     """While the client waits for a slow query, neither side spins: l5pgd's worker arms
     the session's flag and blocks, the shim arms its flag and sleeps in poll()."""
-    d0 = _cpu_seconds(l5pgd_rdma.proc.pid)
+    d0 = cpu_seconds(l5pgd_rdma.proc.pid)
     p = popen(psql_cmd("-c", "select pg_sleep(2)"), rdma, text=True)
     try:
         pid, status, usage = os.wait4(p.pid, 0)
@@ -346,7 +342,7 @@ def test_idle_session_costs_no_cpu(rdma, l5pgd_rdma):
         stop_process(p)
     assert p.returncode == 0
     client_cpu = usage.ru_utime + usage.ru_stime
-    server_cpu = _cpu_seconds(l5pgd_rdma.proc.pid) - d0
+    server_cpu = cpu_seconds(l5pgd_rdma.proc.pid) - d0
     assert client_cpu < 0.5, f"psql used {client_cpu:.2f} s CPU during a 2 s sleep"
     assert server_cpu < 0.5, f"l5pgd used {server_cpu:.2f} s CPU during a 2 s sleep"
 
@@ -411,3 +407,54 @@ def test_flags_the_rings_cannot_carry_get_tcps_answers(rdma, l5pgd_rdma):
     assert out["socket"]["big_trunc"] == [500000, 100000, "43"], out
     # (Python names EOPNOTSUPP by its Linux alias ENOTSUP.)
     assert out["shim"] == dict(out["socket"], oob_send=["ENOTSUP"]), out
+
+
+# The client closes its connection but a copy of its soft device's wire stays open (here a
+# dup() the script made; in life a process that holds one): l5pgd's soft queue pair sees no
+# EOF, so whether the client's last WRITEs have all landed stays open. The session used to
+# wait for them until limits.drain_timeout_ms (10 s), its worker polling it without a pause
+# all along; now it ends once the wire has been quiet for half a second.
+WIRE_KEPT_OPEN_SCRIPT = r'''
+import os, socket, sys, time, psycopg2
+port = int(sys.argv[1])
+conn = psycopg2.connect("")
+conn.cursor().execute("select 1")
+kept = []
+for fd in sorted(int(name) for name in os.listdir("/proc/self/fd")):  # before any copy
+    if fd < 3 or fd == conn.fileno():
+        continue
+    try:
+        s = socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM)  # a copy
+    except OSError:
+        continue
+    try:
+        peer_port = s.getpeername()[1] if s.family == socket.AF_INET else None
+    except OSError:
+        peer_port = None
+    if peer_port is not None and peer_port != port:
+        kept.append(s)  # the soft device's wire to l5pgd
+    else:
+        s.close()
+conn.close()
+print(len(kept), flush=True)
+time.sleep(60)
+'''
+
+
+@pytest.mark.timeout(60)
+def test_client_keeping_its_wire_open_does_not_hold_the_session(rdma, l5pgd_rdma):
+    if rdma_device() != "soft":
+        pytest.skip("a soft device's wire")
+    was_active = l5pgd_rdma.metric("l5pg_sessions_active", transport="rdma")
+    p = popen([PYTHON, "-c", WIRE_KEPT_OPEN_SCRIPT, str(l5pgd_rdma.port)], rdma, text=True)
+    try:
+        assert p.stdout.readline().strip() == "1", "the script found no wire to keep"
+        cpu_before = cpu_seconds(l5pgd_rdma.proc.pid)
+        deadline = time.monotonic() + 5
+        while l5pgd_rdma.metric("l5pg_sessions_active", transport="rdma") > was_active:
+            assert time.monotonic() < deadline, "the session waited for the open wire"
+            time.sleep(0.05)
+        cpu = cpu_seconds(l5pgd_rdma.proc.pid) - cpu_before
+        assert cpu < 2.0, f"l5pgd used {cpu:.2f} s of CPU while the session ended"
+    finally:
+        stop_process(p)
