@@ -352,6 +352,7 @@ class Session final : public ClientEndHost {
     rdma::WireToken wire_token_{};
     rdma::Hello client_hello_;
     std::chrono::steady_clock::time_point wire_deadline_;
+    std::chrono::microseconds wire_retry_{0};  // the next look for the wire connection
     EventPtr wire_timer_;
 };
 

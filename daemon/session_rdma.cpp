@@ -21,8 +21,11 @@ namespace {
 
 // How long the client has to open the soft device's wire connection after the offer.
 constexpr auto kWireWait = std::chrono::seconds(5);
-// Retry interval while waiting for the wire connection to arrive on the main thread.
-constexpr timeval kWireRetry{0, 1000};
+// Retry intervals while waiting for the wire connection to arrive on the main thread: from
+// 1 ms, doubling up to 32 ms (hundreds of clients that never connect theirs must not make
+// a worker wake a thousand times a second for each).
+constexpr std::chrono::microseconds kFirstWireRetry{1000};
+constexpr std::chrono::microseconds kLastWireRetry{32000};
 
 }  // namespace
 
@@ -143,6 +146,7 @@ void Session::on_rdma_hello() {
     rdma_phase_ = RdmaPhase::AwaitWire;
     set_event(client_read_.get(), false);
     wire_deadline_ = std::chrono::steady_clock::now() + kWireWait;
+    wire_retry_ = kFirstWireRetry;
     try_finish_rdma_accept();
 }
 
@@ -153,7 +157,7 @@ void Session::wire_timer_cb(int, short, void* arg) {
 }
 
 // The wire connection reaches the main thread's listener; it usually arrived before the
-// client's Hello (the client connects it first), else we look again every millisecond.
+// client's Hello (the client connects it first), else we look again after 1 ms, 2 ms, ...
 void Session::try_finish_rdma_accept() {
     UniqueFd wire = worker_.rdma_shared().registry->take(wire_token_);
     if (wire.valid()) {
@@ -167,7 +171,9 @@ void Session::try_finish_rdma_accept() {
     }
     if (!wire_timer_)
         wire_timer_.reset(evtimer_new(worker_.base(), wire_timer_cb, this));
-    evtimer_add(wire_timer_.get(), &kWireRetry);
+    const timeval retry{0, static_cast<suseconds_t>(wire_retry_.count())};
+    evtimer_add(wire_timer_.get(), &retry);
+    wire_retry_ = std::min(wire_retry_ * 2, kLastWireRetry);
 }
 
 void Session::finish_rdma_accept(UniqueFd wire) {
