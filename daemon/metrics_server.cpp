@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -28,11 +29,15 @@ namespace {
 
 // What one scrape may cost l5pgd, whatever the client sends: a request line and headers
 // of at most kMaxHeadersBytes, no body (GET and HEAD have none; a body is refused with 413
-// before it is read), kTimeoutSeconds without progress, and kMaxConnections at a time
-// (more wait in the kernel's listen queue, which costs l5pgd nothing).
+// before it is read), kTimeoutSeconds without progress, kMaxLifetime in all, and
+// kMaxConnections at a time. A new connection beyond them closes the oldest (a scrape takes
+// milliseconds: what has been open longest is a client that holds it, a byte every few
+// seconds or a request at a time, and would keep scrapes out); only past twice as many, with
+// closed ones not yet freed, do new ones wait in the kernel's listen queue.
 constexpr ev_ssize_t kMaxHeadersBytes = 8 * 1024;
 constexpr ev_ssize_t kMaxBodyBytes = 0;
 constexpr int kTimeoutSeconds = 10;
+constexpr auto kMaxLifetime = std::chrono::seconds(60);
 constexpr size_t kMaxConnections = 16;
 // Every method evhttp parses: those other than GET and HEAD reach on_request and get
 // 405 with an Allow header (evhttp itself would answer 501 to a method not listed here).
@@ -93,8 +98,13 @@ struct MetricsServer::Impl {
     event* sweep = nullptr;
     evconnlistener* listener = nullptr;  // evhttp's; disabled at kMaxConnections
     // One reference each (bufferevent_incref) on the connections' bufferevents, so that
-    // sweep_connections() can tell a closed one from a live one.
-    std::vector<bufferevent*> connections;
+    // on_sweep() can tell a closed one from a live one; oldest first.
+    struct Connection {
+        bufferevent* bev;
+        std::chrono::steady_clock::time_point accepted;
+        bool closing = false;  // shut down by us: evhttp frees it
+    };
+    std::vector<Connection> connections;
     uint16_t port = 0;
     std::thread thread;
 
@@ -112,8 +122,8 @@ struct MetricsServer::Impl {
         if (http != nullptr) {
             evhttp_free(http);
         }
-        for (bufferevent* bev : connections)
-            bufferevent_decref(bev);
+        for (const Connection& c : connections)
+            bufferevent_decref(c.bev);
         if (sweep != nullptr) {
             event_free(sweep);
         }
@@ -132,36 +142,63 @@ struct MetricsServer::Impl {
     }
 
     // libevent 2.1's evhttp has no connection cap (evhttp_set_max_connections came in
-    // 2.2), but it lets us make each connection's bufferevent: count them here, and stop
-    // accepting while kMaxConnections are open.
+    // 2.2), but it lets us make each connection's bufferevent: count them here, close the
+    // oldest beyond kMaxConnections, and stop accepting at twice as many.
     static bufferevent* on_new_connection(event_base* base, void* arg) {
         auto* self = static_cast<Impl*>(arg);
         bufferevent* bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
         if (bev == nullptr)
             return nullptr;  // evhttp tries to make its own, and fails the same way
+        self->forget_closed();
+        const auto live = [&] {
+            return std::count_if(self->connections.begin(), self->connections.end(),
+                                 [](const Connection& c) { return !c.closing; });
+        };
+        for (Connection& c : self->connections) {
+            if (static_cast<size_t>(live()) < kMaxConnections)
+                break;
+            close_connection(c);
+        }
         bufferevent_incref(bev);
-        self->connections.push_back(bev);
-        if (self->connections.size() >= kMaxConnections && self->listener != nullptr)
+        self->connections.push_back({bev, std::chrono::steady_clock::now()});
+        if (self->connections.size() >= 2 * kMaxConnections && self->listener != nullptr)
             evconnlistener_disable(self->listener);
         if (!evtimer_pending(self->sweep, nullptr))
             evtimer_add(self->sweep, &kSweepInterval);
         return bev;
     }
 
+    // Shut its socket down: evhttp sees the connection end and frees it as any other.
+    static void close_connection(Connection& c) {
+        if (c.closing)
+            return;
+        c.closing = true;
+        if (const evutil_socket_t fd = bufferevent_getfd(c.bev); fd >= 0)
+            ::shutdown(fd, SHUT_RDWR);
+    }
+
     // evhttp frees a connection's bufferevent when it closes, and bufferevent_free() clears
     // its callbacks (a live evhttp connection always has its error callback set); our
     // reference keeps the object readable until we drop it here.
-    static void on_sweep(evutil_socket_t, short, void* arg) {
-        auto* self = static_cast<Impl*>(arg);
-        std::erase_if(self->connections, [](bufferevent* bev) {
+    void forget_closed() {
+        std::erase_if(connections, [](const Connection& c) {
             bufferevent_event_cb event_cb = nullptr;
-            bufferevent_getcb(bev, nullptr, nullptr, &event_cb, nullptr);
+            bufferevent_getcb(c.bev, nullptr, nullptr, &event_cb, nullptr);
             if (event_cb != nullptr)
                 return false;
-            bufferevent_decref(bev);
+            bufferevent_decref(c.bev);
             return true;
         });
-        if (self->connections.size() < kMaxConnections && self->listener != nullptr)
+    }
+
+    static void on_sweep(evutil_socket_t, short, void* arg) {
+        auto* self = static_cast<Impl*>(arg);
+        self->forget_closed();
+        const auto now = std::chrono::steady_clock::now();
+        for (Connection& c : self->connections)
+            if (now - c.accepted >= kMaxLifetime)
+                close_connection(c);
+        if (self->connections.size() < 2 * kMaxConnections && self->listener != nullptr)
             evconnlistener_enable(self->listener);  // also after an accept() error
         if (!self->connections.empty())
             evtimer_add(self->sweep, &kSweepInterval);
