@@ -66,6 +66,17 @@ bool stderr_is_journal() noexcept {
 
 }  // namespace
 
+std::string quoted_name(std::string_view name) {
+    std::string out = "\"";
+    for (const char c : name) {
+        if (c == '"' || c == '\\')
+            out += '\\';
+        out += c;
+    }
+    out += '"';
+    return out;
+}
+
 LogDestination detect_log_destination() noexcept {
     if (stderr_is_journal())
         return LogDestination::Journal;

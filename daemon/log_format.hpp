@@ -7,6 +7,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include <spdlog/logger.h>
 
@@ -20,5 +22,10 @@ enum class LogDestination { Terminal, Journal, Plain };
 
 // Sets the logger's sink pattern for `destination`.
 void apply_log_format(spdlog::logger& logger, LogDestination destination);
+
+// A name a client chose (role, database), in double quotes for a log line, with `"` and `\`
+// escaped: a database named `x" from uid 0` must not forge the fields after it. (Control
+// characters are escaped for the whole line by the format.)
+[[nodiscard]] std::string quoted_name(std::string_view name);
 
 }  // namespace l5pg::daemon

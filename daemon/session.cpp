@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/client_end_socket.hpp"
+#include "daemon/log_format.hpp"
 #include "daemon/worker.hpp"
 
 namespace l5pg::daemon {
@@ -202,8 +203,8 @@ void Session::terminate_for_shutdown() {
 std::string Session::describe() const {
     if (!record_)
         return fmt::format("{} over {}", peer_.describe(), to_string(transport_));
-    return fmt::format("role \"{}\" database \"{}\", {} over {}", record_->role, record_->database,
-                       peer_.describe(), to_string(transport_));
+    return fmt::format("role {} database {}, {} over {}", quoted_name(record_->role),
+                       quoted_name(record_->database), peer_.describe(), to_string(transport_));
 }
 
 void Session::close(std::string_view reason, bool error) {

@@ -14,6 +14,7 @@
 
 #include "daemon/client_auth.hpp"
 #include "daemon/client_end_shm.hpp"
+#include "daemon/log_format.hpp"
 #include "daemon/session.hpp"
 #include "daemon/upstream.hpp"
 #include "daemon/worker.hpp"
@@ -370,13 +371,6 @@ namespace {
 constexpr std::chrono::milliseconds kFirstConnectRetry{2};
 constexpr std::chrono::milliseconds kMaxConnectRetry{100};
 
-std::string_view parameter(const protocol::StartupPacket& packet, std::string_view name) {
-    for (const auto& [key, value] : packet.parameters)
-        if (key == name)
-            return value;
-    return {};
-}
-
 }  // namespace
 
 bool Session::is_admin_database(std::string_view database) const {
@@ -427,6 +421,8 @@ void Session::note_logged_in() {
     if (login_noted_ || !record_)
         return;
     login_noted_ = true;
+    if (record_->database.empty())
+        return;  // physical replication: no database
     database_counters_ = metrics_.databases().counters_for(record_->database, record_->role);
     if (database_counters_ != nullptr)
         database_counters_->opened();
@@ -455,10 +451,10 @@ void Session::refuse_unauthenticated_login() {
     metrics_.auth_failed(transport_, AuthFailure::UpstreamDidNotAuthenticate);
     client_logs().auth_refused.log(  // a client can cause it at will: rate-limited
         spdlog::level::err,
-        "session {}: refused {} over {} (role \"{}\"): Postgres accepted the login without "
+        "session {}: refused {} over {} (role {}): Postgres accepted the login without "
         "asking for a password, but auth.{} is passthrough: make pg_hba.conf require one for "
         "l5pgd's connections",
-        id_, peer_.describe(), to_string(transport_), record_ ? record_->role : "",
+        id_, peer_.describe(), to_string(transport_), quoted_name(record_ ? record_->role : ""),
         peer_.local ? "local" : "tcp");
     // Forwarding already (Postgres answered): ended as when Postgres closes, with our FATAL.
     key_watcher_.reset();
@@ -473,8 +469,9 @@ void Session::refuse_unauthenticated_login() {
 }
 
 bool Session::admit_startup(const protocol::StartupPacket& packet) {
-    const std::string_view role = parameter(packet, "user");
-    const std::string_view database = parameter(packet, "database");
+    const std::string_view role = protocol::startup_parameter(packet, "user");
+    // Postgres's reading: the role's name when empty, none for physical replication.
+    const std::string_view database = protocol::login_database(packet);
     AuthRequest request{peer_.local, peer_.uid, {}, role};
     if (peer_.local)
         request.os_user = os_user_name(peer_.uid);
@@ -484,21 +481,22 @@ bool Session::admit_startup(const protocol::StartupPacket& packet) {
         admission.tls_mode == config::TlsMode::Require)
         verdict = AuthVerdict{AuthFailure::TlsRequired,
                               "l5pgd: SSL required for TCP clients (rule tls.mode=require)"};
-    if (verdict.allowed() && is_admin_database(database.empty() ? role : database))
+    if (verdict.allowed() && is_admin_database(database))
         verdict = admit_to_console(role);
     if (verdict.allowed()) {
-        spdlog::info("session {}: login: role \"{}\" database \"{}\" from {} over {}{}", id_, role,
-                     database.empty() ? role : database, peer_.describe(), to_string(transport_),
-                     admin_ ? " (admin console)" : "");
-        publish_record(role, database.empty() ? role : database);
+        spdlog::info("session {}: login: role {} database {} from {} over {}{}", id_,
+                     quoted_name(role), quoted_name(database), peer_.describe(),
+                     to_string(transport_), admin_ ? " (admin console)" : "");
+        publish_record(role, database);
         passthrough_login_ =
             admission.auth.method_for(peer_.local) == config::AuthMethod::Passthrough && !admin_;
         return true;
     }
     metrics_.auth_failed(transport_, verdict.failure);
-    client_logs().auth_refused.log(
-        spdlog::level::warn, "session {}: refused {} over {} (role \"{}\" database \"{}\"): {}",
-        id_, peer_.describe(), to_string(transport_), role, database, verdict.message);
+    client_logs().auth_refused.log(spdlog::level::warn,
+                                   "session {}: refused {} over {} (role {} database {}): {}", id_,
+                                   peer_.describe(), to_string(transport_), quoted_name(role),
+                                   quoted_name(database), verdict.message);
     fail_startup(protocol::kSqlstateInvalidAuthorization, verdict.message, "client refused");
     return false;
 }

@@ -1,6 +1,7 @@
 #include "protocol/startup.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -182,6 +183,40 @@ StartupParse parse_startup_packet(std::span<const std::byte> buf) {
 bool is_cancel_request(std::span<const std::byte> buf) noexcept {
     return buf.size() >= kCancelRequestLength && read_be32(buf.data()) == kCancelRequestLength &&
            read_be32(buf.data() + 4) == kCancelRequestCode;
+}
+
+std::string_view startup_parameter(const StartupPacket& packet, std::string_view name) noexcept {
+    for (const auto& [key, value] : packet.parameters)
+        if (key == name)
+            return value;
+    return {};
+}
+
+namespace {
+
+// `value` is a non-empty prefix of `word`, in any case (Postgres's parse_bool_with_len).
+bool abbreviates(std::string_view value, std::string_view word) noexcept {
+    if (value.empty() || value.size() > word.size())
+        return false;
+    for (size_t i = 0; i < value.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(value[i])) != word[i])
+            return false;
+    return true;
+}
+
+}  // namespace
+
+bool physical_replication(const StartupPacket& packet) noexcept {
+    const std::string_view value = startup_parameter(packet, "replication");
+    return abbreviates(value, "true") || abbreviates(value, "yes") || value == "1" ||
+           (value.size() >= 2 && abbreviates(value, "on"));
+}
+
+std::string_view login_database(const StartupPacket& packet) noexcept {
+    if (physical_replication(packet))
+        return {};
+    const std::string_view database = startup_parameter(packet, "database");
+    return database.empty() ? startup_parameter(packet, "user") : database;
 }
 
 bool is_startup_message(std::span<const std::byte> buf) noexcept {

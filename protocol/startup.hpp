@@ -85,6 +85,17 @@ struct StartupParse {
 // versions other than 3.x, malformed parameter lists and bodies of the wrong size.
 [[nodiscard]] StartupParse parse_startup_packet(std::span<const std::byte> buf);
 
+// A StartupMessage's parameter, "" when absent.
+[[nodiscard]] std::string_view startup_parameter(const StartupPacket& packet,
+                                                 std::string_view name) noexcept;
+// Whether it asks for a physical replication connection: `replication` true as Postgres's
+// parse_bool reads it (true, yes, on, 1, and unique prefixes such as "t" or "ye", in any
+// case); "database" asks for a logical one, which has a database.
+[[nodiscard]] bool physical_replication(const StartupPacket& packet) noexcept;
+// The database the login is for, as Postgres sets it: `database`, or the user's name when
+// that is empty; none ("") for a physical replication connection.
+[[nodiscard]] std::string_view login_database(const StartupPacket& packet) noexcept;
+
 // Async-signal-safe check used by the shim on the cancel path: no allocation, no locks.
 [[nodiscard]] bool is_cancel_request(std::span<const std::byte> buf) noexcept;
 // Same for a complete StartupMessage header (length sane and version 3.x).

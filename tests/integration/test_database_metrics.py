@@ -93,3 +93,22 @@ def test_kept_server_connections_count_each_client_session(workdir, cluster, l5p
 def test_off_by_default(l5pgd, shim):
     psql(shm_target(l5pgd), "select 1")
     assert "l5pg_database_" not in l5pgd.metrics_text()
+
+
+@pytest.mark.timeout(60)
+def test_physical_replication_has_no_database(labelled):
+    """A physical replication connection is to no database (Postgres ignores its dbname): it
+    makes no series, whatever dbname it sends (each name made one, up to the label limit)."""
+    junk = "l5pg_replication_junk_db"
+    out = psql(unix_target(labelled), "IDENTIFY_SYSTEM", dbname=f"replication=true dbname={junk}")
+    assert out, "IDENTIFY_SYSTEM answered nothing"
+    # A logical one has its database, as any session (here it does not exist: refused).
+    logical = psql(unix_target(labelled), "IDENTIFY_SYSTEM", check=False,
+                   dbname=f"replication=database dbname={junk}")
+    assert logical.returncode != 0 and "does not exist" in logical.stderr, logical.stderr
+    wait_for(lambda: all(v == 0 for v in
+                         series(labelled, "l5pg_database_sessions_active").values()),
+             WAIT, "every labelled session closed")
+    names = {dict(labels).get("database") for labels in
+             series(labelled, "l5pg_database_sessions_total")}
+    assert junk not in names and "" not in names, names

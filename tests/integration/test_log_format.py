@@ -54,7 +54,8 @@ def test_elsewhere_plain_timestamped_lines_without_colour(workdir, cluster, monk
 
 def test_client_names_cannot_start_log_lines(workdir, cluster, monkeypatch):
     """A newline in a name a client sends is written out (\\x0a), so it cannot forge a log line
-    of its own, under the journal at a priority of its choosing."""
+    of its own, under the journal at a priority of its choosing; a double quote in it is
+    escaped, so it cannot end the name and forge the fields after it either."""
     d = start_with_journal_stream(workdir, cluster, monkeypatch, "l5pgd-forged", True)
     forged = "<0>session 9: login: role \"postgres\" database \"app\""
     try:
@@ -65,5 +66,6 @@ def test_client_names_cannot_start_log_lines(workdir, cluster, monkeypatch):
         d.stop()
     lines = d.log_text().splitlines()
     assert not any(ln.startswith("<0>") for ln in lines), lines
-    assert any(ln.startswith("<4>session ") and f"app\\x0a{forged}\\x0d\\x1b[2K" in ln
-               for ln in lines), lines
+    escaped = forged.replace('"', '\\"')
+    assert any(ln.startswith("<4>session ") and
+               f'database "app\\x0a{escaped}\\x0d\\x1b[2K")' in ln for ln in lines), lines

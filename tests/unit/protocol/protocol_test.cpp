@@ -189,6 +189,23 @@ TEST_CASE("startup: StartupMessage round trip", "[protocol][startup]") {
     CHECK(r2.packet.parameters == params);
 }
 
+// As Postgres's ProcessStartupPacket: the database defaults to the user's name, and a physical
+// replication connection (replication as parse_bool reads true) has none.
+TEST_CASE("startup: the login's database, as Postgres reads it", "[protocol][startup]") {
+    const auto database_of = [](Params params) {
+        StartupPacket packet;
+        packet.parameters = std::move(params);
+        return std::string(login_database(packet));
+    };
+    CHECK(database_of({{"user", "alice"}, {"database", "db1"}}) == "db1");
+    CHECK(database_of({{"user", "alice"}, {"database", ""}}) == "alice");
+    CHECK(database_of({{"user", "alice"}}) == "alice");
+    for (const char* physical : {"true", "TRUE", "t", "tr", "yes", "Y", "on", "ON", "1"})
+        CHECK(database_of({{"user", "a"}, {"database", "db1"}, {"replication", physical}}).empty());
+    for (const char* other : {"database", "false", "off", "no", "0", "o", "", "truex", "2"})
+        CHECK(database_of({{"user", "a"}, {"database", "db1"}, {"replication", other}}) == "db1");
+}
+
 TEST_CASE("startup: StartupMessage without parameters and with 3.x minor", "[protocol][startup]") {
     const Bytes empty = build_startup_message({});
     CHECK(empty.size() == 9);
