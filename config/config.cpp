@@ -323,6 +323,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.auth.upstream_authenticates = get_bool(n, k); }},
         {"admin.database", [](Config& c, N n, K k) { c.admin.database = get_string(n, k); }},
         {"admin.users", [](Config& c, N n, K k) { c.admin.users = get_name_list(n, k); }},
+        {"admin.stats_users",
+         [](Config& c, N n, K k) { c.admin.stats_users = get_name_list(n, k); }},
     };
     return table;
 }

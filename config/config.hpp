@@ -166,7 +166,8 @@ struct TlsConfig {
 // The admin console (daemon/admin_console.hpp): a virtual database answered by l5pgd.
 struct AdminConfig {
     std::string database = "l5pgd";              // "" = no console
-    std::vector<std::string> users{"postgres"};  // roles that may use it
+    std::vector<std::string> users{"postgres"};  // roles that may use it, RELOAD included
+    std::vector<std::string> stats_users;        // roles that may only read (SHOW ...)
 };
 
 struct Config {

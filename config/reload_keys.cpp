@@ -86,6 +86,8 @@ const std::vector<KeyRule>& rules() {
         {"logging.level", L, [](C c) { return c.logging.level; }},
         {"admin.database", L, [](C c) { return quoted(c.admin.database); }},
         {"admin.users", L, [](C c) { return fmt::format("[{}]", fmt::join(c.admin.users, ",")); }},
+        {"admin.stats_users", L,
+         [](C c) { return fmt::format("[{}]", fmt::join(c.admin.stats_users, ",")); }},
     };
     return table;
 }

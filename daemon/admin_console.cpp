@@ -67,6 +67,7 @@ struct AdminConsole::Connection {
     EventPtr write;
     std::vector<std::byte> in;
     std::vector<std::byte> out;
+    bool may_reload = false;         // admin.users, not only admin.stats_users
     bool started = false;            // the StartupMessage was answered
     bool skipping_extended = false;  // an extended-protocol message was refused: until Sync
     bool closing = false;            // end once `out` is written
@@ -77,13 +78,14 @@ AdminConsole::AdminConsole(event_base* base, std::function<AdminView()> view)
 
 AdminConsole::~AdminConsole() = default;
 
-UniqueFd AdminConsole::open() {
+UniqueFd AdminConsole::open(bool may_reload) {
     int pair[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0)
         return UniqueFd{};
     UniqueFd session_end(pair[0]);
     auto c = std::make_unique<Connection>();
     c->console = this;
+    c->may_reload = may_reload;
     c->fd.reset(pair[1]);
     c->read.reset(event_new(base_, c->fd.get(), EV_READ | EV_PERSIST, read_cb, c.get()));
     c->write.reset(event_new(base_, c->fd.get(), EV_WRITE | EV_PERSIST, write_cb, c.get()));
@@ -178,7 +180,10 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
     bool go_on = true;
     if (type == 'Q') {
         if (const std::optional<std::string_view> sql = query_string(body)) {
-            answer_admin_query(*sql, view_(), out);
+            AdminView view = view_();
+            if (!c.may_reload)
+                view.request_reload = nullptr;
+            answer_admin_query(*sql, view, out);
         } else {
             out.error("ERROR", protocol::kSqlstateProtocolViolation, "invalid message format");
             out.ready_for_query();

@@ -33,8 +33,9 @@ class AdminConsole {
     AdminConsole& operator=(const AdminConsole&) = delete;
 
     // A new console connection: the session's end (non-blocking, close-on-exec), or an
-    // invalid fd with errno set.
-    [[nodiscard]] UniqueFd open();
+    // invalid fd with errno set. `may_reload`: its role is in admin.users, not only in
+    // admin.stats_users.
+    [[nodiscard]] UniqueFd open(bool may_reload);
 
   private:
     struct Connection;

@@ -159,6 +159,9 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
     } else if (command == "reload" && view.request_reload) {
         view.request_reload();
         out.command_complete("RELOAD");
+    } else if (command == "reload") {
+        out.error("ERROR", protocol::kSqlstateInsufficientPrivilege,
+                  "l5pgd admin console: permission denied: RELOAD needs a role of admin.users");
     } else {
         out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",

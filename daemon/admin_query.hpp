@@ -31,7 +31,7 @@ struct AdminClock {
 
 // What the console reads: the admitted sessions, the kept server connections, the
 // configuration the answering worker runs with (after a reload, the reloaded one) and
-// l5pgd's counters; and how it asks for a reload (unset: RELOAD is refused).
+// l5pgd's counters; and how it asks for a reload (unset: RELOAD is refused, 42501).
 struct AdminView {
     const SessionDirectory& sessions;
     const PoolDirectory& pools;

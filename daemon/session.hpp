@@ -275,7 +275,8 @@ class Session final : public ClientEndHost {
     bool upstream_blocked_ = false;   // upstream send returned EAGAIN
     bool awaiting_upstream_ = false;  // see awaiting_upstream(); set_awaiting_upstream()
     std::chrono::steady_clock::time_point request_forwarded_at_;  // awaiting_upstream_ began
-    bool admin_ = false;  // served by the admin console, not Postgres
+    bool admin_ = false;             // served by the admin console, not Postgres
+    bool admin_may_reload_ = false;  // its role is in admin.users (not only admin.stats_users)
     // auth passthrough: l5pgd checked nothing, so Postgres must ask the client to prove who it
     // is; a login it accepts unasked (a trust or peer rule for l5pgd) is refused.
     bool passthrough_login_ = false;

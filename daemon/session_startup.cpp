@@ -378,21 +378,26 @@ bool Session::is_admin_database(std::string_view database) const {
     return !console.empty() && database == console;
 }
 
-// The console shows every session's client and role: only roles in admin.users, and only
-// where l5pgd itself established who the client is (peer or trust, not passthrough, where
-// Postgres would have checked a password the console never asks for).
+// The console shows every session's client and role: only roles in admin.users (which may
+// also RELOAD) or admin.stats_users (which may only read), and only where l5pgd itself
+// established who the client is (peer or trust, not passthrough, where Postgres would have
+// checked a password the console never asks for).
 AuthVerdict Session::admit_to_console(std::string_view role) {
-    const auto& users = worker_.admission().admin.users;
+    const config::AdminConfig& admin = worker_.admission().admin;
+    const auto listed = [&](const std::vector<std::string>& roles) {
+        return std::find(roles.begin(), roles.end(), role) != roles.end();
+    };
     if (!l5pgd_identifies_client())
         return AuthVerdict{AuthFailure::AdminConsole,
                            "l5pgd: the admin console needs l5pgd to identify the client "
                            "(rule auth.local/auth.tcp=passthrough)"};
-    if (std::find(users.begin(), users.end(), role) == users.end())
+    if (!listed(admin.users) && !listed(admin.stats_users))
         return AuthVerdict{AuthFailure::AdminConsole,
                            fmt::format("l5pgd: role \"{}\" may not use the admin console (rule "
-                                       "admin.users)",
+                                       "admin.users, admin.stats_users)",
                                        role)};
     admin_ = true;
+    admin_may_reload_ = listed(admin.users);
     return AuthVerdict{};
 }
 
@@ -534,7 +539,7 @@ void Session::connect_upstream() {
     const config::UpstreamConfig& cfg = worker_.config().upstream;
     UpstreamConnect attempt;
     if (admin_) {
-        attempt.fd = worker_.admin_console().open();
+        attempt.fd = worker_.admin_console().open(admin_may_reload_);
         attempt.error = attempt.fd.valid() ? 0 : errno;
     } else {
         attempt = start_upstream_connect(cfg);

@@ -15,6 +15,7 @@ inline constexpr std::string_view kSqlstateAdminShutdown = "57P01";
 inline constexpr std::string_view kSqlstateTooManyConnections = "53300";
 inline constexpr std::string_view kSqlstateInvalidAuthorization = "28000";
 inline constexpr std::string_view kSqlstateFeatureNotSupported = "0A000";
+inline constexpr std::string_view kSqlstateInsufficientPrivilege = "42501";
 
 struct ErrorFields {
     std::string_view severity = "FATAL";  // written as both S and V fields

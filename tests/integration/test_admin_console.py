@@ -107,11 +107,26 @@ def test_a_role_not_in_admin_users_is_refused(workdir, cluster):
         before = d.metric("l5pg_auth_failures_total", transport="unix", reason="admin_console")
         r = console(unix_target(d), "show sessions", check=False)
         assert r.returncode != 0
-        assert 'role "postgres" may not use the admin console (rule admin.users)' in r.stderr
+        assert ('role "postgres" may not use the admin console (rule admin.users, '
+                'admin.stats_users)') in r.stderr
         assert d.metric("l5pg_auth_failures_total", transport="unix",
                         reason="admin_console") == before + 1
         # Ordinary databases are unaffected.
         assert psql(unix_target(d), "select 1") == "1"
+
+
+def test_stats_users_may_read_but_not_reload(workdir, cluster):
+    """admin.stats_users (PgBouncer's stats_users): the SHOW commands, but RELOAD is refused
+    with 42501 and reloads nothing; a role in admin.users may."""
+    with L5pgd(workdir / "l5pgd-stats-users", cluster,
+               extra_overrides=["admin.users=[monitor]", "admin.stats_users=[postgres]"]) as d:
+        assert console(unix_target(d), "show version").startswith("l5pgd ")
+        r = console(unix_target(d), "reload", check=False)
+        assert r.returncode != 0
+        assert "permission denied: RELOAD needs a role of admin.users" in r.stderr, r.stderr
+        assert "RELOAD requested" not in d.log_text()
+    with L5pgd(workdir / "l5pgd-admin-reload", cluster) as d:
+        assert console(unix_target(d), "reload") == "RELOAD"
 
 
 def test_admin_database_can_be_renamed_or_disabled(workdir, cluster):

@@ -143,8 +143,11 @@ TEST_CASE("admin console: RELOAD asks for a reload once and answers RELOAD") {
     REQUIRE(types(m) == "CZ");
     CHECK(m[0].body == std::string("RELOAD") + '\0');
     CHECK(asked == 1);
-    // Where nobody can reload (no request_reload), it is an unknown command.
-    CHECK(types(ask("RELOAD", sessions)) == "EZ");
+    // Where the role may not reload (no request_reload: admin.stats_users), permission denied.
+    const auto refused = ask("RELOAD", sessions);
+    REQUIRE(types(refused) == "EZ");
+    CHECK(refused[0].body.find("C42501") != std::string::npos);
+    CHECK(refused[0].body.find("admin.users") != std::string::npos);
 }
 
 TEST_CASE(
