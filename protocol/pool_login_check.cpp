@@ -19,7 +19,10 @@ namespace {
 // checks for a login that is not a superuser's by counting the backends that exist with it,
 // itself included (CountUserBackends, CountDBConnections; "approximate", its docs say): so
 // here, with the backend to be reused counted as the new login would count itself. Client
-// backends and walsenders are what it counts (not background workers).
+// backends and walsenders are what it counts (not background workers). backend_type is NULL
+// in rows of roles whose statistics the asking role may not read (pg_stat_get_activity hides
+// it): those count too, as anything else would count other roles' sessions as none; counting
+// one too many only makes l5pgd open a new backend, where Postgres decides.
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
     "d.datconnlimit OPERATOR(pg_catalog.<>) '-2'::pg_catalog.int4 AND "
@@ -27,13 +30,13 @@ constexpr std::string_view kQuery =
     "r.rolsuper OR ("
     "(r.rolconnlimit OPERATOR(pg_catalog.<) 0 OR "
     "(SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a "
-    "WHERE a.usesysid OPERATOR(pg_catalog.=) r.oid AND a.backend_type "
-    "OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[])) "
+    "WHERE a.usesysid OPERATOR(pg_catalog.=) r.oid AND (a.backend_type IS NULL OR "
+    "a.backend_type OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[]))) "
     "OPERATOR(pg_catalog.<=) r.rolconnlimit) AND "
     "(d.datconnlimit OPERATOR(pg_catalog.<) 0 OR "
     "(SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a "
-    "WHERE a.datid OPERATOR(pg_catalog.=) d.oid AND a.backend_type "
-    "OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[])) "
+    "WHERE a.datid OPERATOR(pg_catalog.=) d.oid AND (a.backend_type IS NULL OR "
+    "a.backend_type OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[]))) "
     "OPERATOR(pg_catalog.<=) d.datconnlimit)) "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "

@@ -16,6 +16,10 @@ What these tests hold l5pgd to:
 - Never pooled: the admin console, the default configuration (and passthrough: test_auth.py).
 - Metrics (l5pg_pool_idle_connections, l5pg_pool_returned_total, l5pg_pool_reused_total),
   pool.idle_timeout_ms, pool.max_idle, reloading pool.mode to none, pgbench run twice.
+- What Postgres checks only at login (NOLOGIN, CONNECT, CONNECTION LIMIT, a renamed role) is
+  asked again before a reuse.
+- A client cannot make its pooled session cost l5pgd more than the bytes it sends (one test
+  compares l5pgd's CPU for the same bytes through two ring sizes: a ratio, not a speed).
 
 Pools are per worker thread: every l5pgd here runs with one worker, each test its own.
 Waits are generous (WAIT) and only wait for a state; no test asserts how fast anything is.
@@ -35,8 +39,8 @@ import pytest
 
 from tests.harness import paths, pgwire
 from tests.harness.cancel import stop_process, wait_for_backend
-from tests.harness.client import (PYTHON, make_target, pgbench, popen, psql, psql_cmd, run,
-                                  run_python_json, unix_target)
+from tests.harness.client import (PYTHON, direct_unix_target, make_target, pgbench, popen, psql,
+                                  psql_cmd, run, run_python_json, unix_target)
 from tests.harness.l5pgd import L5pgd, harness_auth_overrides
 from tests.harness.procstat import cpu_seconds
 from tests.harness.rdma import rdma_overrides, rdma_target
@@ -1044,6 +1048,28 @@ def test_kept_backend_within_its_connection_limit_is_reused(l5pgd, cluster, logi
     d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
     assert backend_pid(target, app=app, env=env) == first
     assert pool_metric(d, REUSE_REFUSED) == 0
+
+
+def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(
+        l5pgd, cluster, login_role):
+    """A session of another role (here a superuser's, straight to Postgres) counts against the
+    database's CONNECTION LIMIT, though the kept backend's role may not read its backend_type
+    in pg_stat_activity (it was left out: the limit lowered to 1 while the other session held
+    a slot went on being ignored)."""
+    cluster.sql(f"alter database {login_role} connection limit 2")
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    holder_app = f"{app}-holder"
+    holder = popen(psql_cmd("-c", "select pg_sleep(30)"), direct_unix_target(cluster), text=True,
+                   env={"PGDATABASE": login_role, "PGAPPNAME": holder_app})
+    try:
+        wait_for_backend(cluster, holder_app)
+        cluster.sql(f"alter database {login_role} connection limit 1")
+        r = psql_lines(target, "select 1", app=app, env=env, check=False)
+        assert r.returncode != 0, r.stdout
+        assert f'too many connections for database "{login_role}"' in r.stderr, r.stderr
+        assert f"not reused: {AT_LIMIT}" in d.log_text()
+    finally:
+        stop_process(holder)
 
 
 def test_kept_backend_of_a_renamed_role_is_not_reused(l5pgd, cluster, login_role):
