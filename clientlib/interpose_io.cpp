@@ -107,9 +107,15 @@ bool await_upgrade(int fd) noexcept {
 
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
 Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
-    // Arguments the kernel refuses: the bare socket says so, and the fd stays a candidate.
-    if (iov_refusal(iov, iovcnt) != 0 || null_piece(iov, iovcnt))
+    // Arguments the kernel refuses before it sends anything: the bare socket says so, and
+    // the fd stays a candidate. A null piece the kernel would find only after sending the
+    // pieces before it (part of a StartupMessage on the bare socket): EFAULT from us.
+    if (iov_refusal(iov, iovcnt) != 0)
         return {RouteKind::Real, {}};
+    if (null_piece(iov, iovcnt)) {
+        errno = EFAULT;
+        return {RouteKind::Error, {}};
+    }
     if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
         return route_send(fd, iov, iovcnt);
     std::byte first[16];
@@ -276,7 +282,8 @@ ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_
                 return -1;
             if (discards_truncated(fd, flags))
                 return channel_recv_discarding(*route.channel, fd, iov_total(iov, iovcnt), flags);
-            // (The kernel would wait for data first and then fail the copy.)
+            // (The kernel fails the copy only once there is data: at EOF it returns 0, and
+            // with nothing to read EAGAIN or a wait. EFAULT at once instead of a crash.)
             if (null_piece(iov, iovcnt)) {
                 errno = EFAULT;
                 return -1;

@@ -606,8 +606,8 @@ while time.monotonic() < deadline and not revents & select.POLLHUP:
 # Postgres ends the session after a last message the client has not read yet: a Unix socket
 # then polls POLLIN | POLLHUP, and so must the upgraded connection (held against Postgres's
 # own socket). Asked for writing alone it is writable as well (a write fails at once), so
-# select() with only a write set reports it at once (the shim's channel said POLLHUP alone:
-# select() returned 0 before its timeout).
+# select() with only a write set reports it at once: held here because the shim's select()
+# would return 0 before its timeout if a channel ever said POLLHUP without POLLOUT.
 HANGUP_WITH_DATA_SCRIPT = r'''
 import ctypes, json, os, select, time, psycopg
 ''' + TERMINATED_CONNECTION + r'''
