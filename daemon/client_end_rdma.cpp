@@ -39,11 +39,13 @@ void RdmaClientEnd::progress(bool) {
 
 namespace {
 // How long the soft device's wire may stay quiet and open after the client's socket closed
-// before its input counts as done. An honest client's wire closes with its socket (the
-// queue pair then fails, and everything it sent has landed); one that keeps a copy of the
-// wire open would otherwise keep the session waiting for WRITEs that never come, and the
-// worker polling it without a pause, until limits.drain_timeout_ms.
-constexpr auto kSoftWireGrace = std::chrono::milliseconds(500);
+// before its input counts as done. An honest client closes its wire right after its socket
+// (the shim shuts the socket down first, then flushes and closes the wire: the queue pair
+// then fails, and everything it sent has landed), and a wire still delivering bytes (a large
+// last record, TCP retransmissions) restarts the wait; one that keeps a copy of the wire
+// open would otherwise keep the session waiting for WRITEs that never come, and the worker
+// polling it without a pause, until limits.drain_timeout_ms.
+constexpr auto kSoftWireGrace = std::chrono::seconds(2);
 }  // namespace
 
 void RdmaClientEnd::fill_input() {
@@ -56,8 +58,6 @@ void RdmaClientEnd::fill_input() {
         std::span<std::byte> space = in_.prepare(kChunk);
         const rdma::IoResult r = channel_->read(space);
         in_.commit(r.bytes);
-        if (r.bytes > 0)
-            closed_since_.reset();  // the wire still delivers
         if (r.bytes == 0 && (r.status == IoStatus::Closed || r.status == IoStatus::Error)) {
             exhausted_ = settled || soft_wire_quiet();
             report(r.status);
@@ -67,9 +67,12 @@ void RdmaClientEnd::fill_input() {
 
 bool RdmaClientEnd::soft_wire_quiet() {
     const auto now = std::chrono::steady_clock::now();
-    if (!closed_since_)
-        closed_since_ = now;
-    return now - *closed_since_ >= kSoftWireGrace;
+    const uint64_t received = channel_->bytes_received();
+    if (!quiet_since_ || received != received_then_) {  // first look, or the wire delivered
+        quiet_since_ = now;
+        received_then_ = received;
+    }
+    return now - *quiet_since_ >= kSoftWireGrace;
 }
 
 // Its lingering flush delivers it. With the client's ring nearly full only a part may go

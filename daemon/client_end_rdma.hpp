@@ -46,7 +46,8 @@ class RdmaClientEnd final : public QueuedClientEnd {
     // client tearing its channel down looks like for a moment (the session looks at the
     // socket again before counting it as an error).
     void report(IoStatus status);
-    // Whether the client's wire has been quiet for kSoftWireGrace since its socket closed.
+    // Whether the client's wire has been quiet for kSoftWireGrace since its socket closed
+    // (nothing taken in from it meanwhile).
     [[nodiscard]] bool soft_wire_quiet();
 
     std::unique_ptr<rdma::ServerSession> channel_;  // null once input is done after departure
@@ -55,8 +56,10 @@ class RdmaClientEnd final : public QueuedClientEnd {
     const uint64_t session_id_;
     bool exhausted_ = false;  // read() has nothing more and never will
     bool linger_ = false;     // at reaping, hand the channel to the worker to flush
-    // Since when read() has found the socket closed with nothing new (soft device).
-    std::optional<std::chrono::steady_clock::time_point> closed_since_;
+    // Since when read() has found the socket closed and the wire delivering nothing (soft
+    // device), and what the wire had delivered then.
+    std::optional<std::chrono::steady_clock::time_point> quiet_since_;
+    uint64_t received_then_ = 0;
 };
 
 }  // namespace l5pg::daemon

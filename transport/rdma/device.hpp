@@ -183,6 +183,10 @@ class QueuePair {
     // protocol violation); `reason` says why. A failed QP never recovers.
     [[nodiscard]] virtual bool failed(std::string* reason = nullptr) const = 0;
 
+    // Bytes this queue pair has taken in from its peer so far, where the device sees them
+    // (the soft device's wire); 0 where the hardware applies them unseen.
+    [[nodiscard]] virtual uint64_t bytes_received() const noexcept { return 0; }
+
     [[nodiscard]] virtual uint32_t max_inline() const noexcept = 0;
     [[nodiscard]] virtual uint32_t max_send_wr() const noexcept = 0;
     [[nodiscard]] virtual uint32_t max_message_size() const noexcept = 0;

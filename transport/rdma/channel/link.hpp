@@ -141,6 +141,10 @@ class Link {
     [[nodiscard]] bool broken() const noexcept { return broken_; }
     [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
     [[nodiscard]] bool peer_closed() const noexcept { return peer_closed_; }
+    // What the queue pair has taken in from the peer so far (QueuePair::bytes_received).
+    [[nodiscard]] uint64_t bytes_received() const noexcept {
+        return qp_ != nullptr ? qp_->bytes_received() : 0;
+    }
     // Ok while usable; Closed when the peer ended the session (socket EOF), Error when
     // the link is broken for another reason. A broken QP usually means the peer went
     // away, so the socket is checked for EOF first.

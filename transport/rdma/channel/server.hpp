@@ -132,6 +132,8 @@ class ServerSession {
     [[nodiscard]] bool broken() const noexcept { return link_.broken(); }
     [[nodiscard]] const std::string& error() const noexcept { return link_.reason(); }
     [[nodiscard]] bool peer_closed() const noexcept { return link_.peer_closed(); }
+    // Bytes the queue pair took in from the client so far (soft device: its wire).
+    [[nodiscard]] uint64_t bytes_received() const noexcept { return link_.bytes_received(); }
     [[nodiscard]] const ChannelStats& stats() const noexcept { return link_.stats(); }
     [[nodiscard]] int session_fd() const noexcept { return link_.session_fd(); }
     [[nodiscard]] uint32_t slot() const noexcept { return slot_; }

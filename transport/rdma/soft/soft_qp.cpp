@@ -321,6 +321,7 @@ bool SoftQueuePair::receive() {
         }
         in_len_ += static_cast<size_t>(n);
         received += static_cast<size_t>(n);
+        bytes_received_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         if (!dispatch_complete_frames())
             return false;
     }

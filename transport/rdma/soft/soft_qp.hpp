@@ -46,6 +46,9 @@ class SoftQueuePair final : public QueuePair, private WireHandler {
     uint32_t max_inline() const noexcept override { return config_.max_inline; }
     uint32_t max_send_wr() const noexcept override { return max_send_wr_; }
     uint32_t max_message_size() const noexcept override { return config_.max_message; }
+    uint64_t bytes_received() const noexcept override {
+        return bytes_received_.load(std::memory_order_relaxed);
+    }
 
     // Private, for make_unique.
     SoftQueuePair(std::shared_ptr<RegionTable> table, const SoftConfig& config, sys::UniqueFd wire,
@@ -118,6 +121,7 @@ class SoftQueuePair final : public QueuePair, private WireHandler {
     std::vector<std::byte> in_;  // received bytes; in_[in_head_, in_len_) not yet parsed
     size_t in_head_ = 0;
     size_t in_len_ = 0;
+    std::atomic<uint64_t> bytes_received_{0};  // read from the wire, for bytes_received()
     uint64_t expected_peer_seq_ = 0;
     uint64_t rng_;
 };
