@@ -6,7 +6,8 @@
 
 namespace l5pg::daemon {
 
-void raise_fd_limit(const config::LimitsConfig& limits) {
+void raise_fd_limit(const config::Config& config) {
+    const config::LimitsConfig& limits = config.limits;
     rlimit limit{};
     if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
         return;
@@ -16,7 +17,8 @@ void raise_fd_limit(const config::LimitsConfig& limits) {
         (void)::getrlimit(RLIMIT_NOFILE, &limit);
     }
     const rlim_t needed = rlim_t{2} * limits.max_sessions + limits.max_startup_sessions +
-                          rlim_t{2} * max_lingering_channels(limits) + 64;
+                          rlim_t{2} * lingering_share(config) * std::max(1u, config.workers.count) +
+                          64;
     if (limit.rlim_cur < needed)
         spdlog::warn(
             "open file limit {} is below the {} that limits.max_sessions={} needs (with "

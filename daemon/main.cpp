@@ -101,7 +101,7 @@ int run(l5pg::daemon::SettingsPtr settings, l5pg::daemon::ConfigSource source) {
     using namespace l5pg::daemon;
     const l5pg::config::Config& config = settings->config;
     ::signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit(config.limits);
+    raise_fd_limit(config);
     Metrics metrics;
     metrics.databases().configure(config.metrics.labels, config.metrics.label_limit);
     std::unique_ptr<MetricsServer> metrics_server;

@@ -287,7 +287,7 @@ void Server::reload() {
     if (SettingsPtr next = reload_settings(source_, *settings_)) {
         settings_ = std::move(next);
         apply_process_settings(config());
-        raise_fd_limit(config().limits);
+        raise_fd_limit(config());
         admission_.startup.set_caps(config().limits.max_startup_sessions,
                                     config().limits.max_startup_per_peer);
         store_.publish(settings_);

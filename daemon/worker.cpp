@@ -268,13 +268,11 @@ void Worker::linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> ch
     channel->begin_close();
     if (channel->flush_step())
         return;  // nothing in flight: the channel goes now
-    const size_t workers = std::max(1u, settings_->config.workers.count);
-    const size_t share = (max_lingering_channels(settings_->config.limits) + workers - 1) / workers;
-    if (lingering_.size() >= share) {
+    if (lingering_.size() >= lingering_share(settings_->config)) {
         client_logs().session_error.log(
             spdlog::level::warn,
             "session {}: RDMA channel closed before the client acknowledged our last writes: "
-            "{} channels of this worker wait for that already (a quarter of "
+            "{} channels of this worker wait for that already (its share of a quarter of "
             "limits.max_sessions)",
             session_id, lingering_.size());
         return;

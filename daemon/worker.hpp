@@ -123,7 +123,7 @@ class Worker {
     // Keeps a closed session's RDMA channel, and the socket it rings, until the client
     // has acknowledged everything written to it (at most rdma.completion_timeout_ms),
     // polled from this worker's loop: closing one session never blocks the others. Beyond
-    // this worker's share of max_lingering_channels() the channel goes at once.
+    // this worker's lingering_share() (fd_limit.hpp) the channel goes at once.
     void linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> channel, UniqueFd socket);
 
   private:
