@@ -150,14 +150,16 @@ struct MetricsServer::Impl {
         if (bev == nullptr)
             return nullptr;  // evhttp tries to make its own, and fails the same way
         self->forget_closed();
-        const auto live = [&] {
-            return std::count_if(self->connections.begin(), self->connections.end(),
-                                 [](const Connection& c) { return !c.closing; });
-        };
-        for (Connection& c : self->connections) {
-            if (static_cast<size_t>(live()) < kMaxConnections)
+        auto live =
+            static_cast<size_t>(std::count_if(self->connections.begin(), self->connections.end(),
+                                              [](const Connection& c) { return !c.closing; }));
+        for (Connection& c : self->connections) {  // oldest first
+            if (live < kMaxConnections)
                 break;
-            close_connection(c);
+            if (!c.closing) {
+                close_connection(c);
+                --live;
+            }
         }
         bufferevent_incref(bev);
         self->connections.push_back({bev, std::chrono::steady_clock::now()});

@@ -22,23 +22,16 @@ inline void header(std::string& out, std::string_view name, std::string_view typ
 // escaped (database and role names may hold any of them), and bytes that are not UTF-8 (a
 // SQL_ASCII or LATIN1 cluster's names) as U+FFFD: Prometheus rejects a whole scrape over one.
 inline std::string label_value(std::string_view value) {
+    const std::string text = valid_utf8(value);
     std::string out;
-    out.reserve(value.size());
-    for (size_t i = 0; i < value.size();) {
-        const size_t length = utf8_sequence(value, i);
-        if (length == 0) {
-            out += "\xEF\xBF\xBD";
-            ++i;
-            continue;
-        }
-        const char c = value[i];
+    out.reserve(text.size());
+    for (const char c : text) {  // bytes of a multibyte character are all >= 0x80
         if (c == '\\' || c == '"')
             out += '\\';
         if (c == '\n')
             out += "\\n";
         else
-            out.append(value.substr(i, length));
-        i += length;
+            out += c;
     }
     return out;
 }
