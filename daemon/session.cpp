@@ -101,7 +101,8 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->pool_.login_check) {
+    if (self->pool_.login_check &&
+        self->pool_.login_check->purpose() == protocol::PoolLoginCheck::Purpose::BeforeReuse) {
         self->refuse_reuse("no answer to the login check in time");
     } else if (self->pool_.reset) {
         self->close(self->departure_reason_ +

@@ -165,13 +165,18 @@ class Session final : public ClientEndHost {
     // Takes a kept server connection for this client's StartupMessage, if there is one, and
     // asks it the login check (protocol/pool_login_check.hpp); the session stays Connecting.
     [[nodiscard]] bool adopt_idle_upstream();
+    // Sends the login check on the idle upstream socket; false if it did not fit at once.
+    [[nodiscard]] bool send_login_check(protocol::PoolLoginCheck::Purpose purpose,
+                                        std::string settings_at_start = {});
     void read_login_check_answer();
+    void finish_start_check(std::span<const std::byte> rest);
     // The kept connection failed its login check (or did not answer): closed, and a new one
     // opened for the client.
     void refuse_reuse(std::string_view why);
     void open_upstream(std::span<const std::byte> startup);
     void read_greeting();
     void greet_client();
+    void greet_client_then(std::span<const std::byte> rest);
     void give_up_pooling(std::vector<std::byte> received);
     // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
     // of a session l5pgd serves, translated to the backend's.
@@ -343,8 +348,13 @@ class Session final : public ClientEndHost {
         std::chrono::steady_clock::time_point upstream_born;  // when the backend started
         uint64_t upstream_epoch = 0;  // the worker's upstream_epoch() when it was opened
         bool terminated = false;      // the client sent Terminate, which Postgres did not get
-        std::unique_ptr<protocol::PoolReset> reset;             // running after a clean departure
-        std::unique_ptr<protocol::PoolLoginCheck> login_check;  // a kept one's, before reuse
+        std::unique_ptr<protocol::PoolReset> reset;  // running after a clean departure
+        // A new backend's, before its client is greeted; a kept one's, before reuse.
+        std::unique_ptr<protocol::PoolLoginCheck> login_check;
+        // What a login of this role to this database took from pg_db_role_setting when the
+        // backend started (its login check at the start); unknown: not kept.
+        std::optional<std::string> role_settings;
+        bool client_sent = false;  // some of the client's bytes went to Postgres
     };
     PoolState pool_;
 

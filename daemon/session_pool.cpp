@@ -3,8 +3,10 @@
 // A pooled session differs from a plain one in four places only:
 //   1. Start: a kept server connection for the same StartupMessage is adopted, or a new one
 //      is opened and l5pgd reads its greeting itself (protocol/server_greeting.hpp). Either
-//      way the client gets AuthenticationOk, the ParameterStatus reports and a
-//      BackendKeyData with a key of l5pgd's (cancel_keys.hpp), never the backend's.
+//      way l5pgd first asks the login check (protocol/pool_login_check.hpp): a kept
+//      backend must pass it, a new one's answer notes the settings it started with. Then
+//      the client gets AuthenticationOk, the ParameterStatus reports and a BackendKeyData
+//      with a key of l5pgd's (cancel_keys.hpp), never the backend's.
 //   2. Forwarding: the client's messages are walked as they go (one step per message) to
 //      count the requests that Postgres answers with a ReadyForQuery, and to hold back its
 //      Terminate, which would end the backend; Postgres's ParameterStatus reports update
@@ -78,12 +80,8 @@ bool Session::adopt_idle_upstream() {
     upstream_ = std::move(idle->fd);
     pool_.greeting = std::move(idle->greeting);
     pool_.upstream_born = idle->born;
-    // The socket is idle and empty: the small request fits at once, or the connection is
-    // not usable.
-    const std::vector<std::byte> request = protocol::PoolLoginCheck::request();
-    const ssize_t n =
-        ::send(upstream_.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(request.size())) {
+    if (!send_login_check(protocol::PoolLoginCheck::Purpose::BeforeReuse,
+                          std::move(idle->role_settings))) {
         upstream_.reset();
         metrics_.pool_reuse_refused();
         spdlog::info(
@@ -92,39 +90,78 @@ bool Session::adopt_idle_upstream() {
             id_, pool_.greeting.key.backend_pid);
         return false;
     }
-    pool_.login_check =
-        std::make_unique<protocol::PoolLoginCheck>(record_->role, record_->database);
     watch_upstream();
     set_event(upstream_read_.get(), true);
     arm_timer(worker_.config().upstream.connect_timeout_ms);
     return true;
 }
 
+// The socket is idle and empty: the small request fits at once, or the connection is not
+// usable.
+bool Session::send_login_check(protocol::PoolLoginCheck::Purpose purpose,
+                               std::string settings_at_start) {
+    const std::vector<std::byte> request = protocol::PoolLoginCheck::request();
+    const ssize_t n =
+        ::send(upstream_.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(request.size()))
+        return false;
+    pool_.login_check = std::make_unique<protocol::PoolLoginCheck>(
+        record_->role, record_->database, purpose, std::move(settings_at_start));
+    return true;
+}
+
 void Session::read_login_check_answer() {
+    const bool at_start =
+        pool_.login_check->purpose() == protocol::PoolLoginCheck::Purpose::AtStart;
     std::array<std::byte, kControlChunk> chunk;
     for (;;) {
         const ControlRead read = read_control(upstream_.get(), chunk);
         if (read.ended) {
-            refuse_reuse("Postgres closed it");
+            if (at_start) {
+                // Part of the answer at most: the client gets its greeting, then the EOF.
+                finish_start_check({});
+                on_upstream_readable();
+            } else {
+                refuse_reuse("Postgres closed it");
+            }
             return;
         }
         if (read.bytes.empty())
             return;
-        switch (pool_.login_check->feed(read.bytes, pool_.greeting)) {
-            case protocol::PoolLoginCheck::Status::NeedMore:
-                continue;
-            case protocol::PoolLoginCheck::Status::Failed:
-                refuse_reuse(pool_.login_check->failure());
-                return;
-            case protocol::PoolLoginCheck::Status::Passed:
-                pool_.login_check.reset();
-                metrics_.pool_reused();
-                spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
-                              pool_.greeting.key.backend_pid);
-                on_upstream_connected();  // greets the client
-                return;
+        const protocol::PoolLoginCheck::Status status =
+            pool_.login_check->feed(read.bytes, pool_.greeting);
+        if (status == protocol::PoolLoginCheck::Status::NeedMore)
+            continue;
+        const bool passed = status == protocol::PoolLoginCheck::Status::Passed;
+        if (passed)
+            pool_.role_settings = pool_.login_check->settings();
+        if (at_start) {
+            if (!passed)
+                spdlog::info(
+                    "session {}: backend pid {} serves its client but will not be kept: its "
+                    "login check at the start failed: {}",
+                    id_, pool_.greeting.key.backend_pid, pool_.login_check->failure());
+            const std::vector<std::byte> rest(pool_.login_check->rest().begin(),
+                                              pool_.login_check->rest().end());
+            finish_start_check(rest);
+        } else if (!passed) {
+            refuse_reuse(pool_.login_check->failure());
+        } else {
+            pool_.login_check.reset();
+            metrics_.pool_reused();
+            spdlog::debug("session {}: reusing the server connection of backend pid {}", id_,
+                          pool_.greeting.key.backend_pid);
+            on_upstream_connected();  // greets the client
         }
+        return;
     }
+}
+
+// A new backend's own check was answered, or Postgres left: the client is greeted and gets
+// what followed the answer.
+void Session::finish_start_check(std::span<const std::byte> rest) {
+    pool_.login_check.reset();
+    greet_client_then(rest);
 }
 
 void Session::refuse_reuse(std::string_view why) {
@@ -169,14 +206,27 @@ void Session::read_greeting() {
                 const std::vector<std::byte> rest(pool_.greeting_reader->rest().begin(),
                                                   pool_.greeting_reader->rest().end());
                 pool_.greeting_reader.reset();
-                greet_client();
-                if (!rest.empty()) {  // answers to what a pipelining client sent already
-                    note_from_upstream(rest);
-                    send_to_client(rest);
-                }
+                // The settings the backend took from pg_db_role_setting are read before the
+                // client is greeted, while nothing of its is on the way to Postgres: the
+                // answer is then the first thing Postgres sends. A client that pipelined
+                // requests behind its StartupMessage is served, its backend not kept.
+                if (rest.empty() && !pool_.client_sent &&
+                    send_login_check(protocol::PoolLoginCheck::Purpose::AtStart))
+                    return;  // read_login_check_answer() greets the client
+                greet_client_then(rest);
                 return;
             }
         }
+    }
+}
+
+// `rest`: answers to what a pipelining client sent already, or a FATAL that came after the
+// greeting.
+void Session::greet_client_then(std::span<const std::byte> rest) {
+    greet_client();
+    if (!rest.empty()) {
+        note_from_upstream(rest);
+        send_to_client(rest);
     }
 }
 
@@ -252,6 +302,7 @@ size_t Session::before_terminate(std::span<const std::byte> data) {
 
 // `sent` begins what before_terminate() walked (`walked` bytes of it).
 void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
+    pool_.client_sent = true;
     if (sent.size() == walked) {
         pool_.from_client = pool_.walked;
         return;
@@ -286,8 +337,10 @@ void Session::note_from_upstream(std::span<const std::byte> bytes) {
 std::optional<std::string_view> Session::pool_refusal() const {
     if (!pool_.terminated)
         return "the client left without a Terminate message";
-    if (pool_.greeting_reader)
+    if (pool_.greeting_reader || pool_.login_check)
         return "the backend had not finished its start-up";
+    if (!pool_.role_settings)
+        return "the settings it started with are not known (see the session's first lines)";
     if (!upstream_.valid() || upstream_refuses_ || upstream_eof_ || upstream_shut_ ||
         !to_upstream_.empty() || finish_when_ != FinishWhen::Open)
         return "the server connection is closing";
@@ -389,7 +442,8 @@ void Session::return_to_pool() {
     const auto pid = pool_.greeting.key.backend_pid;
     const bool kept = worker_.upstream_pool().park(
         std::move(pool_.key), {record_->database, record_->role},
-        UpstreamPool::Idle{std::move(upstream_), std::move(pool_.greeting), pool_.upstream_born},
+        UpstreamPool::Idle{std::move(upstream_), std::move(pool_.greeting), pool_.upstream_born,
+                           std::move(*pool_.role_settings)},
         worker_.pool_limits());
     if (kept)
         metrics_.pool_returned();

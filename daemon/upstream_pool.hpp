@@ -9,12 +9,12 @@
 // One pool per worker: a connection's events belong to that worker's event base. An idle
 // connection is closed (after a Terminate) when it has been idle for pool.idle_timeout_ms,
 // when its backend has lived pool.server_lifetime_ms (so that what Postgres checks only at
-// connection time -- pg_hba.conf, CONNECT privileges, NOLOGIN, a renamed role -- applies
-// again), when pool.max_idle would be exceeded (the oldest goes; also when a reload lowers
-// it, and a reload's timeouts apply to what is kept already), when Postgres sends
-// anything or closes it (a backend terminated by an administrator, an
-// idle_session_timeout), at shutdown, and when a reload sets pool.mode to none or points
-// upstream.* elsewhere.
+// connection time and a role cannot ask -- pg_hba.conf, login event triggers -- applies
+// again; the rest is asked before each reuse, protocol/pool_login_check.hpp), when pool.max_idle
+// would be exceeded (the oldest goes; also when a reload lowers it, and a reload's timeouts apply
+// to what is kept already), when Postgres sends anything or closes it (a backend terminated by an
+// administrator, an idle_session_timeout), at shutdown, and when a reload sets pool.mode to none or
+// points upstream.* elsewhere.
 #pragma once
 
 #include <chrono>
@@ -37,7 +37,8 @@ class UpstreamPool {
     struct Idle {
         UniqueFd fd;
         protocol::ServerGreeting greeting;
-        clock::time_point born;  // when the backend was started (pool.server_lifetime_ms)
+        clock::time_point born;     // when the backend was started (pool.server_lifetime_ms)
+        std::string role_settings;  // PoolLoginCheck::settings() at its start
     };
     struct Limits {
         size_t max_idle = 0;  // this pool's share of pool.max_idle; 0 keeps none

@@ -1,7 +1,10 @@
-// ErrorResponse ('E') builder, for errors l5pgd reports itself.
+// ErrorResponse ('E'): the builder for errors l5pgd reports itself, and a reader for the
+// few fields l5pgd looks at in Postgres's own.
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -36,5 +39,18 @@ struct ErrorFields {
     fields.message = message;
     return build_error_response(fields);
 }
+
+// The fields of an ErrorResponse body (or NoticeResponse) that l5pgd looks at; views into
+// the body. nullopt for a body that is not a well-formed field list.
+struct ReceivedError {
+    std::string_view severity;  // 'V' (not localized, PG >= 9.6), else 'S'
+    std::string_view sqlstate;
+    std::string_view message;
+    // FATAL or PANIC: the backend ends after it, whatever it was answering.
+    [[nodiscard]] bool ends_session() const noexcept {
+        return severity == "FATAL" || severity == "PANIC";
+    }
+};
+[[nodiscard]] std::optional<ReceivedError> read_error_response(std::span<const std::byte> body);
 
 }  // namespace l5pg::protocol

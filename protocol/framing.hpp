@@ -64,6 +64,8 @@ class MessageBuffer {
     // The next complete message (then the one after it on the next call), or NeedMore, or
     // Invalid for a bad length. A view is valid until the next append().
     [[nodiscard]] MessageView next(uint32_t max_length) noexcept;
+    // Puts back `last`, the message next() just handed out: rest() begins with it again.
+    void unread(const MessageView& last) noexcept { parsed_ -= last.total_size(); }
     [[nodiscard]] size_t size() const noexcept { return bytes_.size(); }
     // What follows the messages handed out.
     [[nodiscard]] std::span<const std::byte> rest() const noexcept {

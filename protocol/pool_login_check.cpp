@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "protocol/error_response.hpp"
 #include "protocol/startup.hpp"
 #include "protocol/wire.hpp"
 
@@ -23,6 +24,10 @@ namespace {
 // in rows of roles whose statistics the asking role may not read (pg_stat_get_activity hides
 // it): those count too, as anything else would count other roles' sessions as none; counting
 // one too many only makes l5pgd open a new backend, where Postgres decides.
+//
+// The fifth is every pg_db_role_setting row a login of this role to this database applies
+// (process_settings(): the role in the database, the role, the database, all roles), in a
+// fixed order; pg_db_role_setting is readable by every role.
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
     "d.datconnlimit OPERATOR(pg_catalog.<>) '-2'::pg_catalog.int4 AND "
@@ -37,11 +42,16 @@ constexpr std::string_view kQuery =
     "(SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a "
     "WHERE a.datid OPERATOR(pg_catalog.=) d.oid AND (a.backend_type IS NULL OR "
     "a.backend_type OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[]))) "
-    "OPERATOR(pg_catalog.<=) d.datconnlimit)) "
+    "OPERATOR(pg_catalog.<=) d.datconnlimit)), "
+    "COALESCE((SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', s.setdatabase, s.setrole, "
+    "s.setconfig), ';' ORDER BY s.setdatabase, s.setrole) "
+    "FROM pg_catalog.pg_db_role_setting s "
+    "WHERE s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY['0'::pg_catalog.oid, d.oid]) AND "
+    "s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY['0'::pg_catalog.oid, r.oid])), '') "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
     "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
-constexpr size_t kColumns = 4;
+constexpr size_t kColumns = 5;
 constexpr size_t kMaxReply = 16 * 1024;
 
 bool tag_is(std::span<const std::byte> body, std::string_view tag) {
@@ -72,8 +82,12 @@ std::optional<std::vector<std::string_view>> row_values(std::span<const std::byt
 
 }  // namespace
 
-PoolLoginCheck::PoolLoginCheck(std::string_view role, std::string_view database)
-    : role_(postgres_name(role)), database_(postgres_name(database)) {}
+PoolLoginCheck::PoolLoginCheck(std::string_view role, std::string_view database, Purpose purpose,
+                               std::string settings_at_start)
+    : role_(postgres_name(role)),
+      database_(postgres_name(database)),
+      purpose_(purpose),
+      settings_(std::move(settings_at_start)) {}
 
 std::vector<std::byte> PoolLoginCheck::request() {
     std::vector<std::byte> out;
@@ -117,6 +131,14 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
         failure_ = "its role or database has reached its CONNECTION LIMIT";
         return false;
     }
+    if (purpose_ == Purpose::AtStart) {
+        settings_ = (*values)[4];
+    } else if ((*values)[4] != settings_) {
+        failure_ =
+            "the settings a login of its role to its database takes (ALTER ROLE / ALTER "
+            "DATABASE ... SET) changed since it started";
+        return false;
+    }
     return true;
 }
 
@@ -136,13 +158,26 @@ PoolLoginCheck::Status PoolLoginCheck::parse(ServerGreeting& greeting) {
         }
         if (msg.type == 'N')  // a notice about the query changes nothing
             continue;
-        if (msg.type == 'E')
-            return fail("an error");
+        if (msg.type == 'E') {
+            const std::optional<ReceivedError> error = read_error_response(msg.body);
+            if (!error || error->ends_session()) {  // not ours to take: the client's to see
+                buffer_.unread(msg);
+                return fail(error ? "a FATAL error: " + std::string(error->message)
+                                  : std::string("a malformed error"));
+            }
+            if (!errored_)
+                failure_ = "an error: " + std::string(error->message);
+            errored_ = true;
+            expected_ = 'Z';
+            continue;
+        }
         // After the RowDescription: the one row, or none (CommandComplete at once).
         const bool expected = msg.type == expected_ || (expected_ == 'D' && msg.type == 'C');
         if (!expected ||
-            (msg.type == 'T' && (msg.body.size() < 2 || read_be16(msg.body.data()) != kColumns)))
+            (msg.type == 'T' && (msg.body.size() < 2 || read_be16(msg.body.data()) != kColumns))) {
+            buffer_.unread(msg);
             return fail(std::string("an unexpected message '") + msg.type + "'");
+        }
         switch (msg.type) {
             case 'T':
                 expected_ = 'D';
@@ -160,12 +195,15 @@ PoolLoginCheck::Status PoolLoginCheck::parse(ServerGreeting& greeting) {
             case 'Z':
                 if (msg.body.size() != 1 || msg.body[0] != std::byte{'I'})
                     return fail("a backend not idle");
-                if (!buffer_.rest().empty())
+                if (purpose_ == Purpose::BeforeReuse && !buffer_.rest().empty())
                     return fail("bytes after the answer");
+                if (errored_)
+                    return fail(failure_);
                 if (!row_seen_)
                     return fail("its role or database no longer exists under its name");
                 return row_passed_ ? Status::Passed : fail(failure_);
             default:
+                buffer_.unread(msg);
                 return fail("an unexpected message");
         }
     }

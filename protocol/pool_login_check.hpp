@@ -1,12 +1,18 @@
-// Before a kept server connection serves its next client (daemon/session_pool.cpp), what
-// Postgres checks only when a backend starts is asked again: the backend's role must still
+// What Postgres checks only when a backend starts, asked again of a kept server connection
+// (daemon/session_pool.cpp) before it serves its next client: the backend's role must still
 // be the one a new login by that name would get (not renamed, nor replaced by a new role of
 // the old name), may still log in (NOLOGIN), and its database must still take it (its name,
 // datallowconn, the CONNECT privilege), and the role's and the database's CONNECTION LIMIT
-// must not be exceeded, the backend counted as the new login. Any other answer, an error included,
-// fails: l5pgd then opens a new backend, where Postgres's own checks apply and the client gets
-// Postgres's own refusal. (pg_hba.conf is not visible to a role: pool.server_lifetime_ms bounds
-// that.) Pure code, no I/O.
+// must not be exceeded, the backend counted as the new login. The same query also reads the
+// settings a login takes from pg_db_role_setting (ALTER ROLE / ALTER DATABASE ... SET,
+// ALTER ROLE ... IN DATABASE ... SET, ALTER ROLE ALL SET): asked right after a new backend's
+// greeting (Purpose::AtStart) they are what the backend runs with, and before each reuse
+// they must still be the same, or a new login would get other settings.
+//
+// Any other answer, an error included, fails. Before a reuse l5pgd then opens a new backend,
+// where Postgres's own checks apply and the client gets Postgres's own refusal; at the start
+// the backend serves its client but is not kept. (pg_hba.conf is not visible to a role:
+// pool.server_lifetime_ms bounds that.) Pure code, no I/O.
 #pragma once
 
 #include <cstddef>
@@ -23,17 +29,32 @@ namespace l5pg::protocol {
 class PoolLoginCheck {
   public:
     enum class Status { NeedMore, Passed, Failed };
+    enum class Purpose {
+        AtStart,      // a new backend's, before its client is greeted: notes its settings
+        BeforeReuse,  // a kept backend's, before its next client: compares them
+    };
 
-    // The names the client's StartupMessage gave (the database defaulted to the role).
-    PoolLoginCheck(std::string_view role, std::string_view database);
+    // The names the client's StartupMessage gave (the database defaulted to the role);
+    // before a reuse, the settings the backend's own check at its start read.
+    PoolLoginCheck(std::string_view role, std::string_view database, Purpose purpose,
+                   std::string settings_at_start = {});
     // One Query message.
     [[nodiscard]] static std::vector<std::byte> request();
     // Bytes copied from the upstream socket after the request was sent. ParameterStatus
-    // reports (a setting changed while the backend was idle) update `greeting`. Bytes after
-    // the ReadyForQuery fail the check.
+    // reports (a setting changed while the backend was idle) update `greeting`. An error
+    // (ERROR) fails once its ReadyForQuery is in; a FATAL fails at once and is not taken:
+    // rest() begins with it. Before a reuse, bytes after the ReadyForQuery fail the check.
     Status feed(std::span<const std::byte> bytes, ServerGreeting& greeting);
+    [[nodiscard]] Purpose purpose() const noexcept { return purpose_; }
     // Why the check failed, for the log.
     [[nodiscard]] const std::string& failure() const noexcept { return failure_; }
+    // After Passed: the login's settings as the answer gave them (one text; equal texts are
+    // equal settings).
+    [[nodiscard]] const std::string& settings() const noexcept { return settings_; }
+    // After Passed or Failed at the start: what Postgres sent beyond the answer, which is the
+    // client's (answers to what a pipelining client sent, a FATAL, whatever could not be
+    // parsed).
+    [[nodiscard]] std::span<const std::byte> rest() const noexcept { return buffer_.rest(); }
 
   private:
     Status parse(ServerGreeting& greeting);
@@ -42,10 +63,13 @@ class PoolLoginCheck {
 
     std::string role_;
     std::string database_;
+    Purpose purpose_;
+    std::string settings_;  // before a reuse: the expected ones; at the start: as read
     MessageBuffer buffer_;
     bool row_seen_ = false;
     bool row_passed_ = false;
-    char expected_ = 'T';  // the next message of the answer
+    bool errored_ = false;  // an ERROR came: the check fails at the ReadyForQuery
+    char expected_ = 'T';   // the next message of the answer
     Status status_ = Status::NeedMore;
     std::string failure_;
 };

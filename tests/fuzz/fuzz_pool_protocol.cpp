@@ -45,8 +45,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     l5pg::protocol::ServerGreeting kept;
     l5pg::protocol::PoolReset reset(0);
     in_pieces(in, piece, [&](auto bytes) { (void)reset.feed(bytes, kept); });
-    l5pg::protocol::PoolLoginCheck login_check("postgres", "postgres");
-    in_pieces(in, piece, [&](auto bytes) { (void)login_check.feed(bytes, kept); });
+    using l5pg::protocol::PoolLoginCheck;
+    for (const PoolLoginCheck::Purpose purpose :
+         {PoolLoginCheck::Purpose::AtStart, PoolLoginCheck::Purpose::BeforeReuse}) {
+        PoolLoginCheck login_check("postgres", "postgres", purpose, "0 5 {work_mem=8MB}");
+        PoolLoginCheck::Status status = PoolLoginCheck::Status::NeedMore;
+        in_pieces(in, piece, [&](auto bytes) {
+            if (status == PoolLoginCheck::Status::NeedMore)
+                status = login_check.feed(bytes, kept);
+        });
+        if (status != PoolLoginCheck::Status::NeedMore && login_check.rest().size() > in.size())
+            __builtin_trap();
+    }
     l5pg::protocol::BackendKeyWatcher watcher;
     in_pieces(in, piece, [&](auto bytes) { (void)watcher.feed(bytes); });
     l5pg::protocol::MessageBoundaryTracker tracker;

@@ -1108,6 +1108,78 @@ def test_kept_backend_is_checked_for_its_login_role_not_the_role_it_runs_as(
         cluster.sql(f"drop owned by {owner}; drop role if exists {owner}")
 
 
+# ALTER ROLE / ALTER DATABASE ... SET: a login takes these when its backend starts, and a kept
+# backend keeps them (DISCARD ALL restores them as they were then). l5pgd notes them when the
+# backend starts and compares before each reuse; a custom setting (l5pg.tag) so that ALTER ROLE
+# ALL touches nothing else in the cluster.
+SETTINGS_CHANGED = "the settings a login of its role to its database takes"
+SET_FOR = {
+    "role": "alter role {role} set l5pg.tag = '{value}'",
+    "database": "alter database {role} set l5pg.tag = '{value}'",
+    "role_in_database": "alter role {role} in database {role} set l5pg.tag = '{value}'",
+    "all_roles": "alter role all set l5pg.tag = '{value}'",
+}
+
+
+def role_session(d, role, app):
+    """A raw client of `role` over l5pgd's Unix socket, logged in."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(60)
+    s.connect(str(d.socket_path))
+    s.sendall(pgwire.startup_packet(user=role, database=role, application_name=app))
+    msgs = pgwire.read_until_ready(s)
+    assert not [t for t, _ in msgs if t == "E"], msgs
+    return s
+
+
+def tag_and_pid(s):
+    send_query(s, "select current_setting('l5pg.tag', true), pg_backend_pid()")
+    rows, error = read_result(s)
+    assert error is None, error
+    return rows[0][0], int(rows[0][1])
+
+
+def leave(s):
+    pgwire.terminate(s)
+    s.close()
+
+
+@pytest.mark.parametrize("scope", list(SET_FOR))
+@pytest.mark.parametrize("when", ["while_kept", "while_in_use"])
+def test_kept_backend_is_not_reused_once_its_login_settings_changed(
+        l5pgd, cluster, login_role, scope, when):
+    """The next client gets the settings a direct login gets now, on a new backend. (They were
+    renewed only by pool.server_lifetime_ms: an ALTER ROLE ... SET default_transaction_read_only
+    or log_statement, say, did not reach a pool's clients for an hour.) A change made while the
+    first client still held the backend counts too: what the backend started with is compared,
+    not what the catalog said when it was kept."""
+    d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", login_role)])
+    app, value = new_app(), f"v{uuid.uuid4().hex[:6]}"
+    set_it = SET_FOR[scope].format(role=login_role, value=value)
+    try:
+        s = role_session(d, login_role, app)
+        _, first = tag_and_pid(s)
+        if when == "while_in_use":
+            cluster.sql(set_it)
+        leave(s)
+        wait_idle(d, 1)
+        if when == "while_kept":
+            cluster.sql(set_it)
+        s = role_session(d, login_role, app)
+        tag, pid = tag_and_pid(s)
+        leave(s)
+        assert (tag, pid != first) == (value, True), (tag, pid, first)
+        assert pool_metric(d, REUSE_REFUSED) == 1
+        assert f"not reused: {SETTINGS_CHANGED}" in d.log_text()
+        # The new backend started with them: it is kept, and reused while nothing changes.
+        wait_idle(d, 1)
+        s = role_session(d, login_role, app)
+        assert tag_and_pid(s) == (value, pid)
+        leave(s)
+    finally:
+        cluster.sql(set_it.split(" set ")[0] + " reset l5pg.tag")
+
+
 # -- what a pooled session costs l5pgd ---------------------------------------------------------
 
 # A pooled session walks a copy of what its client sends (to know when the backend may be

@@ -86,11 +86,11 @@ Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
     return concat({before, w.take()});
 }
 
-// The answer to PoolLoginCheck::request(): the row, if any, with its four values.
+// The answer to PoolLoginCheck::request(): the row, if any, with its five values.
 Bytes login_check_answer(const std::vector<std::optional<std::string>>& row,
                          std::string_view tag = "SELECT 1") {
     BackendWriter w;
-    w.row_description({"rolname", "datname", "?column?", "?column?"});
+    w.row_description({"rolname", "datname", "?column?", "?column?", "coalesce"});
     if (!row.empty())
         w.data_row(row);
     w.command_complete(tag);
@@ -101,6 +101,20 @@ Bytes login_check_answer(const std::vector<std::optional<std::string>>& row,
 PoolLoginCheck::Status check(PoolLoginCheck& login_check, const Bytes& answer,
                              ServerGreeting& greeting) {
     return login_check.feed(answer, greeting);
+}
+
+// What pg_db_role_setting gave the backend when it started.
+constexpr std::string_view kSettings = "0 16384 {statement_timeout=5s};5 0 {work_mem=8MB}";
+
+PoolLoginCheck reuse_check(std::string_view role = "alice") {
+    return PoolLoginCheck(role, "app", PoolLoginCheck::Purpose::BeforeReuse,
+                          std::string(kSettings));
+}
+
+Bytes error_response(std::string_view severity, std::string_view message) {
+    BackendWriter w;
+    w.error(severity, "57P01", message);
+    return w.take();
 }
 
 }  // namespace
@@ -406,10 +420,11 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     REQUIRE(request.size() > kMessageHeaderSize);
     CHECK(static_cast<char>(request[0]) == 'Q');
 
-    const Bytes passing = concat({message('S', text(cstrings({"TimeZone", "UTC"}))),
-                                  login_check_answer({"alice", "app", "t", "t"})});
+    const Bytes passing =
+        concat({message('S', text(cstrings({"TimeZone", "UTC"}))),
+                login_check_answer({"alice", "app", "t", "t", std::string(kSettings)})});
     for (size_t piece = 1; piece <= passing.size(); ++piece) {
-        PoolLoginCheck login_check("alice", "app");
+        PoolLoginCheck login_check = reuse_check();
         ServerGreeting greeting;
         PoolLoginCheck::Status status = PoolLoginCheck::Status::NeedMore;
         for (size_t i = 0; i < passing.size(); i += piece)
@@ -421,10 +436,12 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     }
     // Names as Postgres cuts them: the first 63 bytes.
     const std::string long_role(70, 'r');
-    PoolLoginCheck cut(long_role, "app");
+    PoolLoginCheck cut = reuse_check(long_role);
     ServerGreeting greeting;
-    CHECK(check(cut, login_check_answer({long_role.substr(0, 63), "app", "t", "t"}), greeting) ==
-          PoolLoginCheck::Status::Passed);
+    CHECK(check(cut,
+                login_check_answer(
+                    {long_role.substr(0, 63), "app", "t", "t", std::string(kSettings)}),
+                greeting) == PoolLoginCheck::Status::Passed);
 }
 
 TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
@@ -435,29 +452,69 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     BackendWriter error;
     error.error("ERROR", "42501", "permission denied");
     error.ready_for_query('I');
+    const std::string settings(kSettings);
     const Case cases[] = {
-        {login_check_answer({"alice", "app", "f", "t"}), "may no longer log in"},
-        {login_check_answer({"alice", "app", "t", "f"}), "CONNECTION LIMIT"},
-        {login_check_answer({"alice", "app", "t"}), "malformed row"},  // a column short
-        {login_check_answer({"alice_old", "app", "t", "t"}), "renamed"},
-        {login_check_answer({"alice", "app2", "t", "t"}), "renamed"},
+        {login_check_answer({"alice", "app", "f", "t", settings}), "may no longer log in"},
+        {login_check_answer({"alice", "app", "t", "f", settings}), "CONNECTION LIMIT"},
+        {login_check_answer({"alice", "app", "t", "t"}), "malformed row"},  // a column short
+        {login_check_answer({"alice_old", "app", "t", "t", settings}), "renamed"},
+        {login_check_answer({"alice", "app2", "t", "t", settings}), "renamed"},
+        {login_check_answer({"alice", "app", "t", "t", ""}), "(ALTER ROLE / ALTER DATABASE"},
+        {login_check_answer({"alice", "app", "t", "t", settings + ";0 0 {lock_timeout=1s}"}),
+         "changed since it started"},
         {login_check_answer({}, "SELECT 0"), "no longer exists"},
-        {login_check_answer({"alice", "app", std::nullopt, "t"}), "malformed row"},
-        {login_check_answer({"alice", "app", "t", "t"}, "SELECT 0"), "command tag"},
-        {error.take(), "an error"},
-        {concat({login_check_answer({"alice", "app", "t", "t"}), message('Z', "I")}), "after"},
+        {login_check_answer({"alice", "app", std::nullopt, "t", settings}), "malformed row"},
+        {login_check_answer({"alice", "app", "t", "t", settings}, "SELECT 0"), "command tag"},
+        {error.take(), "an error: permission denied"},
+        {concat({login_check_answer({"alice", "app", "t", "t", settings}), message('Z', "I")}),
+         "after"},
         {message('D', ""), "unexpected message"},
+        {error_response("FATAL", "terminating connection"), "a FATAL error: terminating"},
     };
     for (const Case& c : cases) {
-        PoolLoginCheck login_check("alice", "app");
+        PoolLoginCheck login_check = reuse_check();
         ServerGreeting greeting;
         CHECK(check(login_check, c.answer, greeting) == PoolLoginCheck::Status::Failed);
         CHECK_THAT(login_check.failure(), Catch::Contains(std::string(c.why)));
     }
     // Nothing may follow a passed check either.
-    PoolLoginCheck passed("alice", "app");
+    PoolLoginCheck passed = reuse_check();
     ServerGreeting greeting;
-    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t"}), greeting) ==
+    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t", settings}), greeting) ==
             PoolLoginCheck::Status::Passed);
     CHECK(check(passed, message('Z', "I"), greeting) == PoolLoginCheck::Status::Failed);
+}
+
+TEST_CASE(
+    "PoolLoginCheck at the start: notes the settings, and leaves what follows to the client") {
+    const std::string settings(kSettings);
+    const Bytes pipelined = concat({message('C', text(cstrings({"SELECT 1"}))), message('Z', "I")});
+    PoolLoginCheck at_start("alice", "app", PoolLoginCheck::Purpose::AtStart);
+    ServerGreeting greeting;
+    REQUIRE(check(at_start,
+                  concat({login_check_answer({"alice", "app", "t", "t", settings}), pipelined}),
+                  greeting) == PoolLoginCheck::Status::Passed);
+    CHECK(at_start.settings() == settings);
+    CHECK(Bytes(at_start.rest().begin(), at_start.rest().end()) == pipelined);
+
+    // An ERROR answers l5pgd's query: taken up to its ReadyForQuery, never the client's.
+    BackendWriter denied;
+    denied.error("ERROR", "42501", "permission denied for table pg_db_role_setting");
+    denied.ready_for_query('I');
+    PoolLoginCheck errored("alice", "app", PoolLoginCheck::Purpose::AtStart);
+    CHECK(check(errored, concat({denied.take(), pipelined}), greeting) ==
+          PoolLoginCheck::Status::Failed);
+    CHECK_THAT(errored.failure(), Catch::Contains("permission denied for table"));
+    CHECK(Bytes(errored.rest().begin(), errored.rest().end()) == pipelined);
+
+    // A FATAL (the backend terminated meanwhile) is the client's to see, as Postgres sent it.
+    const Bytes fatal = error_response("FATAL", "terminating connection");
+    Bytes without_ready = login_check_answer({"alice", "app", "t", "t", settings});
+    without_ready.resize(without_ready.size() - 6);  // its ReadyForQuery
+    for (const Bytes& before : {Bytes{}, without_ready}) {
+        PoolLoginCheck ended("alice", "app", PoolLoginCheck::Purpose::AtStart);
+        const Bytes answer = concat({before, fatal});
+        CHECK(check(ended, answer, greeting) == PoolLoginCheck::Status::Failed);
+        CHECK(Bytes(ended.rest().begin(), ended.rest().end()) == fatal);
+    }
 }
