@@ -159,6 +159,8 @@ class Session final : public ClientEndHost {
     void fail_upstream_connect(int err);  // err 0: timeout
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
+    void reject_startup_packet(const protocol::StartupParse& parse);  // counted, logged, FATAL
+    [[nodiscard]] bool within_request_limits(const protocol::StartupPacket& packet);
 
     // session pooling (session_pool.cpp, upstream_pool.hpp)
     [[nodiscard]] bool pool_applies(const protocol::StartupPacket& packet) const;
@@ -285,7 +287,13 @@ class Session final : public ClientEndHost {
     // auth passthrough: l5pgd checked nothing, so Postgres must ask the client to prove who it
     // is; a login it accepts unasked (a trust or peer rule for l5pgd) is refused.
     bool passthrough_login_ = false;
-    bool input_held_ = false;                // see holding_for_authentication()
+    bool input_held_ = false;  // see holding_for_authentication()
+    struct StartupRequests {   // answered so far: see within_request_limits()
+        uint8_t ssl = 0;
+        uint8_t gss_enc = 0;
+        uint8_t upgrade = 0;
+    };
+    StartupRequests requests_;
     std::shared_ptr<SessionRecord> record_;  // in the SessionDirectory once admitted
     // metrics.labels: this session's database counters, once Postgres accepted its login.
     bool login_noted_ = false;

@@ -31,7 +31,7 @@ constexpr std::chrono::microseconds kLastWireRetry{32000};
 
 bool Session::send_now(std::span<const std::byte> bytes) {
     // Only used for the few bytes of the handshake on a fresh socket: they always fit.
-    // Through the stream: a TLS client that asks for RDMA gets its 'N' inside TLS.
+    // Through the stream: a TLS client that asks for an upgrade gets its answer inside TLS.
     const ssize_t n = stream_.send(bytes.data(), bytes.size());
     return n == static_cast<ssize_t>(bytes.size());
 }
@@ -49,8 +49,6 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
         return "RDMA needs the TCP listener";
     if (!cfg.enabled)
         return "rdma.enabled is false";
-    if (!has_session_place())  // its StartupMessage is refused: over TCP, no channel
-        return "limits.max_sessions reached";
     // No client on TCP is served: allocate nothing for it (its StartupMessage, sent over
     // TCP after the decline, is refused with 28000).
     if (worker_.admission().auth.tcp == config::AuthMethod::Reject)
@@ -62,7 +60,13 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
                "L5PG_SSLMODE is disable)";
     if (worker_.rdma_endpoint() == nullptr)
         return worker_.rdma_unavailable();
-    return ring_size_refusal(req.c2s_ring_size, req.s2c_ring_size);
+    if (std::optional<std::string> refusal =
+            ring_size_refusal(req.c2s_ring_size, req.s2c_ring_size))
+        return refusal;
+    // Last: a place is held from here on (its StartupMessage would be refused: no channel).
+    if (!has_session_place())
+        return "limits.max_sessions reached";
+    return std::nullopt;
 }
 
 void Session::handle_rdma_upgrade(const protocol::L5UpgradeRequest& req) {

@@ -176,19 +176,61 @@ void Session::process_startup_buffer() {
     if (parse.status == protocol::ParseStatus::NeedMore)
         return;
     if (parse.status == protocol::ParseStatus::Invalid) {
-        metrics_.startup_rejected();
-        client_logs().startup_rejected.log(spdlog::level::info,
-                                           "session {}: invalid startup packet from {}: {}", id_,
-                                           peer_.describe(), parse.error);
-        fail_startup(parse.sqlstate, parse.error, "invalid startup packet");
+        reject_startup_packet(parse);
         return;
     }
     const size_t length = parse.packet.length;
     handle_startup_packet(parse.packet, length);
 }
 
+void Session::reject_startup_packet(const protocol::StartupParse& parse) {
+    metrics_.startup_rejected();
+    client_logs().startup_rejected.log(spdlog::level::info,
+                                       "session {}: invalid startup packet from {}: {}", id_,
+                                       peer_.describe(), parse.error);
+    fail_startup(parse.sqlstate, parse.error, "invalid startup packet");
+}
+
+// Postgres answers one SSLRequest and one GSSENCRequest per connection (ProcessStartupPacket's
+// ssl_done and gss_done) and refuses a repeat; l5pgd answers two SSLRequests, the shim's own
+// before its upgrade request (clientlib/upgrade_rdma.cpp) and the program's, one
+// GSSENCRequest and one upgrade request, and refuses more as Postgres does. Without a bound a
+// client could have l5pgd answer 'N' for ever: a worker kept in its startup loop, and the
+// answers queued for a client that never reads them.
+bool Session::within_request_limits(const protocol::StartupPacket& packet) {
+    constexpr uint8_t kMaxSslRequests = 2;
+    constexpr uint8_t kMaxGssEncRequests = 1;
+    constexpr uint8_t kMaxUpgradeRequests = 1;
+    uint8_t* count = nullptr;
+    uint8_t limit = 0;
+    switch (packet.kind) {
+        case protocol::StartupKind::SslRequest:
+            count = &requests_.ssl;
+            limit = kMaxSslRequests;
+            break;
+        case protocol::StartupKind::GssEncRequest:
+            count = &requests_.gss_enc;
+            limit = kMaxGssEncRequests;
+            break;
+        case protocol::StartupKind::L5Upgrade:
+            count = &requests_.upgrade;
+            limit = kMaxUpgradeRequests;
+            break;
+        default:
+            return true;
+    }
+    if (*count < limit) {
+        ++*count;
+        return true;
+    }
+    reject_startup_packet(protocol::unsupported_protocol(packet.code));
+    return false;
+}
+
 void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_t length) {
     using protocol::StartupKind;
+    if (!within_request_limits(packet))
+        return;
     switch (packet.kind) {
         case StartupKind::SslRequest:
             if (can_start_tls()) {
@@ -255,18 +297,9 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
     }
 }
 
+// The connection's one upgrade request (within_request_limits()): the session is on its
+// socket still.
 void Session::handle_upgrade(const protocol::StartupPacket& packet) {
-    if (end_->polled()) {
-        // Already upgraded: the answer goes through the channel like any other byte.
-        startup_.clear();
-        metrics_.upgrade_declined();
-        client_logs().upgrade_declined.log(
-            spdlog::level::info, "session {}: upgrade declined: the session is already upgraded",
-            id_);
-        const std::byte no = protocol::kL5Declined;
-        send_to_client({&no, 1});
-        return;
-    }
     if (packet.upgrade.transport == protocol::L5Transport::Rdma) {
         handle_rdma_upgrade(packet.upgrade);
         return;
@@ -275,8 +308,9 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
     std::unique_ptr<ClientEnd> shm_end;
     std::optional<std::string> refusal = try_attach(packet.upgrade, shm_end);
     passed_fd_.reset();
+    // Through TLS if a TCP client asked for shared memory inside it (declined).
     const std::byte answer = refusal ? protocol::kL5Declined : protocol::kL5Accepted;
-    if (::send(client_.get(), &answer, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+    if (!send_now({&answer, 1})) {
         close("cannot answer the upgrade request", true);
         return;
     }
@@ -298,16 +332,21 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
     const config::ShmConfig& cfg = worker_.config().shm;
     if (transport_ != Transport::Unix)
         return "shared memory needs the Unix socket listener";
-    if (!has_session_place())  // its StartupMessage is refused: over the socket, no rings
-        return "limits.max_sessions reached";
     if (!cfg.enabled)
         return "shm.enabled is false";
+    // No client on the Unix socket is served: attach nothing for it (its StartupMessage,
+    // sent over the socket after the decline, is refused with 28000).
+    if (worker_.admission().auth.local == config::AuthMethod::Reject)
+        return "auth.local is reject";
     if (req.transport != protocol::L5Transport::Shm)
         return "transport not supported";
     if (!passed_fd_.valid())
         return "no memfd was passed with the request";
     if (req.c2s_ring_size > cfg.max_ring_size || req.s2c_ring_size > cfg.max_ring_size)
         return fmt::format("ring size above shm.max_ring_size ({})", cfg.max_ring_size);
+    // Last: a place is held from here on (its StartupMessage would be refused: no rings).
+    if (!has_session_place())
+        return "limits.max_sessions reached";
     SegmentRegistry::Refusal taken;
     std::optional<SegmentRegistry::Claim> claim =
         worker_.segments().claim(passed_fd_.get(), id_, taken);

@@ -38,6 +38,10 @@ TlsContext::TlsContext(const config::TlsConfig& cfg) : ctx_(SSL_CTX_new(TLS_serv
     // only expects to read.
     SSL_CTX_set_num_tickets(ctx, 0);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    // No renegotiation, as Postgres sets it (be_tls_init). OpenSSL 3 refuses a client's
+    // request by default already (openssl s_client's R gets "no renegotiation"); said here
+    // so that no library default decides it.
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
     if (SSL_CTX_use_certificate_chain_file(ctx, cfg.cert_file.c_str()) != 1)
         fail("tls.cert_file", cfg.cert_file);
     if (SSL_CTX_use_PrivateKey_file(ctx, cfg.key_file.c_str(), SSL_FILETYPE_PEM) != 1)

@@ -20,13 +20,6 @@ StartupParse invalid(std::string message, std::string_view sqlstate = kSqlstateP
     return result;
 }
 
-// As Postgres answers any code it does not know, its own 1234.x request codes included.
-StartupParse unsupported_protocol(uint32_t code) {
-    return invalid("unsupported frontend protocol " + std::to_string(code >> 16) + "." +
-                       std::to_string(code & 0xffff) + ": server supports 3.0 to 3.0",
-                   kSqlstateFeatureNotSupported);
-}
-
 // Reads a NUL-terminated string starting at `pos` within `body`; false if unterminated.
 bool read_cstring(std::span<const std::byte> body, size_t& pos, std::string& out) {
     for (size_t i = pos; i < body.size(); ++i) {
@@ -130,6 +123,13 @@ bool classify(uint32_t code, StartupKind& kind) {
 }
 
 }  // namespace
+
+// As Postgres answers any code it does not know, its own 1234.x request codes included.
+StartupParse unsupported_protocol(uint32_t code) {
+    return invalid("unsupported frontend protocol " + std::to_string(code >> 16) + "." +
+                       std::to_string(code & 0xffff) + ": server supports 3.0 to 3.0",
+                   kSqlstateFeatureNotSupported);
+}
 
 StartupParse parse_startup_packet(std::span<const std::byte> buf) {
     StartupParse result;

@@ -85,6 +85,11 @@ struct StartupParse {
 // versions other than 3.x, malformed parameter lists and bodies of the wrong size.
 [[nodiscard]] StartupParse parse_startup_packet(std::span<const std::byte> buf);
 
+// Postgres's answer to a request code it does not take at this point of the startup (an
+// unknown one, or an SSLRequest or GSSENCRequest after one was answered): FATAL 0A000
+// "unsupported frontend protocol 1234.5679: server supports 3.0 to 3.0".
+[[nodiscard]] StartupParse unsupported_protocol(uint32_t code);
+
 // A StartupMessage's parameter, "" when absent.
 [[nodiscard]] std::string_view startup_parameter(const StartupPacket& packet,
                                                  std::string_view name) noexcept;

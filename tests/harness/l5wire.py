@@ -20,6 +20,7 @@ from . import pgwire
 L5_UPGRADE_CODE = (1234 << 16) | 5750
 L5_VERSION = 1          # upgrade-request version (protocol/startup.hpp kL5UpgradeVersion)
 L5_TRANSPORT_SHM = 1
+L5_TRANSPORT_RDMA = 2
 
 MAGIC = 0x314D485347503545
 LAYOUT_VERSION = 2      # transport/shm/layout.hpp kLayoutVersion

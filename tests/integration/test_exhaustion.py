@@ -430,3 +430,41 @@ def test_a_client_over_max_sessions_is_told_so_after_tls_negotiation(workdir, cl
         assert d.metric("l5pg_connections_refused_total", reason="max_sessions") == 3
         assert "too many connections (limits.max_sessions reached)" in d.log_text()
         wait_for(lambda: unix_startup(d)[0] == "Z", 20, "a client to be served once the first left")
+
+
+@pytest.mark.timeout(60)
+def test_declined_upgrade_requests_take_no_place(workdir, cluster, l5pgd_binary):
+    """A client that may not be served (auth.tcp=reject, auth.local=reject) gets its upgrade
+    request declined without taking one of limits.max_sessions' places: it asked for rings
+    before the check that declines it took a place, which it held until it left (clients that
+    kept such connections open filled l5pgd)."""
+    from tests.harness import l5wire
+    from tests.harness.rdma import rdma_overrides
+
+    d = L5pgd(short_dir(workdir, "l5d-"), cluster, workers=1,
+              extra_overrides=["limits.max_sessions=1", "auth.tcp=reject",
+                               *rdma_overrides("soft")])
+    with d:
+        held = []
+        try:
+            rdma = pgwire.connect(d.host, d.port)
+            held.append(rdma)
+            assert l5wire.send_upgrade(rdma, 64 * 1024, 64 * 1024,
+                                       transport=l5wire.L5_TRANSPORT_RDMA) == b"N"
+            typ, _ = unix_startup(d)
+            assert typ == "Z", "a local client was refused while a rejected one held a place"
+        finally:
+            for s in held:
+                s.close()
+        assert "RDMA upgrade declined: auth.tcp is reject" in d.log_text()
+    d = L5pgd(short_dir(workdir, "l5d-"), cluster, workers=1, auth_overrides=["auth.local=reject"],
+              extra_overrides=["limits.max_sessions=1"])
+    with d:
+        shm = l5wire.connect_unix(d.socket_path)
+        fd = l5wire.make_memfd(64 * 1024, 64 * 1024)
+        try:
+            assert l5wire.send_upgrade(shm, 64 * 1024, 64 * 1024, fd=fd) == b"N"
+        finally:
+            os.close(fd)
+            shm.close()
+        assert "upgrade declined: auth.local is reject" in d.log_text()

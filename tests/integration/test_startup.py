@@ -82,6 +82,74 @@ def test_encryption_request_declined_then_plain_session(l5pgd, code):
         pgwire.terminate(s)
 
 
+def unsupported(code):
+    return f"unsupported frontend protocol {code >> 16}.{code & 0xffff}: server supports 3.0 to 3.0"
+
+
+SSL, GSS = pgwire.SSL_REQUEST, pgwire.GSSENC_REQUEST
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("server", ["l5pgd", "postgres"])
+def test_repeated_encryption_request_is_refused(l5pgd, cluster, server):
+    """Postgres answers one GSSENCRequest per connection and refuses a repeat with FATAL
+    0A000; so does l5pgd."""
+    with raw_connection(server, l5pgd, cluster) as s:
+        s.sendall(pgwire.request_packet(GSS))
+        assert pgwire.recv_exact(s, 1) == b"N"
+        s.sendall(pgwire.request_packet(GSS))
+        f = expect_fatal(s, "0A000")
+        assert f["M"] == unsupported(GSS) or (
+            server == "postgres" and f["M"].startswith(unsupported(GSS)[:-6])), f
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("requests", [[SSL, SSL, SSL], [SSL, GSS, SSL, GSS]],
+                         ids=["ssl_thrice", "ssl_gssenc_twice"])
+def test_encryption_requests_are_bounded(l5pgd, requests):
+    """Two SSLRequests (the shim's own before its upgrade request, then the program's) and one
+    GSSENCRequest per connection, then FATAL 0A000 as from Postgres. (l5pgd answered 'N' for
+    ever: a client sending nothing but requests kept a worker in its startup loop, every other
+    session of that worker waiting, and the answers of a client that never read them piled up
+    in l5pgd's memory.)"""
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        for code in requests[:-1]:
+            s.sendall(pgwire.request_packet(code))
+            assert pgwire.recv_exact(s, 1) == b"N"
+        s.sendall(pgwire.request_packet(requests[-1]))
+        assert expect_fatal(s, "0A000")["M"] == unsupported(requests[-1])
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("server", ["l5pgd", "postgres"])
+@pytest.mark.parametrize("requests", [[SSL, GSS], [GSS, SSL]], ids=["ssl_gssenc", "gssenc_ssl"])
+def test_both_encryption_requests_then_plain_session(l5pgd, cluster, server, requests):
+    with raw_connection(server, l5pgd, cluster) as s:
+        for code in requests:
+            s.sendall(pgwire.request_packet(code))
+            assert pgwire.recv_exact(s, 1) == b"N"
+        s.sendall(pgwire.startup_packet(application_name="l5pg-raw"))
+        assert [t for t, _ in pgwire.read_until_ready(s)][-1] == "Z"
+        pgwire.terminate(s)
+
+
+@pytest.mark.timeout(30)
+def test_second_upgrade_request_is_refused(l5pgd):
+    """One L5 upgrade request per connection (accepted or declined): a second is refused as
+    Postgres refuses a request code it does not take, where it was declined again and again.
+    Around it the shim's SSLRequest and the program's own are both answered."""
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        s.sendall(pgwire.request_packet(SSL))
+        assert pgwire.recv_exact(s, 1) == b"N"
+        assert l5wire.send_upgrade(s, 64 * 1024, 64 * 1024) == b"N"  # no SHM over TCP
+        for code in (SSL, GSS):
+            s.sendall(pgwire.request_packet(code))
+            assert pgwire.recv_exact(s, 1) == b"N"
+        s.sendall(l5wire.upgrade_packet(64 * 1024, 64 * 1024))
+        f = expect_fatal(s, "0A000")
+        assert f["M"] == unsupported(l5wire.L5_UPGRADE_CODE), f
+
+
 @pytest.mark.timeout(30)
 def test_sslmode_prefer_falls_back(target):
     out = psql(target, "select 'nossl'", env={"PGSSLMODE": "prefer"})

@@ -111,6 +111,28 @@ def test_a_client_over_max_sessions_reads_the_refusal_through_tls(workdir, clust
         finally:
             stop_process(holder)
 
+def test_shm_upgrade_request_inside_tls_is_declined_inside_tls(required, pki):
+    """Shared memory needs the Unix socket: a TLS client asking for it over TCP reads the
+    decline inside TLS and goes on in it (the 'N' went out in clear, into the TLS stream,
+    which the client then saw as a broken record)."""
+    import socket
+    import ssl
+
+    from tests.harness import l5wire, pgwire
+
+    raw = socket.create_connection(("127.0.0.1", required.port), timeout=10)
+    raw.sendall(pgwire.request_packet(pgwire.SSL_REQUEST))
+    assert pgwire.recv_exact(raw, 1) == b"S"
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        assert l5wire.send_upgrade(s, 64 * 1024, 64 * 1024) == b"N"
+        s.sendall(pgwire.startup_packet(application_name="l5pg-tls-shm"))
+        assert pgwire.read_until_ready(s)[-1][0] == "Z"
+        pgwire.terminate(s)
+    assert "upgrade declined: shared memory needs the Unix socket listener" in \
+        required.log_text()
+
+
 def test_bulk_result_through_tls(required):
     """Many TLS records each way: a large COPY out and a large statement in."""
     big = "x" * 100_000
