@@ -180,8 +180,11 @@ bool Session::arm_before_block(uint64_t wait_id) {
     if (state_ == SessionState::Closed)
         return false;
     // Client data that cannot go anywhere (Postgres's socket is full, or Postgres refuses
-    // more) must not keep the worker awake: the upstream socket wakes us.
-    return end_->arm_before_block(!upstream_blocked_ && !upstream_refuses_, wait_id);
+    // more, or is not connected yet, or has not asked a passthrough client to authenticate)
+    // must not keep the worker awake: the upstream socket wakes us.
+    const bool input_wanted = !upstream_blocked_ && !upstream_refuses_ &&
+                              state_ != SessionState::Connecting && !input_held_;
+    return end_->arm_before_block(input_wanted, wait_id);
 }
 
 void Session::disarm_after_block() {

@@ -152,8 +152,11 @@ void Session::discard_upstream() {
 // ECONNRESET or EPIPE there mean the client closed it: the departure was an orderly one
 // even if the channel failed first (see finish_departure()).
 void Session::watch_departed_client() {
+    // Bounded: a client writing to the socket in a loop does not keep the worker here (the
+    // read event, level-triggered, brings us back).
+    constexpr size_t kDrainBudget = 64 * 1024;
     size_t count = 0;
-    const wait::DrainResult result = wait::drain_doorbells(client_.get(), count);
+    const wait::DrainResult result = wait::drain_doorbells(client_.get(), count, kDrainBudget);
     if (result == wait::DrainResult::Drained)
         return;
     if (result == wait::DrainResult::PeerClosed || errno == ECONNRESET || errno == EPIPE)

@@ -23,6 +23,10 @@ namespace {
 constexpr size_t kUpstreamChunk = 256 * 1024;
 // Upstream reads per readiness callback before giving other sessions a turn.
 constexpr int kUpstreamReadsPerWakeup = 16;
+// Client chunks forwarded or dropped per turn, likewise: a client can keep its end from ever
+// running empty (in shared memory, two records whose lengths lead to each other, with nobody
+// writing), and Postgres may take what l5pgd sends as fast as it comes.
+constexpr int kClientChunksPerTurn = 64;
 
 }  // namespace
 
@@ -140,8 +144,13 @@ bool Session::forward_client_to_upstream() {
         return false;
     }
     bool moved = false;
+    int chunks = 0;
     while (state_ == SessionState::Forwarding && !upstream_blocked_ && !upstream_shut_ &&
            !upstream_refuses_ && to_upstream_.empty()) {
+        if (++chunks > kClientChunksPerTurn) {
+            client_turn_over();
+            break;
+        }
         std::span<const std::byte> data;
         if (end_->peek(data) != IoStatus::Ok)
             break;
@@ -190,8 +199,22 @@ bool Session::forward_client_to_upstream() {
 // a FATAL: what the client still sends goes nowhere, but its EOF must be noticed.
 void Session::discard_client_input() {
     std::span<const std::byte> data;
-    while (state_ != SessionState::Closed && end_->peek(data) == IoStatus::Ok)
+    for (int chunks = 0; state_ != SessionState::Closed && end_->peek(data) == IoStatus::Ok;
+         ++chunks) {
+        if (chunks == kClientChunksPerTurn) {
+            client_turn_over();
+            return;
+        }
         end_->consume(data.size());
+    }
+}
+
+// The client's end may hold more: a polled end is looked at again next round; a socket end,
+// whose bytes may all be in its queue already (no readiness event would come), gets its read
+// callback again once the other events had theirs.
+void Session::client_turn_over() {
+    if (!end_->polled() && !client_gone_)
+        event_active(client_read_.get(), EV_READ, 0);
 }
 
 void Session::on_upstream_readable() {

@@ -4,6 +4,7 @@ import os
 import struct
 import time
 import uuid
+from pathlib import Path
 
 import psycopg2
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tests.harness import l5wire, pgwire
 from tests.harness.client import tcp_target
 from tests.harness.l5wire import OFF_S2C, RC_READ_POS, ShmClient, max_record_payload
+from tests.harness.waiting import wait_for
 
 RING = 4096  # small rings keep every test far from wrapping issues and make limits cheap
 
@@ -286,3 +288,98 @@ def test_upgrade_declined_then_plain_session(l5pgd, tmp_path, case):
     if case in REFUSAL_LOG:
         assert REFUSAL_LOG[case] in l5pgd.log_text()[log0:], l5pgd.log_tail()
     assert l5pgd.alive()
+
+
+# ---------------------------------------------------------------- 5. records without end
+
+@pytest.mark.timeout(90)
+def test_records_without_end_do_not_hold_the_worker(workdir, cluster):
+    """Two records whose lengths lead to each other (each half the ring), written once: l5pgd
+    reads them for ever, as the writer never clears a length word. Here behind a Terminate,
+    with the client's ring from l5pgd full (it reads nothing), so that the session stays while
+    Postgres is gone and drops what the client sends. It dropped it in one loop: its worker
+    never came back, and every other session of that worker waited with it. Now it reads a
+    bounded share per turn, and the other sessions of its one worker are served."""
+    from tests.harness.l5pgd import L5pgd
+
+    d = L5pgd(workdir / "l5pgd-endless", cluster, workers=1)
+    with d:
+        c = ShmClient(d.socket_path, c2s=RING, s2c=RING)
+        try:
+            assert c.upgrade() == b"L"
+            appname = app_name("endless")
+            c.startup(application_name=appname)
+            sql = b"select repeat('x', 100000)\0"
+            c.write_bytes(b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
+            time.sleep(0.5)  # l5pgd fills the ring, which the client does not read
+            terminate = b"X\0\0\0\x04"
+            c.write_record_raw(len(terminate), terminate)
+            assert wait_no_backend(cluster, appname), "Postgres never got the Terminate"
+            # Flush messages ('H') fill each record, should any reach a Postgres. The two
+            # records take the whole ring: written once l5pgd consumed all before them.
+            half = RING // 2
+            payload = (b"H\0\0\0\x04" * half)[:half - 4]
+            start = c.c2s_write
+            c.ring_write(c.c2s_base, RING, start + 4, payload)
+            c.ring_write(c.c2s_base, RING, start + half + 4, payload)
+            c.poke32(c.ring_word_off(c.c2s_base, RING, start + half), half - 4)
+            c.poke32(c.ring_word_off(c.c2s_base, RING, start), half - 4)
+            c.doorbell()
+            time.sleep(0.2)
+            # Another session of the same (only) worker is served meanwhile.
+            r = psql_on(d, "select 'served'")
+            assert r.returncode == 0 and r.stdout.strip() == "served", r.stderr
+            assert d.alive()
+        finally:
+            c.close(clean=False)
+        # The hostile session ends when its client leaves.
+        wait_for(lambda: d.metric("l5pg_sessions_active", transport="shm") == 0, 15,
+                 "the hostile session to end once its client left")
+
+
+def psql_on(d, sql):
+    from tests.harness.client import psql_cmd, run, unix_target
+    return run(psql_cmd("-c", sql), unix_target(d), check=False, timeout=20)
+
+
+# ---------------------------------------------------------------- 6. input that must wait
+
+@pytest.mark.timeout(60)
+def test_input_that_cannot_go_to_postgres_yet_lets_the_worker_sleep(workdir, cluster):
+    """auth.local=passthrough holds a client's bytes until Postgres asks it to authenticate.
+    An SHM client that published a query behind its StartupMessage made the worker poll its
+    ring without ever blocking, a CPU's worth while Postgres (here a socket that accepts and
+    says nothing) took its time; now the worker sleeps until the upstream socket wakes it."""
+    import socket
+    import tempfile
+
+    from tests.harness.l5pgd import L5pgd
+    from tests.harness.ports import free_port
+    from tests.harness.procstat import cpu_seconds
+
+    silent_dir = Path(tempfile.mkdtemp(prefix="l5s-", dir=workdir))
+    port = free_port()
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(silent_dir / f".s.PGSQL.{port}"))
+    silent.listen(8)
+    d = L5pgd(workdir / "l5pgd-held", cluster, workers=1, upstream_port=port,
+              upstream_socket_dir=silent_dir,
+              auth_overrides=["auth.local=passthrough", "auth.upstream_authenticates=true"])
+    with d, silent:
+        c = ShmClient(d.socket_path, c2s=RING, s2c=RING)
+        try:
+            assert c.upgrade() == b"L"
+            packet = pgwire.startup_packet(application_name=app_name("held"))
+            sql = b"select 1\0"
+            c.write_record_raw(len(packet), packet, ring=False)
+            c.write_record_raw(5 + len(sql), b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
+            held, _ = silent.accept()
+            with held:
+                time.sleep(0.5)  # past the worker's spin before it blocks
+                before = cpu_seconds(d.pid())
+                time.sleep(2)
+                used = cpu_seconds(d.pid()) - before
+                assert used < 0.5, f"l5pgd used {used:.2f} s of CPU in 2 s, its client waiting"
+                assert held.recv(4096, socket.MSG_DONTWAIT)[4:8] == struct.pack("!I", 196608)
+        finally:
+            c.close(clean=False)
