@@ -1,5 +1,6 @@
 #include "config/config.hpp"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -79,7 +80,11 @@ std::string get_string(const YAML::Node& node, const std::string& key) {
         return {};
     }
     if (!node.IsScalar()) {
-        fail(key, "must be a string (got " + describe(node) + ")");
+        // [::1]:6439 unquoted is YAML's flow sequence; say so, it is not obvious.
+        fail(key, "must be a string (got " + describe(node) + ")" +
+                      (node.IsSequence() ? "; quote a value that begins with '[', e.g. "
+                                           "\"[::1]:6439\""
+                                         : ""));
     }
     return node.Scalar();
 }
@@ -92,9 +97,14 @@ bool get_bool(const YAML::Node& node, const std::string& key) {
     return value;
 }
 
-// "0770" and "0o770" are octal (the usual chmod spelling); plain integers are decimal.
+// "0770" and "0o770" are octal (the usual chmod spelling); plain integers are decimal, as in
+// Postgres's unix_socket_permissions. At most 0777, as there: a socket has no use for the
+// setuid, setgid and sticky bits, and an octal mode written without its 0 (770, decimal,
+// is 01402) would lock out the socket's own user.
 uint32_t get_mode(const YAML::Node& node, const std::string& key) {
-    const std::string reason = "must be a file mode between 0000 and 07777, e.g. \"0770\" (got ";
+    const std::string reason =
+        "must be a file mode between 0000 and 0777 in octal with its leading 0, e.g. \"0770\" "
+        "(got ";
     if (!node.IsScalar()) {
         fail(key, reason + describe(node) + ")");
     }
@@ -108,8 +118,12 @@ uint32_t get_mode(const YAML::Node& node, const std::string& key) {
     }
     uint32_t value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-    if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value > 07777) {
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) {
         fail(key, reason + describe(node) + ")");
+    }
+    if (value > 0777) {
+        fail(key, reason + describe(node) +
+                      (base == 10 ? fmt::format(", decimal: 0{:o})", value) : std::string(")")));
     }
     return value;
 }

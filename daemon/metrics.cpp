@@ -138,6 +138,13 @@ void Metrics::pool_reuse_refused() noexcept {
 void Metrics::pool_idle_changed(int64_t delta) noexcept {
     pool_idle_.fetch_add(delta, std::memory_order_relaxed);
 }
+void Metrics::config_loaded(bool ok, std::chrono::system_clock::time_point when) noexcept {
+    config_last_ok_.store(ok ? 1 : 0, std::memory_order_relaxed);
+    if (ok)
+        config_last_ok_at_.store(
+            std::chrono::duration_cast<std::chrono::seconds>(when.time_since_epoch()).count(),
+            std::memory_order_relaxed);
+}
 void Metrics::auth_failed(Transport t, AuthFailure reason) noexcept {
     bump(auth_failures_[idx(t)][static_cast<size_t>(reason)]);
 }
@@ -226,6 +233,16 @@ std::string Metrics::render() const {
            "Server connections kept idle for the next client now.");
     fmt::format_to(std::back_inserter(out), "l5pg_pool_idle_connections {}\n",
                    pool_idle_.load(std::memory_order_relaxed));
+    header(out, "l5pg_config_last_reload_successful", "gauge",
+           "Whether the last reload (SIGHUP) took the configuration file (1 at start).");
+    fmt::format_to(std::back_inserter(out), "l5pg_config_last_reload_successful {}\n",
+                   config_last_ok_.load(std::memory_order_relaxed));
+    header(out, "l5pg_config_last_reload_success_timestamp_seconds", "gauge",
+           "When the configuration in use was loaded: at start or by the last reload that "
+           "took it (Unix time).");
+    fmt::format_to(std::back_inserter(out),
+                   "l5pg_config_last_reload_success_timestamp_seconds {}\n",
+                   config_last_ok_at_.load(std::memory_order_relaxed));
     render_refusals(out);
     render_round_trips(out);
     databases_.render(out);

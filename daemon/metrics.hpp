@@ -70,6 +70,9 @@ class Metrics {
     void connection_refused(ConnectionRefusal reason) noexcept;
     // From forwarding a request to Postgres to its first answer byte, as l5pgd sees it.
     void observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) noexcept;
+    // The configuration was loaded (at start: ok) or a reload (SIGHUP) took it or not, at
+    // `when` (Unix time).
+    void config_loaded(bool ok, std::chrono::system_clock::time_point when) noexcept;
     [[nodiscard]] int64_t sessions_active(Transport t) const noexcept {
         return sessions_active_[static_cast<size_t>(t)].load(std::memory_order_relaxed);
     }
@@ -92,6 +95,8 @@ class Metrics {
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
     //   l5pg_upstream_round_trip_seconds{transport}       histogram
+    //   l5pg_config_last_reload_successful                gauge, 1 or 0
+    //   l5pg_config_last_reload_success_timestamp_seconds gauge
     //   l5pg_build_info{version}                          gauge, always 1
     // and DatabaseMetrics' series when metrics.labels asks for them.
     [[nodiscard]] std::string render() const;
@@ -123,6 +128,8 @@ class Metrics {
     std::atomic<uint64_t> pool_reused_{0};
     std::atomic<uint64_t> pool_reuse_refused_{0};
     std::atomic<int64_t> pool_idle_{0};
+    std::atomic<int> config_last_ok_{1};
+    std::atomic<int64_t> config_last_ok_at_{0};  // Unix time, seconds
     std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
         auth_failures_{};
     std::array<std::atomic<uint64_t>, kConnectionRefusalCount> refusals_{};

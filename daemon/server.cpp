@@ -63,6 +63,7 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
       base_(make_main_base()),
       service_(
           base_.get(), [this] { return status(); }, [this] { return workers_responsive(); }) {
+    metrics_.config_loaded(true, std::chrono::system_clock::now());
     const config::Config& config = this->config();
     const auto& listen = config.listen;
     if (!listen.unix_socket_dir.empty())
@@ -284,7 +285,9 @@ void Server::reload() {
     spdlog::info("SIGHUP: reloading the configuration{}",
                  source_.path.empty() ? std::string() : " from " + source_.path);
     service_.reloading();
-    if (SettingsPtr next = reload_settings(source_, *settings_)) {
+    SettingsPtr next = reload_settings(source_, *settings_);
+    metrics_.config_loaded(next != nullptr, std::chrono::system_clock::now());
+    if (next) {
         settings_ = std::move(next);
         apply_process_settings(config());
         raise_fd_limit(config());

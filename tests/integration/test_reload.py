@@ -5,6 +5,7 @@ import re
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,9 +86,17 @@ def test_reload_under_pgbench(configured, pgbench_db):
 
 
 def test_bad_file_keeps_running_configuration(configured):
+    """... and says so in its metrics, for an alert: l5pg_config_last_reload_successful is 0
+    until a reload takes a file, which also moves the success timestamp."""
     d, config = configured
+    loaded_at = d.metric("l5pg_config_last_reload_success_timestamp_seconds")
+    assert d.metric("l5pg_config_last_reload_successful") == 1
+    assert 0 < time.time() - loaded_at < 3600, loaded_at
+    good = config.read_text()
     config.write_text("logging:\n  level: debug\nshm:\n  spin_us: banana\n")
     log = d.reload()
+    assert d.metric("l5pg_config_last_reload_successful") == 0
+    assert d.metric("l5pg_config_last_reload_success_timestamp_seconds") == loaded_at
     assert re.search(r"reload: invalid configuration, keeping the running one: shm\.spin_us",
                      log), log
     assert d.alive()
@@ -106,6 +115,12 @@ def test_bad_file_keeps_running_configuration(configured):
     config.write_text("logging: [\n")
     assert "reload: invalid configuration" in d.reload()
     assert psql(shm_target(d), "select 2") == "2"
+
+    time.sleep(1.1)  # the timestamp counts seconds
+    config.write_text(good)
+    assert "reload: done" in d.reload()
+    assert d.metric("l5pg_config_last_reload_successful") == 1
+    assert d.metric("l5pg_config_last_reload_success_timestamp_seconds") > loaded_at
 
 
 @pytest.mark.timeout(60)

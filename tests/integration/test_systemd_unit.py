@@ -55,7 +55,8 @@ def test_unit_verifies(local_unit):
 def test_unit_is_notify_with_reload_and_limits():
     s = settings(UNIT.read_text())
     assert s["Type"] == ["notify"]
-    assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert s["ExecReload"] == [s["ExecStartPre"][0], "/bin/kill -HUP $MAINPID"]
+    assert s["ExecStartPre"][0].endswith(" --check")
     assert s["LimitMEMLOCK"] == ["infinity"]
     assert s["WatchdogSec"]
     rw = " ".join(s["ReadWritePaths"]).split()
@@ -67,6 +68,23 @@ def test_unit_is_notify_with_reload_and_limits():
     name = doc.rsplit("/", 1)[1]
     assert re.search(r"install\(FILES[^)]*/" + re.escape(name) + r"\b[^)]*CMAKE_INSTALL_DOCDIR",
                      install, re.S), f"{name} is not installed to the doc directory"
+
+
+def test_reload_of_a_file_l5pgd_would_not_take_fails(tmp_path, local_unit):
+    """systemctl reload runs the unit's ExecReload= lines in order and fails at the first that
+    fails: the check, with l5pgd's error, before any SIGHUP. (Only the SIGHUP was sent:
+    l5pgd logged the bad file and kept its configuration, and systemctl said nothing.)"""
+    check = settings(local_unit.read_text())["ExecReload"][0].split()
+    assert check[1:3] == ["-c", "/etc/l5pg/l5pgd.yaml"], check
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listen:\n  port: not-a-port\n")
+    r = subprocess.run([check[0], "-c", str(bad), *check[3:]], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "listen.port" in r.stderr, (r.returncode, r.stderr)
+    good = paths.REPO / "config" / "l5pgd.example.yaml"
+    r = subprocess.run([check[0], "-c", str(good), *check[3:]], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
 
 
 def test_security_exposure(local_unit):

@@ -153,8 +153,16 @@ TEST_CASE("wrong types are named") {
                StartsWith("workers.cpu_affinity: must be a list"));
     CHECK_THAT(error_of("workers:\n  cpu_affinity: [0, x]\n"),
                StartsWith("workers.cpu_affinity[1]: must be an integer"));
+    CHECK_THAT(error_of("", {"metrics.listen=[::1]:6439"}),
+               Contains("quote a value that begins with '['"));
     CHECK_THAT(error_of("listen:\n  unix_socket_mode: \"0789\"\n"),
                StartsWith("listen.unix_socket_mode: must be a file mode"));
+    // Decimal 770 is 01402: the socket's owner could not connect. At most 0777, as Postgres's
+    // unix_socket_permissions.
+    CHECK_THAT(error_of("listen:\n  unix_socket_mode: 770\n"),
+               Contains("(got '770', decimal: 01402)"));
+    CHECK_THAT(error_of("listen:\n  unix_socket_mode: \"01777\"\n"),
+               StartsWith("listen.unix_socket_mode: must be a file mode between 0000 and 0777"));
 }
 
 TEST_CASE("range errors") {
