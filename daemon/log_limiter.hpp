@@ -75,6 +75,7 @@ struct ClientLogLimits {
     LogLimiter upstream_failed;     // Postgres could not be reached for a client
     LogLimiter session_error;       // sessions closed for an error (timeouts, violations)
     LogLimiter soft_wire;           // soft RDMA wire connections dropped
+    LogLimiter cancel_refused;      // CancelRequests not forwarded
 };
 
 inline ClientLogLimits& client_logs() {

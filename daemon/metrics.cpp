@@ -76,6 +76,18 @@ std::string_view to_string(ConnectionRefusal r) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(CancelOutcome o) noexcept {
+    switch (o) {
+        case CancelOutcome::Forwarded:
+            return "forwarded";
+        case CancelOutcome::UnknownKey:
+            return "unknown_key";
+        case CancelOutcome::Rejected:
+            return "rejected";
+    }
+    return "unknown";
+}
+
 std::string_view to_string(Direction d) noexcept {
     switch (d) {
         case Direction::ClientToServer:
@@ -150,6 +162,10 @@ void Metrics::auth_failed(Transport t, AuthFailure reason) noexcept {
 }
 void Metrics::connection_refused(ConnectionRefusal reason) noexcept {
     bump(refusals_[static_cast<size_t>(reason)]);
+}
+
+void Metrics::cancel_request(CancelOutcome outcome) noexcept {
+    bump(cancels_[static_cast<size_t>(outcome)]);
 }
 
 void Metrics::observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) noexcept {
@@ -291,6 +307,12 @@ void Metrics::render_refusals(std::string& out) const {
         fmt::format_to(std::back_inserter(out),
                        "l5pg_connections_refused_total{{reason=\"{}\"}} {}\n",
                        to_string(static_cast<ConnectionRefusal>(r)), read(refusals_[r]));
+    header(out, "l5pg_cancel_requests_total", "counter",
+           "CancelRequests: forwarded to Postgres, or not (unknown_key: no session of l5pgd "
+           "holds the key; rejected: auth.* is reject for the client's listener).");
+    for (size_t r = 0; r < kCancelOutcomeCount; ++r)
+        fmt::format_to(std::back_inserter(out), "l5pg_cancel_requests_total{{result=\"{}\"}} {}\n",
+                       to_string(static_cast<CancelOutcome>(r)), read(cancels_[r]));
 }
 
 }  // namespace l5pg::daemon

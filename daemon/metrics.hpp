@@ -35,6 +35,12 @@ inline constexpr size_t kConnectionRefusalCount = 5;
 // "out_of_fds"
 [[nodiscard]] std::string_view to_string(ConnectionRefusal r) noexcept;
 
+// What became of a CancelRequest: forwarded to Postgres with the backend's key, or not
+// (a key no session of l5pgd holds; the client's listener is auth.*: reject).
+enum class CancelOutcome { Forwarded, UnknownKey, Rejected };
+inline constexpr size_t kCancelOutcomeCount = 3;
+[[nodiscard]] std::string_view to_string(CancelOutcome o) noexcept;  // "forwarded", ...
+
 // One transport's totals, as the admin console's SHOW STATS lists them.
 struct TransportStats {
     uint64_t sessions_total = 0;
@@ -68,6 +74,7 @@ class Metrics {
     void pool_idle_changed(int64_t delta) noexcept;
     void auth_failed(Transport t, AuthFailure reason) noexcept;
     void connection_refused(ConnectionRefusal reason) noexcept;
+    void cancel_request(CancelOutcome outcome) noexcept;
     // From forwarding a request to Postgres to its first answer byte, as l5pgd sees it.
     void observe_round_trip(Transport t, std::chrono::nanoseconds elapsed) noexcept;
     // The configuration was loaded (at start: ok) or a reload (SIGHUP) took it or not, at
@@ -94,6 +101,7 @@ class Metrics {
     //   l5pg_pool_idle_connections                                gauge
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
+    //   l5pg_cancel_requests_total{result}                counter
     //   l5pg_upstream_round_trip_seconds{transport}       histogram
     //   l5pg_config_last_reload_successful                gauge, 1 or 0
     //   l5pg_config_last_reload_success_timestamp_seconds gauge
@@ -133,6 +141,7 @@ class Metrics {
     std::array<std::array<std::atomic<uint64_t>, kAuthFailureCount>, kTransportCount>
         auth_failures_{};
     std::array<std::atomic<uint64_t>, kConnectionRefusalCount> refusals_{};
+    std::array<std::atomic<uint64_t>, kCancelOutcomeCount> cancels_{};
     struct Histogram {
         std::array<std::atomic<uint64_t>, kRoundTripBuckets.size() + 1> buckets{};  // last: +Inf
         std::atomic<uint64_t> sum_ns{0};

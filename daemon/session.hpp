@@ -160,6 +160,7 @@ class Session final : public ClientEndHost {
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
     void reject_startup_packet(const protocol::StartupParse& parse);  // counted, logged, FATAL
+    void refuse_cancel(CancelOutcome outcome, std::string_view why);  // counted, logged, closed
     [[nodiscard]] bool within_request_limits(const protocol::StartupPacket& packet);
 
     // session pooling (session_pool.cpp, upstream_pool.hpp)

@@ -183,6 +183,15 @@ void Session::process_startup_buffer() {
     handle_startup_packet(parse.packet, length);
 }
 
+// As Postgres ends a cancel connection: no answer, the connection closes.
+void Session::refuse_cancel(CancelOutcome outcome, std::string_view why) {
+    metrics_.cancel_request(outcome);
+    client_logs().cancel_refused.log(spdlog::level::info,
+                                     "session {}: cancel request from {} not forwarded: {}", id_,
+                                     peer_.describe(), why);
+    close(fmt::format("cancel request not forwarded: {}", why));
+}
+
 void Session::reject_startup_packet(const protocol::StartupParse& parse) {
     metrics_.startup_rejected();
     client_logs().startup_rejected.log(spdlog::level::info,
@@ -256,23 +265,30 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
             // reaches Postgres: as for a wrong key, the client only sees the connection close.
             startup_slot_.release();
             if (worker_.admission().auth.method_for(peer_.local) == config::AuthMethod::Reject) {
-                close(fmt::format("cancel request not forwarded: {} is reject",
-                                  peer_.local ? "auth.local" : "auth.tcp"));
+                refuse_cancel(CancelOutcome::Rejected,
+                              fmt::format("{} is reject", peer_.local ? "auth.local" : "auth.tcp"));
                 return;
             }
             if (!translate_cancel_key(packet)) {
-                close(
-                    "cancel request not forwarded: its key is not one of a session l5pgd "
-                    "serves");
+                // Postgres logs a wrong key too (processCancelRequest): none of these
+                // reach it, and guessing keys through l5pgd costs no fork.
+                refuse_cancel(CancelOutcome::UnknownKey,
+                              fmt::format("its key (process {}) is not one of a session l5pgd "
+                                          "serves",
+                                          packet.cancel.backend_pid));
                 return;
             }
+            metrics_.cancel_request(CancelOutcome::Forwarded);
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
         case StartupKind::Startup: {
             startup_slot_.release();
-            // Before any other answer, as Postgres sends it (protocol/version_negotiation.hpp).
+            // Before any other answer, a refusal too, as Postgres sends it
+            // (protocol/version_negotiation.hpp).
             const std::optional<protocol::ProtocolDowngrade> downgrade =
                 protocol::downgrade_to_3_0(packet);
+            if (downgrade)
+                send_to_client(downgrade->negotiate);
             if (worker_.draining()) {
                 refuse_startup(ConnectionRefusal::ShuttingDown, protocol::kSqlstateCannotConnectNow,
                                "l5pgd is shutting down");
@@ -284,8 +300,6 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
                                too_many_connections_message(ConnectionRefusal::MaxSessions));
                 return;
             }
-            if (downgrade)
-                send_to_client(downgrade->negotiate);
             if (admit_startup(packet)) {
                 pool_.pooled = pool_applies(packet);
                 begin_upstream(downgrade ? std::span<const std::byte>(downgrade->startup)

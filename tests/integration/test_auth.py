@@ -10,6 +10,7 @@ log: with log_connections on, a refused client must not have started a backend.
 import json
 import os
 import pwd
+import re
 import socket
 import struct
 import subprocess
@@ -262,7 +263,12 @@ def test_cancel_request_reaches_postgres_only_with_a_served_key(guarded, peer_cl
     assert send_cancel_request(unix, wrong)
     time.sleep(0.5)
     assert backends_started(peer_cluster) == before, "a wrong key was tried on Postgres"
-    assert "its key is not one of a session l5pgd serves" in guarded.log_text()
+    pid = struct.unpack("!I", wrong[:4])[0]
+    assert re.search(r"\[info\] session \d+: cancel request from uid 0 pid \d+ not forwarded: "
+                     rf"its key \(process {pid}\) is not one of a session l5pgd serves",
+                     guarded.log_text())
+    assert guarded.metric("l5pg_cancel_requests_total", result="unknown_key") >= 1
+    assert guarded.metric("l5pg_cancel_requests_total", result="rejected") >= 1
     assert sleeping(), "the query was cancelled"
     unix = socket.socket(socket.AF_UNIX)
     unix.settimeout(10)
@@ -270,6 +276,7 @@ def test_cancel_request_reaches_postgres_only_with_a_served_key(guarded, peer_cl
     assert send_cancel_request(unix, key)
     errors = [pgwire.parse_fields(body) for t, body in pgwire.read_until_ready(s) if t == "E"]
     assert errors and errors[0].get("C") == "57014", errors
+    assert guarded.metric("l5pg_cancel_requests_total", result="forwarded") >= 1
     s.close()
     watcher.close()
 

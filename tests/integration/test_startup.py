@@ -251,3 +251,22 @@ def test_newer_protocol_negotiated_down_as_postgres_does(l5pgd, cluster, kind, o
     else:
         pgwire.terminate(s)
         s.close()
+
+
+@pytest.mark.timeout(30)
+def test_newer_protocol_negotiated_down_before_a_refusal(workdir, cluster, l5pgd_binary):
+    """Postgres sends its NegotiateProtocolVersion before it refuses a login it cannot take
+    (too many clients, shutting down); l5pgd over limits.max_sessions did it after."""
+    d = L5pgd(workdir / "l5pgd-v-full", cluster, workers=1,
+              extra_overrides=["limits.max_sessions=1"])
+    with d:
+        holder = pgwire.connect(d.host, d.port)
+        holder.sendall(pgwire.startup_packet())
+        assert pgwire.read_until_ready(holder)[-1][0] == "Z"
+        with pgwire.connect(d.host, d.port) as s:
+            s.sendall(pgwire.startup_packet_of([("user", "postgres")], version=pgwire.PROTO_3_2))
+            assert pgwire.read_message(s)[0] == "v"
+            assert expect_fatal(s, "53300")
+        pgwire.terminate(holder)
+        holder.close()
+
