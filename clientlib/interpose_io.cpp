@@ -351,12 +351,16 @@ ssize_t recv(int fd, void* buf, size_t len, int flags) {
     return recv_iov(fd, &iov, 1, flags, [&] { return real().recv(fd, buf, len, flags); });
 }
 
+// An upgraded connection names no address, as TCP's recvfrom() names none: the length is 0
+// after a call that read something, and untouched by a failing one or without an address.
 ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, socklen_t* addrlen) {
     iovec iov{buf, len};
-    if (fd_lookup(fd).kind == FdKind::Upgraded && addrlen != nullptr)
+    const bool upgraded = fd_lookup(fd).kind == FdKind::Upgraded;
+    const ssize_t n = recv_iov(fd, &iov, 1, flags,
+                               [&] { return real().recvfrom(fd, buf, len, flags, addr, addrlen); });
+    if (upgraded && n >= 0 && addr != nullptr && addrlen != nullptr)
         *addrlen = 0;
-    return recv_iov(fd, &iov, 1, flags,
-                    [&] { return real().recvfrom(fd, buf, len, flags, addr, addrlen); });
+    return n;
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
@@ -364,13 +368,17 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
         return real().recvmsg(fd, msg, flags);  // EFAULT before the kernel looks at the socket
     if (too_many_pieces(fd, msg))
         return -1;
-    if (fd_lookup(fd).kind == FdKind::Upgraded) {
+    // As the kernel: no address, control data or flags after a call that read something; a
+    // failing one leaves the header alone.
+    const bool upgraded = fd_lookup(fd).kind == FdKind::Upgraded;
+    const ssize_t n = recv_iov(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
+                               [&] { return real().recvmsg(fd, msg, flags); });
+    if (upgraded && n >= 0) {
         msg->msg_namelen = 0;
         msg->msg_controllen = 0;
         msg->msg_flags = 0;
     }
-    return recv_iov(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
-                    [&] { return real().recvmsg(fd, msg, flags); });
+    return n;
 }
 
 ssize_t read(int fd, void* buf, size_t len) {

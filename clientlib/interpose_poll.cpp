@@ -42,7 +42,11 @@ int64_t now_ns() noexcept {
     return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+// A null array goes to the kernel, which answers EFAULT (a pointer it cannot read otherwise
+// crashes the program here, where the kernel would answer EFAULT too).
 bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
+    if (fds == nullptr)
+        return false;
     for (nfds_t i = 0; i < n; ++i) {
         const FdKind kind = fd_lookup(fds[i].fd).kind;
         if (kind == FdKind::Upgraded || kind == FdKind::Forked)

@@ -20,10 +20,16 @@ on a Python socket, sends "select 42" and, while the answer waits unread, asks:
                recv(NULL, 500000, MSG_TRUNC | MSG_WAITALL) after the head, the number of 'x'
                that follow it, and the byte after them (TCP discards all 500,000 at once;
                AF_UNIX fails to copy into null and reads nothing)
+Before the query, with nothing to read, both are also asked (the "idle" answers):
+  poll_null    poll(NULL, 1, 0) (EFAULT: the shim read the null array and crashed)
+  recvfrom_fail recvfrom(MSG_DONTWAIT) with a null address and an address length of 77: the
+               error, and the length, which a failing call leaves alone (the shim zeroed it)
+  recvmsg_fail recvmsg(MSG_DONTWAIT) with msg_namelen 7 and msg_flags 99: the error, and both
+               fields, which a failing call leaves alone (the shim zeroed them first)
 The plain pair's peer sends the first 15 bytes of the same answer (its oob_recv is EINVAL
 where the kernel has AF_UNIX urgent data, 5.15 and later, EOPNOTSUPP before). Answers are [result] or
-[errno name]; the last stdout line is {"transport": <upgraded fd's>, "shim": {...},
-"socket": {...}}.
+[errno name]; the last stdout line is {"transport": <upgraded fd's>, "idle": {"shim": {...},
+"socket": {...}}, "shim": {...}, "socket": {...}}.
 """
 
 SCRIPT = r'''
@@ -60,6 +66,28 @@ def big_trunc(s):
     skipped = n[0] if isinstance(n[0], int) else 0
     rest = pgwire.recv_exact(s, 600000 - skipped + 1)
     return n + [rest.count(b"x"), rest[-1:].hex()]
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+class MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+def idle_cases(s):
+    buf = ctypes.create_string_buffer(8)
+    addrlen = ctypes.c_uint32(77)
+    failed = libc_call(lambda: libc.recvfrom(s.fileno(), buf, 8, socket.MSG_DONTWAIT, None,
+                                             ctypes.byref(addrlen)))
+    iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), 8)
+    msg = MsgHdr(None, 7, ctypes.pointer(iov), 1, None, 0, 99)
+    failed_msg = libc_call(lambda: libc.recvmsg(s.fileno(), ctypes.byref(msg),
+                                                socket.MSG_DONTWAIT))
+    return {"poll_null": libc_call(lambda: libc.poll(None, 1, 0)),
+            "recvfrom_fail": failed + [addrlen.value],
+            "recvmsg_fail": failed_msg + [msg.namelen, msg.flags]}
 
 def cases(s, peer_addr, ask_errqueue, big_answer):
     select.select([s], [], [], 5)
@@ -103,10 +131,11 @@ else:
     b, _ = listener.accept()
 s.sendall(pgwire.startup_packet(application_name="l5pg-socket-flags"))
 pgwire.read_until_ready(s)
+idle = {"shim": idle_cases(s), "socket": idle_cases(a)}
 sql = b"select 42\0"
 s.sendall(b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
 b.sendall(ANSWER_HEAD)
-print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(s.fileno()),
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(s.fileno()), "idle": idle,
                   "shim": cases(s, peer_addr, True, lambda: query_big(s)),
                   "socket": cases(a, peer_addr, family != "unix", lambda: send_big(b))}))
 '''

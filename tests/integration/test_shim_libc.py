@@ -718,6 +718,9 @@ def test_flags_the_rings_cannot_carry_get_the_kernels_answers(l5pgd, shim):
     assert out["socket"]["trunc"] == [5, "54"], out  # AF_UNIX copies despite MSG_TRUNC
     assert out["socket"]["null_send"] == out["socket"]["null_recv"] == ["EFAULT"], out
     assert out["socket"]["big_trunc"] == ["EFAULT", 600000, "43"], out
+    assert out["idle"]["socket"] == {"poll_null": ["EFAULT"], "recvfrom_fail": ["EAGAIN", 77],
+                                     "recvmsg_fail": ["EAGAIN", 7, 99]}, out
+    assert out["idle"]["shim"] == out["idle"]["socket"], out
     # (Python names EOPNOTSUPP by its Linux alias ENOTSUP; the kernel's AF_UNIX before 5.15
     # has no urgent data and answers recv(MSG_OOB) so, the shim as a 5.15's with none pending.)
     assert out["socket"]["oob_recv"] in (["EINVAL"], ["ENOTSUP"]), out
