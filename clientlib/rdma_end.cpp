@@ -9,7 +9,10 @@ using transport::Want;
 RdmaEnd::RdmaEnd(std::unique_ptr<rdma::ClientChannel> channel) noexcept
     : channel_(std::move(channel)) {}
 
-IoResult RdmaEnd::write(int, std::span<const std::byte> bytes) noexcept {
+// Each call names the socket by the descriptor the program used (channel_end.hpp): the
+// doorbells follow it should the program have moved the socket (dup2(), then close()).
+IoResult RdmaEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
+    channel_->use_session_fd(fd);
     if (bytes.empty()) {
         // Like a socket: a zero-length send succeeds unless the connection is gone.
         if (channel_->peer_closed())
@@ -19,7 +22,8 @@ IoResult RdmaEnd::write(int, std::span<const std::byte> bytes) noexcept {
     return channel_->write(bytes);
 }
 
-IoResult RdmaEnd::read(int, std::span<std::byte> out) noexcept {
+IoResult RdmaEnd::read(int fd, std::span<std::byte> out) noexcept {
+    channel_->use_session_fd(fd);
     return channel_->read(out);
 }
 
@@ -32,13 +36,15 @@ bool RdmaEnd::arm(Want want, uint64_t) noexcept {
     return want == Want::Read ? channel_->arm_read() : channel_->arm_write();
 }
 
-void RdmaEnd::on_socket_readable(int) noexcept {
+void RdmaEnd::on_socket_readable(int fd) noexcept {
+    channel_->use_session_fd(fd);
     channel_->on_socket_readable();
 }
 
 // An epoll user only wakes for bytes on the socket: arm the flag so that l5pgd rings
 // when it next publishes (see the note in rdma_end.hpp about data already received).
-void RdmaEnd::prepare_for_foreign_wait(int) noexcept {
+void RdmaEnd::prepare_for_foreign_wait(int fd) noexcept {
+    channel_->use_session_fd(fd);
     if (!channel_->readable())
         (void)channel_->arm_read();
 }

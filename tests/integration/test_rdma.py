@@ -458,3 +458,30 @@ def test_client_keeping_its_wire_open_does_not_hold_the_session(rdma, l5pgd_rdma
         assert cpu < 5.0, f"l5pgd used {cpu:.2f} s of CPU while the session ended"
     finally:
         stop_process(p)
+
+
+# The program moves its connection to another descriptor (dup2) and closes the first, as a
+# program that arranges its descriptors may: the RDMA channel's doorbells went on through the
+# first number, now closed (EBADF), and the healthy connection read as closed by the peer.
+MOVED_FD_SCRIPT = r'''
+import ctypes, json, os, socket, sys
+sys.path.insert(0, sys.argv[2])
+from tests.harness import pgwire
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(pgwire.startup_packet(application_name="l5pg-moved-fd"))
+pgwire.read_until_ready(s)
+os.dup2(s.fileno(), 100)
+s.close()
+t = socket.socket(fileno=100)
+t.settimeout(20)
+rows = [body for kind, body in pgwire.query(t, "select repeat('y', 300000)") if kind == "D"]
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(100),
+                  "bytes": len(rows[0]) if rows else 0}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_connection_moved_to_another_descriptor_keeps_working(rdma, l5pgd_rdma):
+    out, _ = run_python_json(rdma, MOVED_FD_SCRIPT, args=[str(l5pgd_rdma.port), str(paths.REPO)],
+                             timeout=40)
+    assert out == {"transport": 2, "bytes": 2 + 4 + 300000}, out

@@ -78,6 +78,7 @@ class ClientChannel {
     [[nodiscard]] bool peer_closed() const noexcept { return link_.peer_closed(); }
     [[nodiscard]] const ChannelStats& stats() const noexcept { return link_.stats(); }
     [[nodiscard]] int session_fd() const noexcept { return link_.session_fd(); }
+    void use_session_fd(int fd) noexcept { link_.use_session_fd(fd); }
 
     // The server's hello (valid after connect()).
     [[nodiscard]] const Hello& server_hello() const noexcept { return server_; }

@@ -23,7 +23,7 @@ constexpr size_t kDoorbellDrainBudget = 4096;
 bool Link::init(Device& device, const QpOptions& qp_options, size_t local_ring, int session_fd,
                 std::chrono::milliseconds timeout, std::string& error) {
     timeout_ = timeout;
-    session_fd_ = session_fd;
+    session_fd_.store(session_fd, std::memory_order_relaxed);
     auto give_up = [&] {
         if (qp_ == nullptr && qp_options.soft_wire_fd >= 0)
             ::close(qp_options.soft_wire_fd);  // QpOptions: the wire is always taken over
@@ -312,7 +312,7 @@ void Link::wake_peer_reader() noexcept {
 }
 
 void Link::ring_doorbell() noexcept {
-    if (!wait::ring_doorbell(session_fd_))
+    if (!wait::ring_doorbell(session_fd()))
         peer_closed_ = true;
     else
         ++stats_.doorbells_sent;
@@ -320,7 +320,7 @@ void Link::ring_doorbell() noexcept {
 
 void Link::on_socket_readable() noexcept {
     size_t count = 0;
-    const wait::DrainResult r = wait::drain_doorbells(session_fd_, count, kDoorbellDrainBudget);
+    const wait::DrainResult r = wait::drain_doorbells(session_fd(), count, kDoorbellDrainBudget);
     stats_.doorbells_received += count;
     if (r != wait::DrainResult::Drained)
         peer_closed_ = true;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -71,7 +72,12 @@ class Link {
     [[nodiscard]] uint32_t area_rkey() const noexcept;
     [[nodiscard]] size_t local_ring_size() const noexcept { return in_.size(); }
     [[nodiscard]] AreaControl& control() const noexcept;
-    [[nodiscard]] int session_fd() const noexcept { return session_fd_; }
+    [[nodiscard]] int session_fd() const noexcept {
+        return session_fd_.load(std::memory_order_relaxed);
+    }
+    // The descriptor the caller now names the session's socket by (the shim's program may
+    // have moved it with dup2() and closed the first): doorbells go through it from now on.
+    void use_session_fd(int fd) noexcept { session_fd_.store(fd, std::memory_order_relaxed); }
 
     // ---- outgoing
     [[nodiscard]] size_t payload_that_fits() const noexcept { return out_.payload_that_fits(); }
@@ -166,7 +172,7 @@ class Link {
     void wake_peer_reader() noexcept;
 
     std::chrono::milliseconds timeout_{10000};
-    int session_fd_ = -1;
+    std::atomic<int> session_fd_{-1};  // any of the program's threads may name it anew
 
     // Declaration order = reverse destruction order: the QP goes first, then the
     // regions, then the memory behind them.
