@@ -63,7 +63,7 @@ install-packages:
 	if [ "$$(id -u)" = 0 ]; then \
 	  echo "deps: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing || exit 1; \
-	  if echo " $$missing " | grep -q " pgbouncer " && [ -d /run/systemd/system ]; then \
+	  if printf '%s\n' $$missing | grep -qx pgbouncer && [ -d /run/systemd/system ]; then \
 	    echo "deps: disabling Debian's pgbouncer service, which the package started on 127.0.0.1:6432 (l5pgd's port; the benchmark runs a PgBouncer of its own)"; \
 	    systemctl disable --now pgbouncer || true; \
 	  fi; \

@@ -351,8 +351,9 @@ ssize_t recv(int fd, void* buf, size_t len, int flags) {
     return recv_iov(fd, &iov, 1, flags, [&] { return real().recv(fd, buf, len, flags); });
 }
 
-// An upgraded connection names no address, as TCP's recvfrom() names none: the length is 0
-// after a call that read something, and untouched by a failing one or without an address.
+// An upgraded connection names no address (TCP's recvfrom() names none; AF_UNIX's would name
+// the server's socket, which nothing asks): the length is 0 after a call that read
+// something, and untouched by a failing one or without an address.
 ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, socklen_t* addrlen) {
     iovec iov{buf, len};
     const bool upgraded = fd_lookup(fd).kind == FdKind::Upgraded;

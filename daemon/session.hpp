@@ -237,9 +237,8 @@ class Session final : public ClientEndHost {
     // One recv() from Postgres into `space`, and what l5pgd reads of Postgres's messages.
     [[nodiscard]] ssize_t recv_upstream(std::span<std::byte> space);
     bool forward_client_to_upstream();
-    void discard_client_input();
-    void client_turn_over();  // more client input may wait: come back to it  // nothing more can go
-                              // to Postgres
+    void discard_client_input();  // nothing more can go to Postgres
+    void client_turn_over();      // more client input may wait: come back to it
     void flush_upstream();
     void flush_client();
     void send_to_client(std::span<const std::byte> bytes);

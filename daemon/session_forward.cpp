@@ -209,12 +209,18 @@ void Session::discard_client_input() {
     }
 }
 
-// The client's end may hold more: a polled end is looked at again next round; a socket end,
-// whose bytes may all be in its queue already (no readiness event would come), gets its read
-// callback again once the other events had theirs.
+// The client's end may hold more: a polled end is looked at again next round. A socket end,
+// whose bytes may all be in its queue or the kernel's already (no readiness event would
+// come), gets a callback again once the other events had theirs: its read callback, or once
+// it departed (its read callback then drains doorbells, not data) the upstream's write
+// callback, which forwards and goes on with the departure.
 void Session::client_turn_over() {
-    if (!end_->polled() && !client_gone_)
+    if (end_->polled())
+        return;
+    if (!client_gone_)
         event_active(client_read_.get(), EV_READ, 0);
+    else if (upstream_write_)
+        event_active(upstream_write_.get(), EV_WRITE, 0);
 }
 
 void Session::on_upstream_readable() {
@@ -231,6 +237,10 @@ void Session::on_upstream_readable() {
 void Session::read_upstream() {
     if (pool_.greeting_reader && state_ == SessionState::Forwarding) {
         read_greeting();
+        return;
+    }
+    if (pool_.login_check) {  // pump() may come here when the client made room
+        read_login_check_answer();
         return;
     }
     read_upstream_chunks();

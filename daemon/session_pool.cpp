@@ -103,8 +103,11 @@ bool Session::send_login_check(protocol::PoolLoginCheck::Purpose purpose,
     const std::vector<std::byte> request = protocol::PoolLoginCheck::request();
     const ssize_t n =
         ::send(upstream_.get(), request.data(), request.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(request.size()))
+    if (n != static_cast<ssize_t>(request.size())) {
+        if (n > 0)  // half a Query on its way: the connection is of no use (never seen)
+            (void)::shutdown(upstream_.get(), SHUT_RDWR);
         return false;
+    }
     pool_.login_check = std::make_unique<protocol::PoolLoginCheck>(
         record_->role, record_->database, purpose, std::move(settings_at_start));
     return true;
@@ -135,6 +138,16 @@ void Session::read_login_check_answer() {
         const bool passed = status == protocol::PoolLoginCheck::Status::Passed;
         if (passed)
             pool_.role_settings = pool_.login_check->settings();
+        if (at_start && !passed && !pool_.login_check->followed()) {
+            // Not a Postgres answer (a broken frame, no end): the stream cannot be used.
+            spdlog::warn("session {}: backend pid {}: {} in answer to l5pgd's login check", id_,
+                         pool_.greeting.key.backend_pid, pool_.login_check->failure());
+            fail_startup(protocol::kSqlstateConnectionFailure,
+                         "l5pgd: the server's answer to l5pgd's login check could not be "
+                         "followed",
+                         "login check at the start not followed");
+            return;
+        }
         if (at_start) {
             if (!passed)
                 spdlog::info(

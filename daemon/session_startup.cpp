@@ -278,7 +278,6 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
                                           packet.cancel.backend_pid));
                 return;
             }
-            metrics_.cancel_request(CancelOutcome::Forwarded);
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
         case StartupKind::Startup: {
@@ -643,6 +642,7 @@ void Session::on_upstream_connected() {
             greet_client();  // a kept server connection: Postgres says nothing now
     } else {
         // Postgres reads the cancel key and closes; we close after handing it over.
+        metrics_.cancel_request(CancelOutcome::Forwarded);
         finish_after_upstream_flush("cancel request forwarded");
     }
     flush_upstream();

@@ -52,7 +52,9 @@ constexpr std::string_view kQuery =
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
     "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
 constexpr size_t kColumns = 5;
-constexpr size_t kMaxReply = 16 * 1024;
+// A message of the answer (the settings' row may be long), and the answer in all.
+constexpr size_t kMaxMessage = 1024 * 1024;
+constexpr size_t kMaxReply = 4 * 1024 * 1024;
 
 bool tag_is(std::span<const std::byte> body, std::string_view tag) {
     return body.size() == tag.size() + 1 && body.back() == std::byte{0} &&
@@ -100,8 +102,18 @@ PoolLoginCheck::Status PoolLoginCheck::feed(std::span<const std::byte> bytes,
     if (status_ != Status::NeedMore)
         return status_ == Status::Failed ? status_ : fail("bytes after the answer");
     buffer_.append(bytes);
-    status_ = buffer_.size() > kMaxReply ? fail("an oversized answer") : parse(greeting);
+    status_ = parse(greeting);
+    if (status_ == Status::NeedMore && buffer_.size() > kMaxReply)
+        status_ = fail("an oversized answer");  // not followed to its end
     return status_;
+}
+
+// Anything but the answer expected, short of a FATAL or a broken frame: the check fails,
+// once the answer's ReadyForQuery is in, so that what follows it is Postgres's stream again.
+void PoolLoginCheck::fail_at_ready(std::string why) {
+    if (!errored_)
+        failure_ = std::move(why);
+    errored_ = true;
 }
 
 PoolLoginCheck::Status PoolLoginCheck::fail(std::string why) {
@@ -144,69 +156,80 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
 
 PoolLoginCheck::Status PoolLoginCheck::parse(ServerGreeting& greeting) {
     for (;;) {
-        const MessageView msg = buffer_.next(kMaxReply);
+        const MessageView msg = buffer_.next(kMaxMessage);
         if (msg.status == ParseStatus::Invalid)
-            return fail("a malformed message");
+            return fail("a malformed message");  // not followed to its end
         if (msg.status == ParseStatus::NeedMore)
             return Status::NeedMore;
-        if (msg.type == 'S') {  // reported now: changed while the backend was idle
-            std::string name, value;
-            if (!parse_parameter_status(msg.body, name, value))
-                return fail("a malformed ParameterStatus");
-            greeting.set_parameter(name, value);
-            continue;
+        if (msg.type == 'Z') {
+            followed_ = true;
+            return at_ready(msg.body);
         }
-        if (msg.type == 'N')  // a notice about the query changes nothing
-            continue;
         if (msg.type == 'E') {
             const std::optional<ReceivedError> error = read_error_response(msg.body);
-            if (!error || error->ends_session()) {  // not ours to take: the client's to see
+            if (error && error->ends_session()) {  // not ours to take: the client's to see
                 buffer_.unread(msg);
-                return fail(error ? "a FATAL error: " + std::string(error->message)
-                                  : std::string("a malformed error"));
+                followed_ = true;
+                return fail("a FATAL error: " + std::string(error->message));
             }
-            if (!errored_)
-                failure_ = "an error: " + std::string(error->message);
-            errored_ = true;
-            expected_ = 'Z';
+            fail_at_ready(error ? "an error: " + std::string(error->message)
+                                : std::string("a malformed error"));
             continue;
         }
-        // After the RowDescription: the one row, or none (CommandComplete at once).
-        const bool expected = msg.type == expected_ || (expected_ == 'D' && msg.type == 'C');
-        if (!expected ||
-            (msg.type == 'T' && (msg.body.size() < 2 || read_be16(msg.body.data()) != kColumns))) {
-            buffer_.unread(msg);
-            return fail(std::string("an unexpected message '") + msg.type + "'");
+        if (msg.type == 'S') {  // reported now: changed while the backend was idle
+            std::string name, value;
+            if (parse_parameter_status(msg.body, name, value))
+                greeting.set_parameter(name, value);
+            else
+                fail_at_ready("a malformed ParameterStatus");
+            continue;
         }
-        switch (msg.type) {
-            case 'T':
-                expected_ = 'D';
-                break;
-            case 'D':
-                row_seen_ = true;
-                row_passed_ = row_passes(msg.body);
-                expected_ = 'C';
-                break;
-            case 'C':
-                if (!tag_is(msg.body, row_seen_ ? "SELECT 1" : "SELECT 0"))
-                    return fail("an unexpected command tag");
-                expected_ = 'Z';
-                break;
-            case 'Z':
-                if (msg.body.size() != 1 || msg.body[0] != std::byte{'I'})
-                    return fail("a backend not idle");
-                if (purpose_ == Purpose::BeforeReuse && !buffer_.rest().empty())
-                    return fail("bytes after the answer");
-                if (errored_)
-                    return fail(failure_);
-                if (!row_seen_)
-                    return fail("its role or database no longer exists under its name");
-                return row_passed_ ? Status::Passed : fail(failure_);
-            default:
-                buffer_.unread(msg);
-                return fail("an unexpected message");
-        }
+        if (msg.type == 'N' || errored_)  // a notice changes nothing; after a failure, skip
+            continue;
+        take(msg);
     }
+}
+
+// One message of the answer before its ReadyForQuery: the RowDescription, the one row or
+// none (CommandComplete at once), the CommandComplete.
+void PoolLoginCheck::take(const MessageView& msg) {
+    const bool expected = msg.type == expected_ || (expected_ == 'D' && msg.type == 'C');
+    if (!expected ||
+        (msg.type == 'T' && (msg.body.size() < 2 || read_be16(msg.body.data()) != kColumns))) {
+        fail_at_ready(std::string("an unexpected message '") + msg.type + "'");
+        return;
+    }
+    switch (msg.type) {
+        case 'T':
+            expected_ = 'D';
+            break;
+        case 'D':
+            row_seen_ = true;
+            row_passed_ = row_passes(msg.body);
+            expected_ = 'C';
+            break;
+        case 'C':
+            if (!tag_is(msg.body, row_seen_ ? "SELECT 1" : "SELECT 0"))
+                fail_at_ready("an unexpected command tag");
+            expected_ = 'Z';
+            break;
+        default:
+            break;
+    }
+}
+
+PoolLoginCheck::Status PoolLoginCheck::at_ready(std::span<const std::byte> body) {
+    if (body.size() != 1 || body[0] != std::byte{'I'})
+        return fail("a backend not idle");
+    if (purpose_ == Purpose::BeforeReuse && !buffer_.rest().empty())
+        return fail("bytes after the answer");
+    if (errored_)
+        return fail(failure_);
+    if (expected_ != 'Z')
+        return fail("an answer cut short");
+    if (!row_seen_)
+        return fail("its role or database no longer exists under its name");
+    return row_passed_ ? Status::Passed : fail(failure_);
 }
 
 }  // namespace l5pg::protocol

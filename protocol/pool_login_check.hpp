@@ -42,8 +42,9 @@ class PoolLoginCheck {
     [[nodiscard]] static std::vector<std::byte> request();
     // Bytes copied from the upstream socket after the request was sent. ParameterStatus
     // reports (a setting changed while the backend was idle) update `greeting`. An error
-    // (ERROR) fails once its ReadyForQuery is in; a FATAL fails at once and is not taken:
-    // rest() begins with it. Before a reuse, bytes after the ReadyForQuery fail the check.
+    // (ERROR) or any other answer fails once its ReadyForQuery is in; a FATAL fails at once
+    // and is not taken: rest() begins with it. Before a reuse, bytes after the
+    // ReadyForQuery fail the check.
     Status feed(std::span<const std::byte> bytes, ServerGreeting& greeting);
     [[nodiscard]] Purpose purpose() const noexcept { return purpose_; }
     // Why the check failed, for the log.
@@ -51,14 +52,20 @@ class PoolLoginCheck {
     // After Passed: the login's settings as the answer gave them (one text; equal texts are
     // equal settings).
     [[nodiscard]] const std::string& settings() const noexcept { return settings_; }
-    // After Passed or Failed at the start: what Postgres sent beyond the answer, which is the
-    // client's (answers to what a pipelining client sent, a FATAL, whatever could not be
-    // parsed).
+    // After Passed or Failed: whether the answer was followed to its end (or a FATAL ended
+    // it), so that rest() begins at a message of Postgres's stream. If not (a broken frame,
+    // an answer without end), the connection cannot be used any more.
+    [[nodiscard]] bool followed() const noexcept { return followed_; }
+    // After Passed, or Failed and followed(), at the start: what Postgres sent beyond the
+    // answer, which is the client's (answers to what a pipelining client sent, a FATAL).
     [[nodiscard]] std::span<const std::byte> rest() const noexcept { return buffer_.rest(); }
 
   private:
     Status parse(ServerGreeting& greeting);
+    void take(const MessageView& msg);
+    Status at_ready(std::span<const std::byte> body);
     Status fail(std::string why);
+    void fail_at_ready(std::string why);
     [[nodiscard]] bool row_passes(std::span<const std::byte> body);
 
     std::string role_;
@@ -68,8 +75,9 @@ class PoolLoginCheck {
     MessageBuffer buffer_;
     bool row_seen_ = false;
     bool row_passed_ = false;
-    bool errored_ = false;  // an ERROR came: the check fails at the ReadyForQuery
-    char expected_ = 'T';   // the next message of the answer
+    bool errored_ = false;   // the check fails at the ReadyForQuery (fail_at_ready())
+    bool followed_ = false;  // see followed()
+    char expected_ = 'T';    // the next message of the answer
     Status status_ = Status::NeedMore;
     std::string failure_;
 };

@@ -1180,6 +1180,29 @@ def test_kept_backend_is_not_reused_once_its_login_settings_changed(
         cluster.sql(set_it.split(" set ")[0] + " reset l5pg.tag")
 
 
+def test_backend_whose_settings_cannot_be_read_serves_its_client_and_is_not_kept(
+        l5pgd, cluster, login_role):
+    """The login check right after a new backend's greeting fails with an ERROR (here the
+    catalog made unreadable): the client is served as usual, never sees l5pgd's query or its
+    error, and its backend is not kept, as nobody knows the settings it started with."""
+    d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", login_role)])
+    app = new_app()
+    # (A shared catalog's privileges are kept per database, in its pg_class.)
+    cluster.sql("revoke select on pg_catalog.pg_db_role_setting from public", dbname=login_role)
+    try:
+        s = role_session(d, login_role, app)
+        send_query(s, "select 'served'")
+        rows, error = read_result(s)
+        assert (rows, error) == ([["served"]], None)
+        leave(s)
+    finally:
+        cluster.sql("grant select on pg_catalog.pg_db_role_setting to public", dbname=login_role)
+    wait_for(lambda: "the settings it started with are not known" in d.log_text(), WAIT,
+             "the session to end")
+    assert "login check at the start failed: an error: permission denied" in d.log_text()
+    assert pool_metric(d, IDLE) == 0
+
+
 # -- what a pooled session costs l5pgd ---------------------------------------------------------
 
 # A pooled session walks a copy of what its client sends (to know when the backend may be

@@ -468,7 +468,9 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
         {error.take(), "an error: permission denied"},
         {concat({login_check_answer({"alice", "app", "t", "t", settings}), message('Z', "I")}),
          "after"},
-        {message('D', ""), "unexpected message"},
+        {concat({message('D', ""), message('Z', "I")}), "unexpected message"},
+        {concat({message('C', text(cstrings({"SELECT 1"}))), message('Z', "I")}),
+         "unexpected message 'C'"},
         {error_response("FATAL", "terminating connection"), "a FATAL error: terminating"},
     };
     for (const Case& c : cases) {
@@ -507,6 +509,21 @@ TEST_CASE(
     CHECK_THAT(errored.failure(), Catch::Contains("permission denied for table"));
     CHECK(Bytes(errored.rest().begin(), errored.rest().end()) == pipelined);
 
+    // Another answer than expected: taken up to its ReadyForQuery all the same, so that what
+    // follows is Postgres's stream again; a broken frame cannot be followed.
+    Bytes other =
+        concat({message('T', std::string("\0\1x\0", 4)), message('C', "X\0"), message('Z', "I")});
+    PoolLoginCheck unexpected("alice", "app", PoolLoginCheck::Purpose::AtStart);
+    CHECK(check(unexpected, concat({other, pipelined}), greeting) ==
+          PoolLoginCheck::Status::Failed);
+    CHECK(unexpected.followed());
+    CHECK(Bytes(unexpected.rest().begin(), unexpected.rest().end()) == pipelined);
+    Bytes broken = message('T', "");
+    write_be32(broken.data() + 1, 2);
+    PoolLoginCheck lost("alice", "app", PoolLoginCheck::Purpose::AtStart);
+    CHECK(check(lost, broken, greeting) == PoolLoginCheck::Status::Failed);
+    CHECK_FALSE(lost.followed());
+
     // A FATAL (the backend terminated meanwhile) is the client's to see, as Postgres sent it.
     const Bytes fatal = error_response("FATAL", "terminating connection");
     Bytes without_ready = login_check_answer({"alice", "app", "t", "t", settings});
@@ -515,6 +532,7 @@ TEST_CASE(
         PoolLoginCheck ended("alice", "app", PoolLoginCheck::Purpose::AtStart);
         const Bytes answer = concat({before, fatal});
         CHECK(check(ended, answer, greeting) == PoolLoginCheck::Status::Failed);
+        CHECK(ended.followed());
         CHECK(Bytes(ended.rest().begin(), ended.rest().end()) == fatal);
     }
 }
