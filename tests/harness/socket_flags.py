@@ -32,6 +32,8 @@ where the kernel has AF_UNIX urgent data, 5.15 and later, EOPNOTSUPP before). An
 "socket": {...}}, "shim": {...}, "socket": {...}}.
 """
 
+from tests.harness.libc_types import MSGHDR
+
 SCRIPT = r'''
 import ctypes, errno, json, select, socket, struct, sys, threading
 family, address, repo = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -67,27 +69,20 @@ def big_trunc(s):
     rest = pgwire.recv_exact(s, 600000 - skipped + 1)
     return n + [rest.count(b"x"), rest[-1:].hex()]
 
-class IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-class MsgHdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
-                ("iov", ctypes.POINTER(IoVec)), ("iovlen", ctypes.c_size_t),
-                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
+''' + MSGHDR + r'''
 
 def idle_cases(s):
     buf = ctypes.create_string_buffer(8)
     addrlen = ctypes.c_uint32(77)
     failed = libc_call(lambda: libc.recvfrom(s.fileno(), buf, 8, socket.MSG_DONTWAIT, None,
                                              ctypes.byref(addrlen)))
-    iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), 8)
-    msg = MsgHdr(None, 7, ctypes.pointer(iov), 1, None, 0, 99)
+    iov = Iovec(ctypes.cast(buf, ctypes.c_void_p), 8)
+    msg = Msghdr(None, 7, ctypes.pointer(iov), 1, None, 0, 99)
     failed_msg = libc_call(lambda: libc.recvmsg(s.fileno(), ctypes.byref(msg),
                                                 socket.MSG_DONTWAIT))
     return {"poll_null": libc_call(lambda: libc.poll(None, 1, 0)),
             "recvfrom_fail": failed + [addrlen.value],
-            "recvmsg_fail": failed_msg + [msg.namelen, msg.flags]}
+            "recvmsg_fail": failed_msg + [msg.msg_namelen, msg.msg_flags]}
 
 def cases(s, peer_addr, ask_errqueue, big_answer):
     select.select([s], [], [], 5)

@@ -20,7 +20,7 @@ import signal
 import pytest
 
 from tests.harness import paths
-from tests.harness import socket_flags
+from tests.harness import libc_types, socket_flags
 from tests.harness.client import direct_unix_target, run, run_python_json, shm_target
 
 # psycopg's connection socket is upgraded by the shim; a pipe beside it is an ordinary fd.
@@ -108,15 +108,7 @@ import ctypes, errno, json, os, psycopg
 
 libc = ctypes.CDLL(None, use_errno=True)
 shim = ctypes.CDLL(None)
-
-class Iovec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-class Msghdr(ctypes.Structure):
-    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint),
-                ("msg_iov", ctypes.POINTER(Iovec)), ("msg_iovlen", ctypes.c_size_t),
-                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
-                ("msg_flags", ctypes.c_int)]
+''' + libc_types.MSGHDR + r'''
 
 conn = psycopg.connect("", autocommit=True)
 sock = conn.pgconn.socket
