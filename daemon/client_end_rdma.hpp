@@ -32,7 +32,13 @@ class RdmaClientEnd final : public QueuedClientEnd {
     void flush() override;
     [[nodiscard]] bool resume_output() override;
     // The endpoint arms every RDMA session (ServerEndpoint::prepare_to_block()).
-    [[nodiscard]] bool arm_before_block(bool, uint64_t) override { return false; }
+    // The endpoint arms and checks the channel itself (Worker::arm_sessions()); it only needs
+    // to know whether input is wanted.
+    [[nodiscard]] bool arm_before_block(bool input_wanted, uint64_t) override {
+        if (channel_)
+            channel_->pause_input(!input_wanted);
+        return false;
+    }
     void disarm_after_block() override {}
     [[nodiscard]] bool shares_sole_cpu(uint32_t) noexcept override { return false; }
     void on_client_gone(bool) override;

@@ -120,8 +120,16 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
 
 Server::~Server() {
     stop_accepting();
+    stop_workers();
+}
+
+// All at once: each may wait for its lingering RDMA channels (rdma.completion_timeout_ms),
+// and the clients of the last worker should get their 57P01 as soon as the first's.
+void Server::stop_workers() {
     for (auto& worker : workers_)
-        worker->stop();
+        worker->request_stop();
+    for (auto& worker : workers_)
+        worker->join();
 }
 
 int Server::run() {
@@ -140,8 +148,7 @@ int Server::run() {
     event_base_dispatch(base_.get());
     service_.stopping();
     stop_accepting();
-    for (auto& worker : workers_)
-        worker->stop();
+    stop_workers();
     spdlog::info("l5pgd stopped");
     return 0;
 }

@@ -57,6 +57,7 @@ class Server {
     [[nodiscard]] bool workers_responsive();
     [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
+    void stop_workers();
     [[nodiscard]] size_t active_sessions() const;
     [[nodiscard]] bool draining() const noexcept {
         return admission_.draining.load(std::memory_order_relaxed);

@@ -173,6 +173,7 @@ class Session final : public ClientEndHost {
                                         std::string settings_at_start = {});
     void read_login_check_answer();
     void finish_start_check(std::span<const std::byte> rest);
+    void abandon_upstream_before_greeting();
     // The kept connection failed its login check (or did not answer): closed, and a new one
     // opened for the client.
     void refuse_reuse(std::string_view why);

@@ -142,10 +142,7 @@ void Session::read_login_check_answer() {
             // Not a Postgres answer (a broken frame, no end): the stream cannot be used.
             spdlog::warn("session {}: backend pid {}: {} in answer to l5pgd's login check", id_,
                          pool_.greeting.key.backend_pid, pool_.login_check->failure());
-            fail_startup(protocol::kSqlstateConnectionFailure,
-                         "l5pgd: the server's answer to l5pgd's login check could not be "
-                         "followed",
-                         "login check at the start not followed");
+            abandon_upstream_before_greeting();
             return;
         }
         if (at_start) {
@@ -168,6 +165,20 @@ void Session::read_login_check_answer() {
         }
         return;
     }
+}
+
+// The client, not greeted yet, gets a FATAL, as for a Postgres that cannot be reached; the
+// backend is dropped. (The session is Forwarding already: it finishes as one whose Postgres
+// left.)
+void Session::abandon_upstream_before_greeting() {
+    pool_.login_check.reset();
+    upstream_read_.reset();
+    upstream_write_.reset();
+    upstream_.reset();
+    finish_after_client_flush("login check at the start not followed");
+    send_to_client(protocol::build_fatal(protocol::kSqlstateConnectionFailure,
+                                         "l5pgd: the server's answer to l5pgd's login check "
+                                         "could not be followed"));
 }
 
 // A new backend's own check was answered, or Postgres left: the client is greeted and gets

@@ -188,20 +188,25 @@ void Worker::rdma_async_cb(int, short, void* arg) {
 }
 
 Worker::~Worker() {
-    stop();
+    request_stop();
+    join();
 }
 
 void Worker::start() {
     thread_ = std::thread([this] { run(); });
 }
 
-void Worker::stop() {
+void Worker::request_stop() {
     if (!thread_.joinable())
         return;
     stopping_.store(true);
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
-    thread_.join();
+}
+
+void Worker::join() {
+    if (thread_.joinable())
+        thread_.join();
 }
 
 void Worker::hand_over(AcceptedClient client) {

@@ -59,8 +59,10 @@ class Worker {
     Worker& operator=(const Worker&) = delete;
 
     void start();
-    // Closes every session and joins the thread.
-    void stop();
+    // Tells the thread to close every session and end; join() waits for it. Server stops
+    // all its workers first, then joins them: they close their sessions together.
+    void request_stop();
+    void join();
     // Thread-safe: queue an accepted client for this worker.
     void hand_over(AcceptedClient client);
     // Thread-safe: wake the worker's loop, so that it takes up newly published settings

@@ -485,3 +485,39 @@ def test_connection_moved_to_another_descriptor_keeps_working(rdma, l5pgd_rdma):
     out, _ = run_python_json(rdma, MOVED_FD_SCRIPT, args=[str(l5pgd_rdma.port), str(paths.REPO)],
                              timeout=40)
     assert out == {"transport": 2, "bytes": 2 + 4 + 300000}, out
+
+
+# Postgres takes nothing while it runs a long statement, and the client pipelines more behind
+# it: Postgres's socket fills, then the channel's ring. The worker counted the records waiting
+# in the ring as work and never blocked (a CPU's worth), though they could go nowhere; the
+# upstream socket wakes it when Postgres reads again.
+PIPELINED_BEHIND_SLEEP_SCRIPT = r'''
+import ctypes, socket, struct, sys, threading, time
+sys.path.insert(0, sys.argv[2])
+from tests.harness import pgwire
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(pgwire.startup_packet(application_name="l5pg-pipelined"))
+pgwire.read_until_ready(s)
+def query(sql):
+    body = sql.encode() + b"\0"
+    return b"Q" + struct.pack("!I", 4 + len(body)) + body
+s.sendall(query("select pg_sleep(6)"))
+threading.Thread(target=s.sendall, args=(query("select 1") * 1_000_000,), daemon=True).start()
+print(ctypes.CDLL(None).l5pg_fd_transport(s.fileno()), flush=True)
+time.sleep(8)
+'''
+
+
+@pytest.mark.timeout(60)
+def test_input_postgres_does_not_take_lets_the_worker_sleep(rdma, l5pgd_rdma):
+    p = popen([PYTHON, "-c", PIPELINED_BEHIND_SLEEP_SCRIPT, str(l5pgd_rdma.port), str(paths.REPO)],
+              rdma, text=True)
+    try:
+        assert p.stdout.readline().strip() == "2", "not upgraded to RDMA"
+        time.sleep(1.5)  # Postgres's socket and the ring fill
+        before = cpu_seconds(l5pgd_rdma.proc.pid)
+        time.sleep(2)
+        used = cpu_seconds(l5pgd_rdma.proc.pid) - before
+        assert used < 0.5, f"l5pgd used {used:.2f} s of CPU in 2 s while Postgres slept"
+    finally:
+        stop_process(p)

@@ -130,7 +130,8 @@ size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& s
         if (s->closing_ || std::find(ready.begin(), ready.begin() + static_cast<ptrdiff_t>(n), s) !=
                                ready.begin() + static_cast<ptrdiff_t>(n))
             continue;
-        if (s->readable() || (s->write_blocked() && s->writable()))
+        const bool input = s->readable() && (!s->input_paused_ || s->broken());
+        if (input || (s->write_blocked() && s->writable()))
             ready[n++] = s;
     }
     return n;

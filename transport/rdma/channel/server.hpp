@@ -115,6 +115,10 @@ class ServerSession {
     // Handles completions (READ results, doorbells owed, errors). False once broken.
     bool progress();
     [[nodiscard]] bool readable();  // read() would not return WouldBlock
+    // The owner cannot take input now (Postgres's socket is full, or not connected yet): the
+    // endpoint does not count what waits in the ring as a reason to stay awake, only a
+    // broken channel (ServerEndpoint::prepare_to_block()).
+    void pause_input(bool paused) noexcept { input_paused_ = paused; }
     [[nodiscard]] bool writable();  // write() would accept bytes
     // True while write() left bytes behind for lack of space.
     [[nodiscard]] bool write_blocked() const noexcept { return tx_blocked_; }
@@ -156,11 +160,12 @@ class ServerSession {
     uint64_t mailbox_epoch_ = 0;  // mailbox observations so far
     bool stalled_ = false;        // the record at stall_pos_ was seen in flight ...
     uint64_t stall_pos_ = 0;
-    uint64_t stall_epoch_ = 0;  // ... at this epoch
-    bool rx_armed_ = false;     // our rx flag is (probably) set in the client's memory
-    bool tx_blocked_ = false;   // write() could not place everything
-    bool tx_armed_ = false;     // our tx flag is set in the client's memory
-    bool closing_ = false;      // begin_close() was called
+    uint64_t stall_epoch_ = 0;   // ... at this epoch
+    bool rx_armed_ = false;      // our rx flag is (probably) set in the client's memory
+    bool tx_blocked_ = false;    // write() could not place everything
+    bool tx_armed_ = false;      // our tx flag is set in the client's memory
+    bool closing_ = false;       // begin_close() was called
+    bool input_paused_ = false;  // see pause_input()
 };
 
 }  // namespace l5pg::rdma
