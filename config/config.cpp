@@ -637,4 +637,28 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& key, const s
     return {host, static_cast<uint16_t>(std::stoul(port))};
 }
 
+std::vector<std::string> settings_without_effect(const Config& config) {
+    std::vector<std::string> out;
+    const bool tcp = !config.listen.tcp_address.empty();
+    if (!tcp && config.tls.mode != TlsMode::Disable)
+        out.emplace_back("tls.mode: no effect, listen.tcp_address is empty (no TCP listener)");
+    if (!tcp && config.auth.tcp != AuthMethod::Reject)
+        out.emplace_back("auth.tcp: no effect, listen.tcp_address is empty (no TCP listener)");
+    if (config.rdma.soft_port != 0 && (!config.rdma.enabled || config.rdma.device != "soft"))
+        out.emplace_back(
+            "rdma.soft_port: no effect, the soft device is not used "
+            "(rdma.enabled: true and rdma.device: soft use it)");
+    if (!config.auth.ident_file.empty() && config.auth.local != AuthMethod::Peer)
+        out.emplace_back("auth.ident_file: no effect, auth.local is not peer");
+    const auto identifies = [](AuthMethod m) {
+        return m == AuthMethod::Peer || m == AuthMethod::Trust;
+    };
+    if (config.pool.mode == PoolMode::Session && !identifies(config.auth.local) &&
+        !identifies(config.auth.tcp))
+        out.emplace_back(
+            "pool.mode: session has no effect, no client is pooled unless "
+            "auth.local or auth.tcp is peer or trust (passthrough never pools)");
+    return out;
+}
+
 }  // namespace l5pg::config

@@ -193,6 +193,11 @@ struct Config {
 [[nodiscard]] Config load_from_string(const std::string& yaml,
                                       const std::vector<std::string>& overrides);
 
+// Settings that are valid but take no effect as the rest is configured (tls.* without a TCP
+// listener, say): one line each, naming the key, for l5pgd to warn about at start, at a
+// reload and in --check. Not errors: a file shared by several hosts may hold them.
+[[nodiscard]] std::vector<std::string> settings_without_effect(const Config& config);
+
 // Splits "host:port" / "[v6]:port". Throws ConfigError naming `key`.
 [[nodiscard]] std::pair<std::string, uint16_t> parse_host_port(const std::string& key,
                                                                const std::string& value);

@@ -1,5 +1,7 @@
 #include "daemon/ident_map.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -42,9 +44,11 @@ IdentMap IdentMap::parse(std::string_view text, const std::string& origin) {
 IdentMap IdentMap::load(const std::string& path) {
     if (path.empty())
         return {};
+    errno = 0;
     std::ifstream in(path);
-    if (!in)
-        throw std::runtime_error(fmt::format("auth.ident_file: cannot read \"{}\"", path));
+    if (!in)  // std::ifstream sets errno on Linux (libstdc++ opens with fopen)
+        throw std::runtime_error(fmt::format("auth.ident_file: cannot read \"{}\": {}", path,
+                                             errno != 0 ? std::strerror(errno) : "unknown error"));
     std::ostringstream text;
     text << in.rdbuf();
     return parse(text.str(), "auth.ident_file \"" + path + "\"");

@@ -138,11 +138,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "l5pgd: invalid configuration: %s\n", e.what());
         return 2;
     }
+    const std::vector<std::string> idle_keys =
+        l5pg::config::settings_without_effect(settings->config);
     if (options->check_only) {
+        for (const std::string& line : idle_keys)
+            std::fprintf(stderr, "l5pgd: warning: %s\n", line.c_str());
         std::printf("l5pgd: configuration OK\n");
         return 0;
     }
     setup_logging(settings->config.logging.level);
+    for (const std::string& line : idle_keys)
+        spdlog::warn("configuration: {}", line);
     // The workers name their blocks (Worker::arm_sessions); clients that talk to several
     // daemons tell the names apart because each daemon starts at a random number.
     l5pg::wait::seed_wait_ids();

@@ -203,6 +203,23 @@ def run_l5pgd(*overrides, timeout=10):
 
 
 @pytest.mark.timeout(30)
+def test_check_warns_of_settings_without_effect(l5pgd_binary, tmp_path):
+    """Valid, but without effect as the rest is set: --check (systemctl reload's first step)
+    says so and passes; l5pgd says it at start and at each reload too. (An ident file that
+    cannot be read is an error all the same, with the reason.)"""
+    r = subprocess.run([str(paths.L5PGD), "--check", "-o", f"auth.ident_file={tmp_path}/none"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "No such file or directory" in r.stderr, r.stderr
+    (tmp_path / "ident").write_text("root postgres\n")
+    r = subprocess.run([str(paths.L5PGD), "--check", "-o", f"listen.unix_socket_dir={tmp_path}",
+                        "-o", "auth.local=trust", "-o", f"auth.ident_file={tmp_path}/ident"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    assert "l5pgd: warning: auth.ident_file: no effect, auth.local is not peer" in r.stderr, \
+        r.stderr
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("override,key", [
     ("listen.port=abc", "listen.port"),
     ("listen.port=70000", "listen.port"),

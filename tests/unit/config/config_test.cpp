@@ -371,3 +371,23 @@ TEST_CASE("tls: disabled by default; allow and require need a certificate and ke
     CHECK(c.tls.mode == l5pg::config::TlsMode::Allow);
     CHECK(c.tls.ca_file.empty());
 }
+
+TEST_CASE("settings without effect are named, the defaults have none") {
+    using l5pg::config::settings_without_effect;
+    CHECK(settings_without_effect(load_from_string("", {})).empty());
+    const auto lines = settings_without_effect(
+        load_from_string("", {"listen.tcp_address=", "tls.mode=allow", "tls.cert_file=/x",
+                              "tls.key_file=/y", "auth.tcp=trust", "rdma.soft_port=7000",
+                              "auth.local=trust", "auth.ident_file=/z", "pool.mode=session"}));
+    REQUIRE(lines.size() == 4);
+    CHECK_THAT(lines[0], StartsWith("tls.mode: no effect, listen.tcp_address is empty"));
+    CHECK_THAT(lines[1], StartsWith("auth.tcp: no effect"));
+    CHECK_THAT(lines[2], StartsWith("rdma.soft_port: no effect"));
+    CHECK_THAT(lines[3], StartsWith("auth.ident_file: no effect, auth.local is not peer"));
+    // Pooling needs a method under which l5pgd knows who the client is.
+    const auto pooled = settings_without_effect(
+        load_from_string("", {"pool.mode=session", "auth.local=reject", "auth.tcp=passthrough",
+                              "auth.upstream_authenticates=true"}));
+    REQUIRE(pooled.size() == 1);
+    CHECK_THAT(pooled[0], StartsWith("pool.mode: session has no effect"));
+}
