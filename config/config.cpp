@@ -653,11 +653,17 @@ std::vector<std::string> settings_without_effect(const Config& config) {
     const auto identifies = [](AuthMethod m) {
         return m == AuthMethod::Peer || m == AuthMethod::Trust;
     };
-    if (config.pool.mode == PoolMode::Session && !identifies(config.auth.local) &&
-        !identifies(config.auth.tcp))
+    const bool local = !config.listen.unix_socket_dir.empty();
+    if (config.pool.mode == PoolMode::Session && !(local && identifies(config.auth.local)) &&
+        !(tcp && identifies(config.auth.tcp)))
         out.emplace_back(
-            "pool.mode: session has no effect, no client is pooled unless "
-            "auth.local or auth.tcp is peer or trust (passthrough never pools)");
+            "pool.mode: session has no effect, no client is pooled unless l5pgd identifies it "
+            "(auth.local peer or trust, auth.tcp trust, on a listener that exists; passthrough "
+            "never pools)");
+    if (tcp && config.rdma.enabled && config.auth.tcp == AuthMethod::Reject)
+        out.emplace_back(
+            "rdma.enabled: no effect, auth.tcp is reject (every RDMA upgrade is "
+            "declined)");
     return out;
 }
 

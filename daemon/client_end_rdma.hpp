@@ -31,9 +31,9 @@ class RdmaClientEnd final : public QueuedClientEnd {
     void send_if_room(std::span<const std::byte> message) override;
     void flush() override;
     [[nodiscard]] bool resume_output() override;
-    // The endpoint arms every RDMA session (ServerEndpoint::prepare_to_block()).
-    // The endpoint arms and checks the channel itself (Worker::arm_sessions()); it only needs
-    // to know whether input is wanted.
+    // The endpoint arms and checks every RDMA session itself (ServerEndpoint::
+    // prepare_to_block(), from Worker::arm_sessions()); it only needs to know whether input
+    // is wanted.
     [[nodiscard]] bool arm_before_block(bool input_wanted, uint64_t) override {
         if (channel_)
             channel_->pause_input(!input_wanted);

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -44,6 +45,10 @@ IdentMap IdentMap::parse(std::string_view text, const std::string& origin) {
 IdentMap IdentMap::load(const std::string& path) {
     if (path.empty())
         return {};
+    // A directory opens, and reads as an empty file would: no rule, and no word of it.
+    if (std::error_code ec; std::filesystem::is_directory(path, ec))
+        throw std::runtime_error(
+            fmt::format("auth.ident_file: cannot read \"{}\": it is a directory", path));
     errno = 0;
     std::ifstream in(path);
     if (!in)  // std::ifstream sets errno on Linux (libstdc++ opens with fopen)

@@ -390,4 +390,12 @@ TEST_CASE("settings without effect are named, the defaults have none") {
                               "auth.upstream_authenticates=true"}));
     REQUIRE(pooled.size() == 1);
     CHECK_THAT(pooled[0], StartsWith("pool.mode: session has no effect"));
+    // Trust over TCP identifies nobody without a TCP listener; RDMA with TCP clients refused.
+    CHECK_THAT(
+        settings_without_effect(load_from_string("", {"pool.mode=session", "auth.local=reject",
+                                                      "auth.tcp=trust", "listen.tcp_address="}))
+            .back(),
+        StartsWith("pool.mode: session has no effect"));
+    CHECK_THAT(settings_without_effect(load_from_string("", {"rdma.enabled=true"})).back(),
+               StartsWith("rdma.enabled: no effect, auth.tcp is reject"));
 }

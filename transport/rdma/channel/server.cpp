@@ -110,7 +110,8 @@ size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& s
     settled = true;
     for (ServerSession* s : live_) {
         if (s->closing_ || s->broken() || s->peer_closed())
-            continue;  // reported as ready below (unless closing: flush_step() polls those)
+            continue;  // reported as ready below, broken ones even with input paused
+                       // (unless closing: flush_step() polls those)
         // Completions first: a data WRITE's completion may owe its client a doorbell.
         if (!s->progress())
             continue;
