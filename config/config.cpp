@@ -650,9 +650,7 @@ std::vector<std::string> settings_without_effect(const Config& config) {
             "(rdma.enabled: true and rdma.device: soft use it)");
     if (!config.auth.ident_file.empty() && config.auth.local != AuthMethod::Peer)
         out.emplace_back("auth.ident_file: no effect, auth.local is not peer");
-    const auto identifies = [](AuthMethod m) {
-        return m == AuthMethod::Peer || m == AuthMethod::Trust;
-    };
+    const auto identifies = AuthConfig::l5pgd_identifies;
     const bool local = !config.listen.unix_socket_dir.empty();
     if (config.pool.mode == PoolMode::Session && !(local && identifies(config.auth.local)) &&
         !(tcp && identifies(config.auth.tcp)))

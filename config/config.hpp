@@ -124,6 +124,11 @@ struct AuthConfig {
     // upstream connections (md5/scram-sha-256, no peer/trust): required by passthrough.
     bool upstream_authenticates = false;
 
+    // Whether l5pgd itself establishes who a client under `m` is (passthrough leaves it to
+    // Postgres; reject serves nobody): what pooling needs.
+    [[nodiscard]] static constexpr bool l5pgd_identifies(AuthMethod m) noexcept {
+        return m == AuthMethod::Peer || m == AuthMethod::Trust;
+    }
     // The rule for a client: auth.local for Unix-socket and SHM, auth.tcp for TCP and RDMA.
     [[nodiscard]] AuthMethod method_for(bool local_client) const noexcept {
         return local_client ? local : tcp;

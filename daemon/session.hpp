@@ -159,6 +159,8 @@ class Session final : public ClientEndHost {
     void fail_upstream_connect(int err);  // err 0: timeout
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
+    void end_with_fatal(std::string_view sqlstate, std::string_view message, std::string reason);
+    void drop_upstream();                                             // its events, then its socket
     void reject_startup_packet(const protocol::StartupParse& parse);  // counted, logged, FATAL
     void refuse_cancel(CancelOutcome outcome, std::string_view why);  // counted, logged, closed
     [[nodiscard]] bool within_request_limits(const protocol::StartupPacket& packet);

@@ -172,13 +172,9 @@ void Session::read_login_check_answer() {
 // left.)
 void Session::abandon_upstream_before_greeting() {
     pool_.login_check.reset();
-    upstream_read_.reset();
-    upstream_write_.reset();
-    upstream_.reset();
-    finish_after_client_flush("login check at the start not followed");
-    send_to_client(protocol::build_fatal(protocol::kSqlstateConnectionFailure,
-                                         "l5pgd: the server's answer to l5pgd's login check "
-                                         "could not be followed"));
+    end_with_fatal(protocol::kSqlstateConnectionFailure,
+                   "l5pgd: the server's answer to l5pgd's login check could not be followed",
+                   "login check at the start not followed");
 }
 
 // A new backend's own check was answered, or Postgres left: the client is greeted and gets
@@ -195,9 +191,7 @@ void Session::refuse_reuse(std::string_view why) {
         "one is opened",
         id_, pool_.greeting.key.backend_pid, why);
     pool_.login_check.reset();
-    upstream_read_.reset();
-    upstream_write_.reset();
-    upstream_.reset();
+    drop_upstream();
     evtimer_del(timer_.get());
     pool_.greeting = {};
     pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();

@@ -207,33 +207,24 @@ void Session::reject_startup_packet(const protocol::StartupParse& parse) {
 // client could have l5pgd answer 'N' for ever: a worker kept in its startup loop, and the
 // answers queued for a client that never reads them.
 bool Session::within_request_limits(const protocol::StartupPacket& packet) {
-    constexpr uint8_t kMaxSslRequests = 2;
-    constexpr uint8_t kMaxGssEncRequests = 1;
-    constexpr uint8_t kMaxUpgradeRequests = 1;
-    uint8_t* count = nullptr;
-    uint8_t limit = 0;
+    const auto take = [](uint8_t& count, uint8_t limit) { return count < limit && ++count; };
+    bool within = true;
     switch (packet.kind) {
         case protocol::StartupKind::SslRequest:
-            count = &requests_.ssl;
-            limit = kMaxSslRequests;
+            within = take(requests_.ssl, 2);
             break;
         case protocol::StartupKind::GssEncRequest:
-            count = &requests_.gss_enc;
-            limit = kMaxGssEncRequests;
+            within = take(requests_.gss_enc, 1);
             break;
         case protocol::StartupKind::L5Upgrade:
-            count = &requests_.upgrade;
-            limit = kMaxUpgradeRequests;
+            within = take(requests_.upgrade, 1);
             break;
         default:
-            return true;
+            break;
     }
-    if (*count < limit) {
-        ++*count;
-        return true;
-    }
-    reject_startup_packet(protocol::unsupported_protocol(packet.code));
-    return false;
+    if (!within)
+        reject_startup_packet(protocol::unsupported_protocol(packet.code));
+    return within;
 }
 
 void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_t length) {
@@ -454,7 +445,7 @@ AuthVerdict Session::admit_to_console(std::string_view role) {
 }
 
 bool Session::l5pgd_identifies_client() const {
-    return worker_.admission().auth.method_for(peer_.local) != config::AuthMethod::Passthrough;
+    return config::AuthConfig::l5pgd_identifies(worker_.admission().auth.method_for(peer_.local));
 }
 
 void Session::publish_record(std::string_view role, std::string_view database) {
@@ -513,16 +504,26 @@ void Session::refuse_unauthenticated_login() {
         "l5pgd's connections",
         id_, peer_.describe(), to_string(transport_), quoted_name(record_ ? record_->role : ""),
         peer_.local ? "local" : "tcp");
-    // Forwarding already (Postgres answered): ended as when Postgres closes, with our FATAL.
     key_watcher_.reset();
+    end_with_fatal(protocol::kSqlstateInvalidAuthorization,
+                   "l5pgd: PostgreSQL accepted the login without authenticating the client (auth "
+                   "passthrough needs pg_hba.conf to require a password)",
+                   "upstream did not authenticate");
+}
+
+// Forwarding already (Postgres answered), before anything of Postgres's reached the client:
+// ended as when Postgres closes, with a FATAL of l5pgd's as the last message.
+void Session::end_with_fatal(std::string_view sqlstate, std::string_view message,
+                             std::string reason) {
+    drop_upstream();
+    finish_after_client_flush(std::move(reason));
+    send_to_client(protocol::build_fatal(sqlstate, message));
+}
+
+void Session::drop_upstream() {
     upstream_read_.reset();
     upstream_write_.reset();
     upstream_.reset();
-    finish_after_client_flush("upstream did not authenticate");
-    send_to_client(protocol::build_fatal(
-        protocol::kSqlstateInvalidAuthorization,
-        "l5pgd: PostgreSQL accepted the login without authenticating the client (auth "
-        "passthrough needs pg_hba.conf to require a password)"));
 }
 
 bool Session::admit_startup(const protocol::StartupPacket& packet) {
@@ -677,9 +678,7 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
     const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
     session_place_.release();  // not served: its place is free while the FATAL goes out
     enter(SessionState::Refusing);
-    upstream_.reset();
-    upstream_read_.reset();
-    upstream_write_.reset();
+    drop_upstream();
     finish_after_client_flush(std::string(reason));
     send_to_client(error);
 }
