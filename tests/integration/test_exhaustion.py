@@ -467,4 +467,6 @@ def test_declined_upgrade_requests_take_no_place(workdir, cluster, l5pgd_binary)
         finally:
             os.close(fd)
             shm.close()
-        assert "upgrade declined: auth.local is reject" in d.log_text()
+        # (Logged right after the answer went out.)
+        wait_for(lambda: "upgrade declined: auth.local is reject" in d.log_text(), 10,
+                 "the decline to be logged")
