@@ -2,12 +2,19 @@
 // the shim uses to recognise l5pgd) and a TCP socket.
 #pragma once
 
+#include <sys/time.h>
+
 #include <cstdint>
 #include <string>
 
 #include "daemon/unique_fd.hpp"
 
 namespace l5pg::daemon {
+
+// After an accept() failure a listener stops listening this long: out of descriptors,
+// accept() fails at once for as long as a connection waits, and libevent would retry it
+// every loop turn.
+inline constexpr timeval kAcceptPause{0, 100 * 1000};
 
 // A bound, listening, non-blocking Unix socket plus its marker file; both are removed
 // on destruction. Throws std::runtime_error with a clear message on failure (directory

@@ -20,8 +20,6 @@ namespace {
 
 // A client has this long to send its whole greeting after connecting.
 constexpr timeval kGreetingTimeout{5, 0};
-// After an accept() failure the listener pauses this long.
-constexpr timeval kAcceptPause{0, 100 * 1000};
 
 rdma::WireToken random_token() {
     rdma::WireToken token{};

@@ -24,8 +24,6 @@
 namespace l5pg::daemon {
 namespace {
 
-// Out of descriptors, accept() stops listening for this long before it tries again.
-constexpr timeval kAcceptPause{0, 100 * 1000};
 // Waiting connections refused with the spare descriptors per listener and pause: the listen
 // queue empties in a few pauses, and a pause's work stays small.
 constexpr size_t kRefusalsPerPause = 64;

@@ -54,7 +54,7 @@ constexpr std::string_view kQuery =
 constexpr size_t kColumns = 5;
 // A message of the answer (the settings' row may be long), and the answer in all.
 constexpr size_t kMaxMessage = 1024 * 1024;
-constexpr size_t kMaxReply = 4 * 1024 * 1024;
+constexpr size_t kMaxCheckReply = 4 * 1024 * 1024;
 
 bool tag_is(std::span<const std::byte> body, std::string_view tag) {
     return body.size() == tag.size() + 1 && body.back() == std::byte{0} &&
@@ -103,7 +103,7 @@ PoolLoginCheck::Status PoolLoginCheck::feed(std::span<const std::byte> bytes,
         return status_ == Status::Failed ? status_ : fail("bytes after the answer");
     buffer_.append(bytes);
     status_ = parse(greeting);
-    if (status_ == Status::NeedMore && buffer_.size() > kMaxReply)
+    if (status_ == Status::NeedMore && buffer_.size() > kMaxCheckReply)
         status_ = fail("an oversized answer");  // not followed to its end
     return status_;
 }

@@ -22,7 +22,7 @@ constexpr std::string_view kResetRole = "RESET ROLE";
 // second query's: RESET's CommandComplete, the nonce's RowDescription, DataRow and
 // CommandComplete, ReadyForQuery.
 constexpr std::array<char, 7> kAnswer = {'C', 'Z', 'C', 'T', 'D', 'C', 'Z'};
-constexpr size_t kMaxReply = 16 * 1024;
+constexpr size_t kMaxResetReply = 16 * 1024;
 
 bool body_is(std::span<const std::byte> body, std::string_view text, bool nul_terminated) {
     const size_t size = text.size() + (nul_terminated ? 1 : 0);
@@ -54,7 +54,7 @@ PoolReset::Status PoolReset::feed(std::span<const std::byte> bytes, ServerGreeti
     if (status_ != Status::NeedMore)
         return status_ = Status::Failed;  // nothing may follow the answer
     buffer_.append(bytes);
-    status_ = buffer_.size() > kMaxReply ? Status::Failed : parse(greeting);
+    status_ = buffer_.size() > kMaxResetReply ? Status::Failed : parse(greeting);
     return status_;
 }
 
@@ -82,7 +82,7 @@ bool PoolReset::expected(char type, std::span<const std::byte> body) const {
 
 PoolReset::Status PoolReset::parse(ServerGreeting& greeting) {
     for (;;) {
-        const MessageView msg = buffer_.next(kMaxReply);
+        const MessageView msg = buffer_.next(kMaxResetReply);
         if (msg.status == ParseStatus::Invalid)
             return Status::Failed;
         if (msg.status == ParseStatus::NeedMore)
