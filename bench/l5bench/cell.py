@@ -111,6 +111,7 @@ def measure(workload, bench_target, placement, clients, duration, services, scri
     """Run one cell and return its CellResult (never raises for a failing pgbench)."""
     pg_root, proxy_pid = services.postmaster_pid, services.proxy_pid(bench_target.proxy)
     cmd = pgbench_command(workload, clients, duration, script_dir, placement)
+    sessions = TransportCheck(services.l5pgd, bench_target)
     cpuacct.wait_until_quiet(pg_root)
     pg0, px0 = cpuacct.tree_cpu_seconds(pg_root), _proxy_cpu(proxy_pid)
     t0 = time.monotonic()
@@ -122,11 +123,40 @@ def measure(workload, bench_target, placement, clients, duration, services, scri
         res = parse_pgbench(out, err, rc)
     except AssertionError:
         res = None
+    status = _status(rc, killed, res, err)
+    if status == "ok":
+        status = sessions.verdict(clients)
     return CellResult(
         tps=res.tps if res else 0.0, latency_ms=res.latency_ms if res else 0.0,
         processed=res.processed if res else 0, failed_tx=res.failed if res else 0,
         cpu_client_s=client_s, cpu_proxy_s=px1 - px0, cpu_postgres_s=pg1 - pg0, wall_s=wall,
-        status=_status(rc, killed, res, err))
+        status=status)
+
+
+class TransportCheck:
+    """An l5pgd cell measures its transport only if pgbench's sessions used it: the shim stays
+    on the socket, silently unless L5PG_DEBUG is set, when l5pgd declines the upgrade or the
+    channel cannot be set up, and the cell would then measure l5pgd's Unix path under the
+    name l5pgd-shm. l5pg_sessions_total{transport} must grow by at least one per client."""
+
+    def __init__(self, l5pgd, bench_target):
+        self._l5pgd = l5pgd if bench_target.proxy == "l5pgd" else None
+        self._transport = bench_target.name.split("-")[1]  # l5pgd-shm -> shm, rdma-soft -> rdma
+        self._before = self._count()
+
+    def _count(self):
+        if self._l5pgd is None:
+            return 0.0
+        return self._l5pgd.metric("l5pg_sessions_total", transport=self._transport)
+
+    def verdict(self, clients):
+        if self._l5pgd is None:
+            return "ok"
+        grown = self._count() - self._before
+        if grown >= clients:
+            return "ok"
+        return (f"failed: {grown:.0f} new l5pgd sessions over {self._transport} for {clients} "
+                "clients (the others stayed on the socket)")
 
 
 def _proxy_cpu(pid):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.harness import paths
+from tests.harness.client import psql, shm_target, unix_target
 
 REPO = paths.REPO
 COLUMNS = ["workload", "target", "placement", "clients", "run", "tps", "latency_ms", "cpu_us_per_tx"]
@@ -25,6 +26,11 @@ def run_bench(out_dir, *extra):
            "--idle-sessions", "2", "--no-micro", "--seed", "1", *extra]
     env = dict(os.environ, L5PG_BUILD_DIR=str(paths.BUILD_DIR))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+
+
+def _l5bench_importable():
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +74,7 @@ def test_summary_plots_and_idle_check(bench_run):
 
 
 def test_quick_matrix_runs_shared_only_where_it_sets_the_yardstick():
-    sys.path.insert(0, str(REPO / "bench"))
+    _l5bench_importable()
     from l5bench import placement, schedule, targets, workloads
 
     places = placement.make_placements(list(placement.PLACEMENT_NAMES))
@@ -81,3 +87,31 @@ def test_quick_matrix_runs_shared_only_where_it_sets_the_yardstick():
     in_shared = {(c.workload.name, c.clients, c.target.name) for c in cells if c.placement is shared}
     assert in_shared == {("point-read", 1, "direct-unix"), ("point-read", 1, "l5pgd-shm")}
     assert len(cells) == 2 * 2 * 2 * 3 + 2
+
+
+def test_placements_are_interleaved_with_the_targets():
+    """Ratios across placements (SHM vs the best direct configuration) must not compare blocks
+    run minutes apart: within one workload and client count, placements alternate."""
+    _l5bench_importable()
+    from l5bench import placement, schedule, targets, workloads
+    places = placement.make_placements(["default", "pinned"])
+    fake = [targets.BenchTarget(n, None, None) for n in ("direct-unix", "l5pgd-shm", "pgbouncer-unix")]
+    cells = schedule.build(3, places, workloads.get(["point-read"]), [1], fake, 1)
+    assert len(cells) == 3 * 2 * 3
+    changes = sum(a.placement is not b.placement for a, b in zip(cells, cells[1:]))
+    assert changes > 3 * 2, [c.placement.name for c in cells]  # more than one block per run
+
+
+def test_an_l5pgd_cell_that_stayed_on_the_socket_fails(l5pgd, shim):
+    """A cell named l5pgd-shm whose clients were not upgraded measured l5pgd's Unix path."""
+    _l5bench_importable()
+    from l5bench import cell, targets
+    stayed = cell.TransportCheck(l5pgd, targets.BenchTarget("l5pgd-shm", None, "l5pgd"))
+    psql(unix_target(l5pgd), "SELECT 1")
+    assert stayed.verdict(1).startswith("failed: 0 new l5pgd sessions over shm for 1 clients")
+    upgraded = cell.TransportCheck(l5pgd, targets.BenchTarget("l5pgd-shm", None, "l5pgd"))
+    psql(shm_target(l5pgd), "SELECT 1")
+    assert upgraded.verdict(1) == "ok"
+    assert upgraded.verdict(2).startswith("failed: 1 new l5pgd sessions")
+    direct = cell.TransportCheck(l5pgd, targets.BenchTarget("direct-unix", None, None))
+    assert direct.verdict(8) == "ok"
