@@ -178,7 +178,22 @@ bool AdminConsole::process_startup(Connection& c) {
 bool AdminConsole::process_message(Connection& c, char type, std::span<const std::byte> body) {
     protocol::BackendWriter out;
     bool go_on = true;
-    if (type == 'Q') {
+    const bool known = type == 'Q' || type == 'F' || type == 'X' || type == 'S' ||
+                       is_extended_protocol(type) || is_copy_message(type);
+    if (!known) {
+        out.error("FATAL", protocol::kSqlstateProtocolViolation,
+                  "l5pgd admin console: unexpected message type");
+        go_on = false;
+    } else if (type == 'X') {
+        go_on = false;
+    } else if (type == 'S') {  // Sync: the end of a refused extended-protocol exchange
+        c.skipping_extended = false;
+        out.ready_for_query();
+    } else if (c.skipping_extended) {
+        // As Postgres after an error in an extended-protocol exchange: every message up to
+        // the Sync is ignored, a Query or FunctionCall too (answering them would add a
+        // ReadyForQuery the client does not count on).
+    } else if (type == 'Q') {
         if (const std::optional<std::string_view> sql = query_string(body)) {
             AdminView view = view_();
             if (!c.may_reload)
@@ -188,26 +203,16 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
             out.error("ERROR", protocol::kSqlstateProtocolViolation, "invalid message format");
             out.ready_for_query();
         }
-    } else if (type == 'X') {
-        go_on = false;
-    } else if (type == 'S') {  // Sync: the end of a refused extended-protocol exchange
-        c.skipping_extended = false;
-        out.ready_for_query();
     } else if (is_extended_protocol(type)) {
-        if (!c.skipping_extended)
-            out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
-                      "l5pgd admin console: only simple queries (the extended query protocol "
-                      "is not supported)");
+        out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
+                  "l5pgd admin console: only simple queries (the extended query protocol "
+                  "is not supported)");
         c.skipping_extended = true;
     } else if (type == 'F') {  // FunctionCall: answered on its own, as Postgres does
         out.error("ERROR", protocol::kSqlstateFeatureNotSupported,
                   "l5pgd admin console: only simple queries (no function calls)");
         out.ready_for_query();
-    } else if (!is_copy_message(type)) {
-        out.error("FATAL", protocol::kSqlstateProtocolViolation,
-                  "l5pgd admin console: unexpected message type");
-        go_on = false;
-    }
+    }  // CopyData, CopyDone, CopyFail outside a COPY: ignored, as by Postgres
     c.out.insert(c.out.end(), out.bytes().begin(), out.bytes().end());
     return go_on;
 }

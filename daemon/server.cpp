@@ -348,10 +348,15 @@ void Server::begin_graceful_shutdown() {
 }
 
 // Done once every session that got past its StartupMessage has ended: one that has not sent
-// it yet (an idle connection, a client retrying through the drain) holds nothing up.
+// it yet (an idle connection, a client retrying through the drain) holds nothing up, nor
+// does an admin console session (a monitoring agent's, an operator's watching the drain):
+// those get their 57P01 when l5pgd stops, as at SIGTERM.
 void Server::drain_cb(int, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
-    if (self->active_sessions() <= self->admission_.startup.in_startup())
+    size_t console = 0;
+    for (const auto& worker : self->workers_)
+        console += worker->console_session_count();
+    if (self->active_sessions() <= self->admission_.startup.in_startup() + console)
         event_base_loopbreak(self->base_.get());
 }
 

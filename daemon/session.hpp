@@ -74,6 +74,8 @@ class Session final : public ClientEndHost {
     // the next event is Postgres's, not the client's.
     [[nodiscard]] bool awaiting_upstream() const noexcept { return awaiting_upstream_; }
     [[nodiscard]] SessionState state() const noexcept { return state_; }
+    // Served by the admin console: it does not hold up SIGINT's drain.
+    [[nodiscard]] bool admin() const noexcept { return admin_; }
     [[nodiscard]] uint64_t id() const noexcept { return id_; }
 
     // Immediate teardown (also used at shutdown). `error` counts it in the metrics. Marks
@@ -153,6 +155,7 @@ class Session final : public ClientEndHost {
     void refuse_startup(ConnectionRefusal refusal, std::string_view sqlstate,
                         std::string_view message);
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
+    void open_admin_console();
     void connect_upstream();
     void watch_upstream();  // the upstream socket's events, once upstream_ is set
     void on_upstream_connected();
@@ -253,6 +256,8 @@ class Session final : public ClientEndHost {
     // The bytes metrics and this session's directory record.
     void count_bytes(Direction direction, uint64_t n);
     void set_awaiting_upstream(bool awaiting);
+    void on_ready_for_query();  // a ReadyForQuery of Postgres's (or the console's)
+    void note_idle();           // SHOW SESSIONS: waiting for the client
     void update_upstream_reading();
 
     // events (session.cpp)

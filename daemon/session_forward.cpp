@@ -75,8 +75,11 @@ void Session::count_bytes(Direction direction, uint64_t n) {
 }
 
 // Called for every chunk forwarded either way; only a change (a request went to Postgres,
-// its answer began) reads the clock: for the round-trip histogram and the directory's
-// last-activity time, so the per-chunk path stays free of clock reads.
+// its answer began) reads the clock: for the round-trip histogram (Postgres's, so not the
+// admin console's) and the directory's last-activity time, so the per-chunk path stays
+// free of clock reads. The directory's "active" lasts until the ReadyForQuery
+// (on_ready_for_query()), not just until the answer's first byte: a notice or a streamed
+// result is not the end of the statement.
 void Session::set_awaiting_upstream(bool awaiting) {
     if (awaiting == awaiting_upstream_)
         return;
@@ -84,11 +87,24 @@ void Session::set_awaiting_upstream(bool awaiting) {
     const auto now = std::chrono::steady_clock::now();
     if (awaiting)
         request_forwarded_at_ = now;
-    else
+    else if (!admin_)
         metrics_.observe_round_trip(transport_, now - request_forwarded_at_);
     if (record_) {
-        record_->active.store(awaiting, std::memory_order_relaxed);
+        if (awaiting)
+            record_->active.store(true, std::memory_order_relaxed);
         record_->note_activity(now);
+    }
+}
+
+void Session::on_ready_for_query() {
+    ++pool_.readies;
+    note_idle();
+}
+
+void Session::note_idle() {
+    if (record_) {
+        record_->active.store(false, std::memory_order_relaxed);
+        record_->note_activity(std::chrono::steady_clock::now());
     }
 }
 

@@ -252,9 +252,10 @@ void Session::greet_client() {
     note_logged_in();  // a new backend's complete greeting, or a kept backend's
     cancel_lease_ = worker_.cancel_keys().issue(pool_.greeting.key);
     const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());
-    from_upstream_.feed(greeting);
+    from_upstream_.feed(greeting);  // its ReadyForQuery answers no request of the client's
     send_to_client(greeting);
     set_awaiting_upstream(false);
+    note_idle();
 }
 
 // Postgres asked for a password, refused, or said something else we do not keep: the
@@ -333,7 +334,8 @@ void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
 
 void Session::note_from_upstream(std::span<const std::byte> bytes) {
     const auto count_ready = [this](char type, size_t) {
-        pool_.readies += type == 'Z' ? 1 : 0;
+        if (type == 'Z')
+            on_ready_for_query();
         return true;
     };
     if (!pool_.pooled || pool_.greeting_reader) {

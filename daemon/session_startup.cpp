@@ -279,7 +279,9 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
                 protocol::downgrade_to_3_0(packet);
             if (downgrade)
                 send_to_client(downgrade->negotiate);
-            if (worker_.draining()) {
+            // The console stays open through SIGINT's drain: SHOW SESSIONS tells what it
+            // waits for.
+            if (worker_.draining() && !is_admin_database(protocol::login_database(packet))) {
                 refuse_startup(ConnectionRefusal::ShuttingDown, protocol::kSqlstateCannotConnectNow,
                                "l5pgd is shutting down");
                 return;
@@ -440,6 +442,7 @@ AuthVerdict Session::admit_to_console(std::string_view role) {
                                        "admin.users, admin.stats_users)",
                                        role)};
     admin_ = true;
+    worker_.console_session_opened();
     admin_may_reload_ = listed(admin.users);
     return AuthVerdict{};
 }
@@ -589,14 +592,11 @@ void Session::open_upstream(std::span<const std::byte> startup) {
 // (many clients connecting together): retry with a growing delay until the deadline,
 // as a TCP connect would wait in the kernel's SYN queue.
 void Session::connect_upstream() {
-    const config::UpstreamConfig& cfg = worker_.config().upstream;
-    UpstreamConnect attempt;
     if (admin_) {
-        attempt.fd = worker_.admin_console().open(admin_may_reload_);
-        attempt.error = attempt.fd.valid() ? 0 : errno;
-    } else {
-        attempt = start_upstream_connect(cfg);
+        open_admin_console();
+        return;
     }
+    UpstreamConnect attempt = start_upstream_connect(worker_.config().upstream);
     if (!attempt.fd.valid()) {
         const auto now = std::chrono::steady_clock::now();
         if (attempt.error == EAGAIN && now + upstream_retry_delay_ < upstream_deadline_) {
@@ -616,6 +616,25 @@ void Session::connect_upstream() {
         set_event(upstream_write_.get(), true);
         return;
     }
+    on_upstream_connected();
+}
+
+// The console answers over a socket pair, in place of Postgres. Failing to open one (out
+// of descriptors) says nothing about Postgres: not an upstream connect failure.
+void Session::open_admin_console() {
+    UniqueFd console = worker_.admin_console().open(admin_may_reload_);
+    if (!console.valid()) {
+        const int err = errno;
+        client_logs().session_error.log(spdlog::level::warn,
+                                        "session {}: could not open the admin console: {}", id_,
+                                        std::strerror(err));
+        fail_startup(protocol::kSqlstateInsufficientResources,
+                     fmt::format("l5pgd: could not open the admin console: {}", std::strerror(err)),
+                     "admin console not opened");
+        return;
+    }
+    upstream_ = std::move(console);
+    watch_upstream();
     on_upstream_connected();
 }
 

@@ -317,8 +317,13 @@ void Worker::poll_lingering() {
 
 void Worker::reap() {
     for (Session* session : retired_) {
-        if (sessions_.erase(session) != 0)
-            session_count_.fetch_sub(1, std::memory_order_relaxed);
+        const auto it = sessions_.find(session);
+        if (it == sessions_.end())
+            continue;
+        if (session->admin())
+            console_session_count_.fetch_sub(1, std::memory_order_relaxed);
+        sessions_.erase(it);
+        session_count_.fetch_sub(1, std::memory_order_relaxed);
     }
     retired_.clear();
 }

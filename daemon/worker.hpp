@@ -71,6 +71,13 @@ class Worker {
     [[nodiscard]] size_t session_count() const noexcept {
         return session_count_.load(std::memory_order_relaxed);
     }
+    // Of session_count(), those of the admin console (SIGINT's drain waits for the others).
+    [[nodiscard]] size_t console_session_count() const noexcept {
+        return console_session_count_.load(std::memory_order_relaxed);
+    }
+    void console_session_opened() noexcept {
+        console_session_count_.fetch_add(1, std::memory_order_relaxed);
+    }
     // Thread-safe: how often the loop went round; still after wake() means stuck (the
     // systemd watchdog asks, Server::workers_responsive()).
     [[nodiscard]] uint64_t loop_rounds() const noexcept {
@@ -167,6 +174,7 @@ class Worker {
     std::thread thread_;
     std::atomic<bool> stopping_{false};
     std::atomic<size_t> session_count_{0};
+    std::atomic<size_t> console_session_count_{0};
     std::atomic<uint64_t> loop_rounds_{0};  // written by the worker thread only
     bool activity_ = false;
     using clock = std::chrono::steady_clock;

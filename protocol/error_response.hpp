@@ -16,6 +16,7 @@ inline constexpr std::string_view kSqlstateConnectionFailure = "08006";
 inline constexpr std::string_view kSqlstateCannotConnectNow = "57P03";
 inline constexpr std::string_view kSqlstateAdminShutdown = "57P01";
 inline constexpr std::string_view kSqlstateTooManyConnections = "53300";
+inline constexpr std::string_view kSqlstateInsufficientResources = "53000";
 inline constexpr std::string_view kSqlstateInvalidAuthorization = "28000";
 inline constexpr std::string_view kSqlstateFeatureNotSupported = "0A000";
 inline constexpr std::string_view kSqlstateInsufficientPrivilege = "42501";

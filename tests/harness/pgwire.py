@@ -14,6 +14,16 @@ def connect(host, port, timeout=5.0):
     return s
 
 
+def unix_login(path, database="postgres", timeout=20.0):
+    """A raw connection over the Unix socket `path`, logged in (trust or peer), ready."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(timeout)
+    s.connect(str(path))
+    s.sendall(startup_packet(database=database))
+    read_until_ready(s)
+    return s
+
+
 def startup_packet(user="postgres", database="postgres", **params):
     return startup_packet_of(dict(user=user, database=database, **params).items())
 

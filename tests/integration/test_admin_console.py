@@ -139,12 +139,7 @@ def test_admin_database_can_be_renamed_or_disabled(workdir, cluster):
 # -- the console's own protocol handling, on a raw socket ------------------------------------
 
 def console_socket(l5pgd):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(20)
-    s.connect(str(l5pgd.socket_path))
-    s.sendall(pgwire.startup_packet(database="l5pgd"))
-    pgwire.read_until_ready(s)
-    return s
+    return pgwire.unix_login(l5pgd.socket_path, database="l5pgd")
 
 
 def message(typ, body=b""):
@@ -185,6 +180,26 @@ def test_console_answers_messages_as_postgres_does(l5pgd):
         s.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["postgres", "console"])
+def test_after_a_refused_parse_everything_waits_for_the_sync(l5pgd, cluster, where):
+    """After an error in an extended-protocol exchange Postgres ignores every message up to
+    the Sync, a Query and a FunctionCall too, and answers the Sync alone: the console used to
+    answer the Query with an extra ReadyForQuery, which put a client counting them out of
+    step. Postgres itself is the reference."""
+    s = (pgwire.unix_login(cluster.socket_dir / f".s.PGSQL.{cluster.port}")
+         if where == "postgres" else console_socket(l5pgd))
+    sql = b"select 1\0" if where == "postgres" else b"show version\0"
+    try:
+        s.sendall(message(b"P", b"\0junk!\0\0\0") + message(b"Q", sql) +
+                  message(b"F", struct.pack("!IHHIH", 1, 0, 0, 0, 0)) + message(b"S"))
+        assert answer_types(s) == "EZ"
+        s.sendall(message(b"Q", sql))
+        assert answer_types(s) == "TDCZ"
+    finally:
+        s.close()
+
+
 @pytest.mark.timeout(90)
 def test_console_client_that_never_reads_is_held_back_not_buffered(l5pgd):
     """100,000 SHOW CONFIG (about 4 KiB of answer each) sent without reading: the console
@@ -216,3 +231,43 @@ def test_console_client_that_never_reads_is_held_back_not_buffered(l5pgd):
         s.close()
         t.join(10)
     assert console(unix_target(l5pgd), "show version").startswith("l5pgd ")
+
+
+@pytest.mark.timeout(60)
+def test_console_queries_are_not_postgres_round_trips(l5pgd):
+    """l5pg_upstream_round_trip_seconds and SHOW STATS' round trips are Postgres's: the
+    console's own logins and queries (a monitoring agent's every 15 s) used to drag them
+    down."""
+    def round_trips():
+        return l5pgd.metric("l5pg_upstream_round_trip_seconds_count", transport="unix")
+
+    before = round_trips()
+    for _ in range(3):
+        console(unix_target(l5pgd), "show version")
+    assert round_trips() == before
+    psql(unix_target(l5pgd), "select 1")
+    assert round_trips() > before  # a login and a query of Postgres's do count
+
+
+@pytest.mark.timeout(60)
+def test_a_statement_stays_active_after_its_first_notice(l5pgd):
+    """SHOW SESSIONS' state is active until Postgres's ReadyForQuery: a statement that sent a
+    notice (or streams its result) is still running. It used to turn idle at the answer's
+    first byte."""
+    def postgres_sessions():
+        return [r for r in show_sessions(unix_target(l5pgd)) if r["database"] == "postgres"]
+
+    wait_until_no_postgres_sessions = time.monotonic() + 20
+    while postgres_sessions():  # earlier tests' sessions closing
+        assert time.monotonic() < wait_until_no_postgres_sessions, postgres_sessions()
+        time.sleep(0.05)
+    p = popen(psql_cmd("-c", "do $$ begin raise notice 'started'; perform pg_sleep(30); end $$"),
+              unix_target(l5pgd), text=True)
+    try:
+        line = p.stderr.readline()
+        assert "NOTICE:  started" in line, line + p.stderr.read()
+        rows = postgres_sessions()
+        assert [r["state"] for r in rows] == ["active"], rows
+    finally:
+        p.kill()
+        p.wait()

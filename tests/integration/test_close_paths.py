@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.harness import paths
+from tests.harness import paths, pgwire
 from tests.harness.client import (PYTHON, popen, psql_cmd, run, run_python, shm_target,
                                   unix_target)
 from tests.harness.l5pgd import L5pgd
@@ -100,7 +100,9 @@ c.close()
 def test_sigint_refuses_new_sessions_and_forwards_cancels(workdir, cluster, l5pgd_binary, shim):
     """During SIGINT's drain a new client gets FATAL 57P03 (as from a Postgres in smart
     shutdown), over the Unix socket and SHM; a running statement can still be cancelled, and
-    l5pgd exits once its session ends."""
+    l5pgd exits once its session ends, whatever admin console sessions are open (a
+    monitoring agent's idle one kept the drain waiting for ever, and the console refused
+    the operator who wanted to see why)."""
     app = f"l5pg-drain-{uuid.uuid4().hex[:8]}"
     d = L5pgd(workdir / f"l5pgd-sigint-refuse-{uuid.uuid4().hex[:6]}", cluster)
     d.start()
@@ -118,12 +120,20 @@ def test_sigint_refuses_new_sessions_and_forwards_cancels(workdir, cluster, l5pg
             assert r.returncode != 0, r.stdout
             assert "FATAL:  l5pgd is shutting down" in r.stderr, r.stderr
         assert d.metric("l5pg_connections_refused_total", reason="shutting_down") == 2
+        # The console still takes logins and shows what the drain waits for; its sessions,
+        # an idle one too, do not hold the drain up and get the 57P01 at the end.
+        console = pgwire.unix_login(d.socket_path, database="l5pgd")
+        shown = run(psql_cmd("-d", "l5pgd", "-c", "SHOW SESSIONS"), unix_target(d)).stdout
+        assert any("|shm|" in row and "|active|" in row for row in shown.splitlines()), shown
         assert d.proc.poll() is None, "l5pgd left before its session ended"
         p.stdin.write("cancel\n")
         p.stdin.flush()
         assert p.stdout.readline().strip() == "57014", p.stderr.read()  # query_canceled
         assert p.wait(timeout=20) == 0
         assert d.proc.wait(timeout=20) == 0, d.log_tail()
+        typ, body = pgwire.read_message(console)
+        assert typ == "E" and pgwire.parse_fields(body)["C"] == "57P01", (typ, body)
+        console.close()
     finally:
         p.kill()
         p.wait()
