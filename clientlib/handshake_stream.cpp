@@ -142,8 +142,8 @@ bool HandshakeStream::connect_tls() noexcept {
         if (named)
             (void)SSL_set_tlsext_host_name(ssl_.get(), s.ssl_host);
     }
-    int remaining_ms = s.upgrade_timeout_ms;
-    if (tls_call([&] { return SSL_connect(ssl_.get()); }, remaining_ms) != 1) {
+    const UpgradeDeadline deadline(s.upgrade_timeout_ms);
+    if (tls_call([&] { return SSL_connect(ssl_.get()); }, deadline) != 1) {
         const long verify = SSL_get_verify_result(ssl_.get());
         (void)fail(verify != X509_V_OK ? X509_verify_cert_error_string(verify)
                                        : "TLS handshake failed");
@@ -153,7 +153,7 @@ bool HandshakeStream::connect_tls() noexcept {
 }
 
 template <class Op>
-int HandshakeStream::tls_call(Op op, int& remaining_ms) noexcept {
+int HandshakeStream::tls_call(Op op, const UpgradeDeadline& deadline) noexcept {
     for (;;) {
         ERR_clear_error();
         const int r = op();
@@ -162,11 +162,11 @@ int HandshakeStream::tls_call(Op op, int& remaining_ms) noexcept {
         const int saved = errno;
         switch (SSL_get_error(ssl_.get(), r)) {
             case SSL_ERROR_WANT_READ:
-                if (!wait_for(fd_, POLLIN, remaining_ms))
+                if (!wait_for(fd_, POLLIN, deadline))
                     return -1;
                 continue;
             case SSL_ERROR_WANT_WRITE:
-                if (!wait_for(fd_, POLLOUT, remaining_ms))
+                if (!wait_for(fd_, POLLOUT, deadline))
                     return -1;
                 continue;
             case SSL_ERROR_SYSCALL:
@@ -179,14 +179,14 @@ int HandshakeStream::tls_call(Op op, int& remaining_ms) noexcept {
     }
 }
 
-// Runs `step(done, remaining_ms)` (bytes moved, 0 at EOF, -1 with errno) until `len`
+// Runs `step(done, deadline)` (bytes moved, 0 at EOF, -1 with errno) until `len`
 // bytes moved, waiting for `events` on EAGAIN, within L5PG_UPGRADE_TIMEOUT_MS.
 template <class Step>
 bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
-    int remaining_ms = settings().upgrade_timeout_ms;
+    const UpgradeDeadline deadline(settings().upgrade_timeout_ms);
     size_t done = 0;
     while (done < len) {
-        const ssize_t n = step(done, remaining_ms);
+        const ssize_t n = step(done, deadline);
         if (n > 0) {
             done += static_cast<size_t>(n);
             continue;
@@ -195,30 +195,30 @@ bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
             errno = ECONNRESET;
             return false;
         }
-        if (errno != EINTR && (errno != EAGAIN || !wait_for(fd_, events, remaining_ms)))
+        if (errno != EINTR && (errno != EAGAIN || !wait_for(fd_, events, deadline)))
             return false;
     }
     return true;
 }
 
 bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
-    return move_all(len, POLLOUT, [&](size_t done, int& remaining_ms) -> ssize_t {
+    return move_all(len, POLLOUT, [&](size_t done, const UpgradeDeadline& deadline) -> ssize_t {
         if (!ssl_)
             return real().send(fd_, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
         const int n = tls_call(
             [&] { return SSL_write(ssl_.get(), data + done, static_cast<int>(len - done)); },
-            remaining_ms);
+            deadline);
         return n > 0 ? n : -1;  // tls_call() waited already; its errno is final
     });
 }
 
 bool HandshakeStream::recv_exact(std::byte* out, size_t len) noexcept {
-    return move_all(len, POLLIN, [&](size_t done, int& remaining_ms) -> ssize_t {
+    return move_all(len, POLLIN, [&](size_t done, const UpgradeDeadline& deadline) -> ssize_t {
         if (!ssl_)
             return real().recv(fd_, out + done, len - done, MSG_DONTWAIT);
         const int n =
             tls_call([&] { return SSL_read(ssl_.get(), out + done, static_cast<int>(len - done)); },
-                     remaining_ms);
+                     deadline);
         return n > 0 ? n : -1;
     });
 }

@@ -16,6 +16,8 @@
 
 namespace l5pg::shim {
 
+class UpgradeDeadline;  // clientlib/upgrade_common.hpp
+
 class HandshakeStream {
   public:
     explicit HandshakeStream(int fd) noexcept : fd_(fd) {}
@@ -56,7 +58,7 @@ class HandshakeStream {
     // Runs `op` (an SSL call) until it succeeds, waiting for the socket as OpenSSL asks;
     // its result, or -1 with errno set.
     template <class Op>
-    int tls_call(Op op, int& remaining_ms) noexcept;
+    int tls_call(Op op, const UpgradeDeadline& deadline) noexcept;
     template <class Step>
     [[nodiscard]] bool move_all(size_t len, short events, Step step) noexcept;
     Tls fail(const char* why) noexcept;

@@ -157,37 +157,6 @@ bool socket_nonblocking(int fd) noexcept {
     return fl >= 0 && (fl & O_NONBLOCK) != 0;
 }
 
-bool wait_for(int fd, short events, int& remaining_ms) noexcept {
-    pollfd p{fd, events, 0};
-    const int rc = real().poll(&p, 1, remaining_ms);
-    if (rc == 0) {
-        errno = ETIMEDOUT;
-        return false;
-    }
-    if (rc < 0 && errno != EINTR)
-        return false;
-    remaining_ms = std::max(remaining_ms / 2, 1);
-    return true;
-}
-
-char await_answer(int fd) noexcept {
-    int remaining_ms = settings().upgrade_timeout_ms;
-    for (;;) {
-        if (!wait_for(fd, POLLIN, remaining_ms))
-            return 0;
-        char answer = 0;
-        const ssize_t n = real().recv(fd, &answer, 1, MSG_DONTWAIT);
-        if (n == 1)
-            return answer;
-        if (n == 0) {
-            errno = ECONNRESET;
-            return 0;
-        }
-        if (errno != EAGAIN && errno != EINTR)
-            return 0;
-    }
-}
-
 UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) noexcept {
     if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;

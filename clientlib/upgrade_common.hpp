@@ -1,8 +1,11 @@
 // Pieces both upgrade handshakes (upgrade.cpp: SHM, upgrade_rdma.cpp: RDMA) share.
 #pragma once
 
+#include <time.h>
+
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 
 #include "clientlib/debug_log.hpp"
 #include "clientlib/upgrade.hpp"
@@ -16,10 +19,31 @@ namespace l5pg::shim {
 // Whether the application made the socket non-blocking (the channel keeps that up).
 [[nodiscard]] bool socket_nonblocking(int fd) noexcept;
 
-// Waits for `events` on fd for at most remaining_ms, then halves remaining_ms, so that a
-// loop of short reads or writes, EINTR or spurious wake-ups stays bounded by twice the
-// first budget. False with errno set on timeout (ETIMEDOUT) or a poll error.
-[[nodiscard]] bool wait_for(int fd, short events, int& remaining_ms) noexcept;
+// The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS) as a CLOCK_MONOTONIC
+// deadline: a loop of short reads or writes, EINTR (an application's interval timer) or
+// spurious wake-ups all draw on the same budget, and none shrinks what is left of it.
+class UpgradeDeadline {
+  public:
+    explicit UpgradeDeadline(int budget_ms) noexcept : at_ns_(now_ns() + budget_ms * kNsPerMs) {}
+    // Milliseconds left, rounded up; 0 once the deadline passed.
+    [[nodiscard]] int remaining_ms() const noexcept {
+        const int64_t left = at_ns_ - now_ns();
+        return left <= 0 ? 0 : static_cast<int>((left + kNsPerMs - 1) / kNsPerMs);
+    }
+
+  private:
+    static constexpr int64_t kNsPerMs = 1'000'000;
+    static int64_t now_ns() noexcept {
+        timespec ts{};
+        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+        return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    }
+    int64_t at_ns_;
+};
+
+// Waits for `events` on fd until the deadline. False with errno set once it passed
+// (ETIMEDOUT) or on a poll error; true on readiness or EINTR (the caller tries again).
+[[nodiscard]] bool wait_for(int fd, short events, const UpgradeDeadline& deadline) noexcept;
 
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for l5pgd's one-byte answer to an upgrade
 // request. 0 with errno set on timeout, EOF or error.
