@@ -68,7 +68,7 @@ bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
     if (!foreign_waiters_possible())
         return false;
     if (!ch.end->arm(want, wait::kUnnamedWait) || ch.end->ready(want)) {
-        ch.end->disarm(want);
+        disarm_unless_others_wait(ch, want, 0);
         return true;
     }
     return false;
@@ -86,11 +86,14 @@ class EndWaiter {
   public:
     EndWaiter(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept
         : ch_(ch), fd_(fd), want_(want), timeout_(timeout) {}
+    ~EndWaiter() { stop_waiting(ch_, counted_); }
+    EndWaiter(const EndWaiter&) = delete;
+    EndWaiter& operator=(const EndWaiter&) = delete;
 
     bool ready() noexcept { return ch_.end->ready(want_); }
     wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
-    bool arm() noexcept { return ch_.end->arm(want_, wait::kUnnamedWait); }
-    void disarm() noexcept { ch_.end->disarm(want_); }
+    bool arm() noexcept { return arm_as_waiter(ch_, want_, wait::kUnnamedWait, counted_); }
+    void disarm() noexcept { disarm_unless_others_wait(ch_, want_, counted_); }
     wait::Woken sleep() noexcept {
         const int ms = timeout_.poll_ms();
         pollfd p{fd_, POLLIN, 0};
@@ -117,6 +120,7 @@ class EndWaiter {
     int fd_;
     Want want_;
     SocketTimeout& timeout_;
+    CountedWants counted_ = 0;
 };
 
 // False with errno set when poll() failed (see channel_wait()), or EAGAIN when the socket's
@@ -163,6 +167,8 @@ Channel* claim_slot(bool nonblocking) noexcept {
         ch.nonblocking.store(nonblocking, std::memory_order_relaxed);
         ch.said_gone = false;
         ch.spin.reset();
+        for (std::atomic<uint32_t>& waiters : ch.waiters)
+            waiters.store(0, std::memory_order_relaxed);
         ch.end = nullptr;
         return &ch;
     }
@@ -417,18 +423,18 @@ short channel_revents(Channel& ch, short events) noexcept {
 }
 
 // False from arm() means ready already (or broken): the caller's re-check sees it.
-void channel_arm(Channel& ch, short events, uint64_t wait_id) noexcept {
+void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& counted) noexcept {
     if (events & kPollReadable)
-        (void)ch.end->arm(Want::Read, wait_id);
+        (void)arm_as_waiter(ch, Want::Read, wait_id, counted);
     if (events & kPollWritable)
-        (void)ch.end->arm(Want::Write, wait_id);
+        (void)arm_as_waiter(ch, Want::Write, wait_id, counted);
 }
 
-void channel_disarm(Channel& ch, short events) noexcept {
+void channel_disarm(Channel& ch, short events, CountedWants counted) noexcept {
     if (events & kPollReadable)
-        ch.end->disarm(Want::Read);
+        disarm_unless_others_wait(ch, Want::Read, counted);
     if (events & kPollWritable)
-        ch.end->disarm(Want::Write);
+        disarm_unless_others_wait(ch, Want::Write, counted);
 }
 
 void channel_drain(Channel& ch, int fd) noexcept {

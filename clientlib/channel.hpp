@@ -21,11 +21,13 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 
+#include "clientlib/end_waiters.hpp"
 #include "clientlib/rdma_end.hpp"
 #include "clientlib/shm_end.hpp"
 #include "transport/channel_end.hpp"
@@ -41,6 +43,8 @@ struct Channel {
     std::atomic<uint32_t> refs{0};
     std::atomic<bool> nonblocking{false};  // O_NONBLOCK of the socket, tracked via fcntl
     wait::AdaptiveSpin spin;               // whether waiting on this connection should spin
+    // Threads in a wait that armed, for Want::Read and Want::Write (end_waiters.hpp).
+    std::array<std::atomic<uint32_t>, 2> waiters{};
     int transport = 0;                     // L5PG_TRANSPORT_*, for l5pg_fd_transport()
     bool said_gone = false;                // EOF or breakage logged (L5PG_DEBUG) already
     transport::ChannelEnd* end = nullptr;  // one of the two below, or a unit test's own
@@ -97,9 +101,11 @@ inline constexpr short kPollWritable = POLLOUT | POLLWRNORM | POLLWRBAND;
 // poll() support: readiness from ring state, those of `events` that hold (kPollReadable,
 // kPollWritable, POLLRDHUP), and POLLHUP / POLLERR whatever was asked.
 [[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;
-// Arms `events` under the name of the caller's wait (transport/wait/wait_id.hpp).
-void channel_arm(Channel& ch, short events, uint64_t wait_id) noexcept;
-void channel_disarm(Channel& ch, short events) noexcept;
+// Arms `events` under the name of the caller's wait (transport/wait/wait_id.hpp), counted
+// as a waiter (end_waiters.hpp: stop_waiting() when the wait is over), and takes them back
+// unless another thread waits too.
+void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& counted) noexcept;
+void channel_disarm(Channel& ch, short events, CountedWants counted) noexcept;
 // Establishes the readiness invariant now (the application just started using epoll).
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept;
 // The socket itself polled readable: consume doorbell bytes, notice EOF.

@@ -75,6 +75,12 @@ class MixedPoll {
         }
     }
 
+    ~MixedPoll() {
+        for_each_upgraded_entry([](Entry& e, short) { stop_waiting(*e.channel, e.counted); });
+    }
+    MixedPoll(const MixedPoll&) = delete;
+    MixedPoll& operator=(const MixedPoll&) = delete;
+
     int run(int64_t timeout_ns, const sigset_t* mask) noexcept {
         if (int ready = scan_rings(); ready > 0 || timeout_ns == 0)
             return finish(ready);
@@ -100,12 +106,14 @@ class MixedPoll {
         // Every upgraded fd under one name: l5pgd rings one of them, which ends the wait.
         bool arm() noexcept {
             const uint64_t wait_id = wait::next_wait_id();
-            poll_.for_each_upgraded(
-                [wait_id](Channel& ch, short events) { channel_arm(ch, events, wait_id); });
+            poll_.for_each_upgraded_entry([wait_id](Entry& e, short events) {
+                channel_arm(*e.channel, events, wait_id, e.counted);
+            });
             return true;
         }
         void disarm() noexcept {
-            poll_.for_each_upgraded([](Channel& ch, short events) { channel_disarm(ch, events); });
+            poll_.for_each_upgraded_entry(
+                [](Entry& e, short events) { channel_disarm(*e.channel, events, e.counted); });
         }
         // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
         // again, where the rings are looked at first.
@@ -198,7 +206,7 @@ class MixedPoll {
             const Entry& entry = entries_[i];
             fds_[i].events = entry.saved_events;
             if (entry.kind == FdKind::Upgraded) {
-                channel_disarm(*entry.channel, fds_[i].events);
+                channel_disarm(*entry.channel, fds_[i].events, entry.counted);
                 if (rc > 0 && fds_[i].revents != 0)
                     channel_drain(*entry.channel, fds_[i].fd);
                 fds_[i].revents = 0;
@@ -223,7 +231,8 @@ class MixedPoll {
             const Entry& entry = entries_[i];
             if (entry.kind == FdKind::Upgraded) {
                 if ((fds_[i].revents & kPollReadable) == 0 && foreign_waiters_possible())
-                    channel_arm(*entry.channel, POLLIN, wait::kUnnamedWait);
+                    (void)entry.channel->end->arm(transport::Want::Read,  // uncounted: it stays
+                                                  wait::kUnnamedWait);
                 continue;
             }
             if (entry.kind == FdKind::Forked)
@@ -242,20 +251,25 @@ class MixedPoll {
         return ring_ready + ordinary_ready;
     }
 
-    template <class Fn>
-    void for_each_upgraded(Fn fn) noexcept {
-        for (nfds_t i = 0; i < n_; ++i) {
-            const Entry& entry = entries_[i];
-            if (entry.kind == FdKind::Upgraded)
-                fn(*entry.channel, fds_[i].events);
-        }
-    }
-
     struct Entry {
         FdKind kind = FdKind::Untracked;
-        ChannelRef channel;      // Upgraded only
-        short saved_events = 0;  // the caller's events while block() asks for others
+        ChannelRef channel;        // Upgraded only
+        short saved_events = 0;    // the caller's events while block() asks for others
+        CountedWants counted = 0;  // this call counts as a waiter on the channel (arm())
     };
+
+    template <class Fn>
+    void for_each_upgraded_entry(Fn fn) noexcept {
+        for (nfds_t i = 0; i < n_; ++i) {
+            Entry& entry = entries_[i];
+            if (entry.kind == FdKind::Upgraded)
+                fn(entry, fds_[i].events);
+        }
+    }
+    template <class Fn>
+    void for_each_upgraded(Fn fn) noexcept {
+        for_each_upgraded_entry([&fn](Entry& e, short events) { fn(*e.channel, events); });
+    }
     static constexpr size_t kInlineBytes = 512;  // ~20 fds; small on a signal stack too
 
     pollfd* fds_;

@@ -324,12 +324,14 @@ TEST_CASE("channel poll support: revents follow the end's state", "[shim]") {
 
 TEST_CASE("channel poll support: arm and disarm set and take back the end's flags", "[shim]") {
     Connection c;
-    l5pg::shim::channel_arm(*c.ch, POLLIN | POLLOUT, l5pg::wait::kUnnamedWait);
+    l5pg::shim::CountedWants counted = 0;
+    l5pg::shim::channel_arm(*c.ch, POLLIN | POLLOUT, l5pg::wait::kUnnamedWait, counted);
     CHECK(c.end.armed(Want::Read));
     CHECK(c.end.armed(Want::Write));
-    l5pg::shim::channel_disarm(*c.ch, POLLIN);
+    l5pg::shim::channel_disarm(*c.ch, POLLIN, counted);
     CHECK_FALSE(c.end.armed(Want::Read));
     CHECK(c.end.armed(Want::Write));
+    l5pg::shim::stop_waiting(*c.ch, counted);
 }
 
 TEST_CASE("channel references: only the last release closes the end, once", "[shim]") {

@@ -11,6 +11,9 @@
 #include <optional>
 #include <string_view>
 
+#include "clientlib/channel.hpp"
+#include "clientlib/end_waiters.hpp"
+#include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/shm_end.hpp"
 #include "transport/shm/ring.hpp"
@@ -136,4 +139,59 @@ TEST_CASE("ShmEnd: a peek past shown bytes leaves them readable before a torn re
     CHECK(r.bytes == 4);
     CHECK(std::string_view(reinterpret_cast<const char*>(out), 4) == good);
     CHECK(c.end->read(c.app, out).status == IoStatus::Error);  // now the torn record counts
+}
+
+// Two threads wait on one connection (one in poll() for a NOTIFY, one for its query's
+// answer): the end has one reader_waiting flag, and the first thread's taking it back must
+// not cancel the second's arming (that thread slept through l5pgd's NOTIFY).
+TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait ends",
+          "[shim][shm]") {
+    using l5pg::shim::CountedWants;
+    using l5pg::transport::Want;
+    Connection c;
+    l5pg::shim::Channel* ch = l5pg::shim::channel_acquire_end(*c.end, L5PG_TRANSPORT_SHM, false);
+    REQUIRE(ch != nullptr);
+    shm::RingWriter to_client(c.server->header().s2c, c.server->s2c_data(), c.server->s2c_size());
+    const auto publish = [&to_client] {
+        shm::RingStatus status = shm::RingStatus::Ok;
+        const std::string_view notify = "notify";
+        REQUIRE(to_client.write(std::as_bytes(std::span(notify.data(), notify.size())), status) ==
+                notify.size());
+    };
+    const uint64_t query_wait = l5pg::wait::next_wait_id();
+    const uint64_t notify_wait = l5pg::wait::next_wait_id();
+    CountedWants query = 0, notify = 0;
+    SECTION("the other waiter still gets its doorbell, unnamed") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        // The query's answer came: its thread takes the flag back and leaves its wait.
+        l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, query);
+        l5pg::shim::stop_waiting(*ch, query);
+        publish();
+        uint64_t rung_for = notify_wait;
+        CHECK(to_client.reader_needs_wakeup(rung_for));
+        // Armed by two waits, the flag carries no name: l5pgd must not skip it because it
+        // rang another session of one of the two polls already.
+        CHECK(rung_for == l5pg::wait::kUnnamedWait);
+        l5pg::shim::stop_waiting(*ch, notify);
+    }
+    SECTION("the last waiter takes the flag back") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, query);
+        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, notify);
+        l5pg::shim::stop_waiting(*ch, notify);
+        publish();
+        CHECK_FALSE(to_client.reader_needs_wakeup());
+    }
+    SECTION("a lone waiter arms under its wait's name") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish();
+        uint64_t rung_for = l5pg::wait::kUnnamedWait;
+        CHECK(to_client.reader_needs_wakeup(rung_for));
+        CHECK(rung_for == query_wait);
+        l5pg::shim::stop_waiting(*ch, query);
+    }
+    l5pg::shim::channel_release(*ch);
 }

@@ -1,0 +1,38 @@
+// Several threads may wait on one upgraded connection at once: one in poll() or select()
+// for a NOTIFY while another runs a query on it (threads sharing a psycopg2 connection do).
+// The end has one wake-up flag per direction (the rings' reader_waiting and writer_waiting),
+// which a waiter arms before it sleeps and takes back when its re-check finds the
+// connection ready. One thread's taking back would cancel another's arming, and that thread
+// would sleep through l5pgd's next answer, as it never does on a socket. So the threads
+// inside a wait that armed are counted, per channel and direction:
+//   - a flag is taken back only by the last counted waiter, or by an uncounted caller (the
+//     readiness invariant for foreign event loops, channel.hpp) only while none waits;
+//   - a taking back and a new waiter's counting in do not interleave (kTakingBack), so the
+//     new waiter's flag, set after it counted in, is never cleared under it;
+//   - a waiter that is not alone arms without its wait's name: l5pgd rings one session per
+//     name and round (the name stands for one poll() call), and the other thread's name
+//     could otherwise stand on a session it does not poll.
+#pragma once
+
+#include <cstdint>
+
+#include "transport/channel_end.hpp"
+
+namespace l5pg::shim {
+
+struct Channel;
+
+// The directions one thread's wait is counted in (a bit per transport::Want); the wait
+// keeps it from its first arming to stop_waiting().
+using CountedWants = uint8_t;
+
+// Arms `want`, counting the caller in on its wait's first arming. The end's arm() result:
+// false means ready already (the caller's re-check sees it).
+bool arm_as_waiter(Channel& ch, transport::Want want, uint64_t wait_id,
+                   CountedWants& counted) noexcept;
+// Takes the flag back unless another thread is counted as waiting.
+void disarm_unless_others_wait(Channel& ch, transport::Want want, CountedWants counted) noexcept;
+// The wait is over: counts the caller out of every direction it was counted in.
+void stop_waiting(Channel& ch, CountedWants& counted) noexcept;
+
+}  // namespace l5pg::shim
