@@ -6,6 +6,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +86,49 @@ def test_reload_of_a_file_l5pgd_would_not_take_fails(tmp_path, local_unit):
     r = subprocess.run([check[0], "-c", str(good), *check[3:]], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 0, r.stderr
+
+
+def exec_stop_command(unit_text, main_pid):
+    """The unit's ExecStop= as systemd runs it: `$$` unescaped to `$`, MAINPID in the
+    environment."""
+    (line,) = settings(unit_text)["ExecStop"]
+    assert line.startswith("/bin/sh -c '") and line.endswith("'"), line
+    script = line[len("/bin/sh -c '"):-1].replace("$$", "$")
+    return ["/bin/sh", "-c", script], dict(os.environ, MAINPID=str(main_pid))
+
+
+def test_stop_drains_then_terminates():
+    """systemctl stop: SIGINT's drain first (ExecStop waits for it, less than TimeoutStopSec),
+    then SIGTERM as the KillSignal, so that clients still connected get their 57P01 instead
+    of a SIGKILL."""
+    s = settings(UNIT.read_text())
+    assert s["KillSignal"] == ["SIGTERM"]
+    cmd, _ = exec_stop_command(UNIT.read_text(), 1)
+    wait_s = 500 * 0.1
+    assert "seq 500" in cmd[2] and "sleep 0.1" in cmd[2]
+    assert wait_s < int(s["TimeoutStopSec"][0])
+
+
+@pytest.mark.timeout(60)
+def test_exec_stop_drains_l5pgd(workdir, cluster, l5pgd_binary):
+    """The ExecStop script, run as systemd would: l5pgd gets SIGINT, drains its (here no)
+    sessions and exits 0, and the script returns once it is gone."""
+    d = L5pgd(workdir / "l5pgd-execstop", cluster)
+    d.start()
+    try:
+        cmd, env = exec_stop_command(UNIT.read_text(), d.pid())
+        # Reaped at once, as systemd reaps its main process (a zombie still answers kill -0).
+        reaper = threading.Thread(target=d.proc.wait, daemon=True)
+        reaper.start()
+        start = time.monotonic()
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - start < 20, "the script waited for its whole 50 s"
+        reaper.join(5)
+        assert d.proc.returncode == 0, d.log_tail()
+        assert "SIGINT: new sessions refused" in d.log_text()
+    finally:
+        d.stop()
 
 
 def test_security_exposure(local_unit):
