@@ -8,8 +8,8 @@ sched_setaffinity(<server CPUs>). On 2 cores: pgbench on CPU 0, everything else 
 `shared`: pgbench and every server-side thread on one CPU (the first server CPU). A hand-off
 between the client and its backend is then a context switch instead of a cross-core wake-up,
 which on small virtual machines makes it the fastest direct configuration for one client
-(L5-NOTES.md), so the yardstick must include it. Spinning cannot pay there: the peer needs
-the very CPU the spinner holds.
+(docs/performance.md, "Target 2"), so the yardstick must include it. Spinning cannot pay
+there: the peer needs the very CPU the spinner holds.
 """
 import os
 from dataclasses import dataclass

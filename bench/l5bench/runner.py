@@ -102,6 +102,16 @@ class Run:
             c = min(max(self.opts.clients), os.cpu_count() or 1)
             log(f"warm-up: {w.name}, {c} clients, 2 s over {direct.name} (not recorded)")
             cell_mod.measure(w, direct, unpinned, c, 2, self.services, self.work_dir)
+        # Each proxy opens its server connections for the most clients now, not inside the
+        # first recorded cell of each larger client count (their start-up is Postgres CPU).
+        most = max(self.opts.clients)
+        for proxy in ("pgbouncer", "l5pgd"):
+            through = next((t for t in bench_targets if t.proxy == proxy), None)
+            if through is not None:
+                log(f"warm-up: {self.workloads[0].name}, {most} clients, 1 s over {through.name} "
+                    "(not recorded)")
+                cell_mod.measure(self.workloads[0], through, unpinned, most, 1, self.services,
+                                 self.work_dir)
 
     def _idle_wanted(self):
         return self.opts.idle_seconds > 0

@@ -45,11 +45,19 @@ def aggregate(rows):
             tps_median=_median(tps), tps_min=min(tps, default=None), tps_max=max(tps, default=None),
             latency_median=_median(lat), latency_min=min(lat, default=None),
             latency_max=max(lat, default=None),
-            cpu_median=_median([r["cpu_us_per_tx"] for r in ok]),
-            cpu_client=_median([r["cpu_us_client"] for r in ok]),
-            cpu_proxy=_median([r["cpu_us_proxy"] for r in ok]),
-            cpu_postgres=_median([r["cpu_us_postgres"] for r in ok]))
+            **_cpu_of_median_run(ok))
     return out
+
+
+def _cpu_of_median_run(ok):
+    """CPU per transaction of the run whose total is the median (the lower one of an even
+    count), with that run's parts: parts taken as medians of their own would not add up to
+    the total they are printed beside."""
+    if not ok:
+        return dict(cpu_median=None, cpu_client=None, cpu_proxy=None, cpu_postgres=None)
+    run = sorted(ok, key=lambda r: r["cpu_us_per_tx"])[(len(ok) - 1) // 2]
+    return dict(cpu_median=run["cpu_us_per_tx"], cpu_client=run["cpu_us_client"],
+                cpu_proxy=run["cpu_us_proxy"], cpu_postgres=run["cpu_us_postgres"])
 
 
 def ordered_values(rows, column):

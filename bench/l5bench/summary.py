@@ -41,19 +41,22 @@ def method_section(meta):
         f"- pgbench `-n -T {m['duration']} -c <clients> -j min(clients, {m['cores']})`, "
         f"scale {m['scale']}, clients {', '.join(map(str, m['clients']))}; "
         f"{m['runs']} repetitions of every cell; median and min–max over them.",
-        "- Order: for each repetition, placement, workload and client count, every target runs "
-        f"once in a freshly shuffled order (seed {m['seed']}), so targets are interleaved.",
+        "- Order: for each repetition, workload and client count, every (placement, target) "
+        f"pair runs once in a freshly shuffled order (seed {m['seed']}), so targets and "
+        "placements are interleaved.",
         f"- l5pgd: {m['l5pgd_workers']} workers, default spin/yield budgets, `pool.mode: "
         "session`; PgBouncer session mode; both pools large enough for every client, so both "
-        "proxies keep their server connections from one cell to the next (direct cells start "
-        "new backends, whose start-up and first page touches count in their Postgres CPU); "
+        "proxies keep their server connections from one cell to the next, and a warm-up opens "
+        "as many through each proxy as the most clients need (direct cells start new "
+        "backends, whose start-up and first page touches count in their Postgres CPU); "
         "Postgres: harness cluster "
         "(fsync off, synchronous_commit off) plus max_connections and shared_buffers "
         "(up to 1 GiB) for the benchmark.",
         "- CPU µs/tx = (client + proxy + Postgres) CPU time / transactions, over pgbench's whole "
         "lifetime (connection setup included): pgbench from wait4 rusage; l5pgd or PgBouncer "
         "from /proc/<pid>/stat utime+stime; Postgres = postmaster and all its children, exited "
-        "ones included (postmaster's cutime+cstime).",
+        "ones included (postmaster's cutime+cstime). The table gives the repetition whose "
+        "total is the median (the lower one of an even count), with that repetition's parts.",
         f"- Ratios compare median tps with `{REFERENCE}` in the same placement (and, for l5pgd "
         f"targets, with `{PROXY_REFERENCE}`); the yardstick is the best direct configuration "
         "(either direct target, any placement) for that workload and client count.",
@@ -94,8 +97,9 @@ def results_sections(rows):
     lines = []
     for workload in st.ordered_values(rows, "workload"):
         for placement in st.ordered_values(rows, "placement"):
-            lines += [f"## {workload}, placement {placement}", ""]
-            lines += cell_table(stats, rows, workload, placement) + [""]
+            table = cell_table(stats, rows, workload, placement)
+            if len(table) > 2:  # a header and rows: the quick matrix skips some pairs
+                lines += [f"## {workload}, placement {placement}", ""] + table + [""]
     lines += yardstick_section(stats, rows)
     return lines
 
