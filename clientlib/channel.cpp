@@ -86,7 +86,7 @@ class EndWaiter {
   public:
     EndWaiter(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept
         : ch_(ch), fd_(fd), want_(want), timeout_(timeout) {}
-    ~EndWaiter() { stop_waiting(ch_, counted_); }
+    ~EndWaiter() { stop_waiting(ch_, counted_, fd_); }
     EndWaiter(const EndWaiter&) = delete;
     EndWaiter& operator=(const EndWaiter&) = delete;
 

@@ -1,5 +1,7 @@
 #include "clientlib/end_waiters.hpp"
 
+#include <sched.h>
+
 #include <atomic>
 
 #include "clientlib/channel.hpp"
@@ -15,10 +17,11 @@ using transport::Want;
 // caller) takes the flag back.
 constexpr uint32_t kTakingBack = uint32_t{1} << 31;
 constexpr uint32_t kCountMask = kTakingBack - 1;
-// A taking back lasts a few instructions. Only a signal handler's poll() interrupting it in
-// the same thread could wait for ever; after this many rounds it goes on (and at worst its
-// flag is cleared: a wake-up lost as before the count existed).
-constexpr int kMaxTakingBackRounds = 1 << 16;
+constexpr uint32_t kRelaxRoundsPerYield = 64;
+
+// Set while this thread takes a flag back: a signal handler's poll() that interrupts it
+// must not wait for it to finish (it cannot until the handler returns).
+thread_local bool t_taking_back = false;
 
 std::atomic<uint32_t>& count_word(Channel& ch, Want want) noexcept {
     return ch.waiters[want == Want::Read ? 0 : 1];
@@ -28,19 +31,22 @@ CountedWants bit(Want want) noexcept {
     return want == Want::Read ? 1 : 2;
 }
 
-// Counts the caller in once no taking back is under way; returns how many were counted
-// before it. Acquire: the taking back's clearing of the flag happens before our arming.
+// Counts the caller in once no taking back is under way (another thread's may be preempted
+// in its few instructions: yield to it); returns how many were counted before it.
+// Sequentially consistent, as are the taking back and the re-read in arm_as_waiter(): the
+// flag's clearing happens before our arming, and our count is seen by a later arming.
 uint32_t count_in(std::atomic<uint32_t>& word) noexcept {
-    uint32_t seen = word.load(std::memory_order_acquire);
-    for (int rounds = 0;;) {
-        if ((seen & kTakingBack) != 0 && rounds < kMaxTakingBackRounds) {
-            ++rounds;
-            wait::cpu_relax();
-            seen = word.load(std::memory_order_acquire);
+    uint32_t seen = word.load(std::memory_order_seq_cst);
+    for (uint32_t rounds = 1;; ++rounds) {
+        if ((seen & kTakingBack) != 0 && !t_taking_back) {
+            if (rounds % kRelaxRoundsPerYield == 0)
+                (void)::sched_yield();
+            else
+                wait::cpu_relax();
+            seen = word.load(std::memory_order_seq_cst);
             continue;
         }
-        if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel,
-                                       std::memory_order_acquire))
+        if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_seq_cst))
             return seen & kCountMask;
     }
 }
@@ -54,25 +60,43 @@ bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& count
         others = count_in(word);
         counted = static_cast<CountedWants>(counted | bit(want));
     } else {
-        others = (word.load(std::memory_order_acquire) & kCountMask) - 1;
+        others = (word.load(std::memory_order_seq_cst) & kCountMask) - 1;
     }
-    return ch.end->arm(want, others == 0 ? wait_id : wait::kUnnamedWait);
+    const bool armed = ch.end->arm(want, others == 0 ? wait_id : wait::kUnnamedWait);
+    // A thread that counted in after our count and armed unnamed before our named arming
+    // landed would be under our name now: arm again, unnamed. (One that counts in after this
+    // re-read arms after it, unnamed.)
+    if (others == 0 && (word.load(std::memory_order_seq_cst) & kCountMask) > 1)
+        return ch.end->arm(want, wait::kUnnamedWait);
+    return armed;
 }
 
 void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) noexcept {
     std::atomic<uint32_t>& word = count_word(ch, want);
     uint32_t alone = (counted & bit(want)) != 0 ? 1 : 0;
-    if (!word.compare_exchange_strong(alone, alone | kTakingBack, std::memory_order_acq_rel,
-                                      std::memory_order_relaxed))
+    if (!word.compare_exchange_strong(alone, alone | kTakingBack, std::memory_order_seq_cst))
         return;  // another thread waits: the flag is its too
+    t_taking_back = true;
     ch.end->disarm(want);
-    word.fetch_and(~kTakingBack, std::memory_order_release);
+    t_taking_back = false;
+    word.fetch_and(~kTakingBack, std::memory_order_seq_cst);
 }
 
-void stop_waiting(Channel& ch, CountedWants& counted) noexcept {
+// l5pgd takes a flag when it rings, and the doorbell byte may have been drained by the
+// thread that leaves now, while another sleeps on (its poll() found nothing when it looked):
+// arm again for those still counted, and when data already waits, have l5pgd ring again
+// (prepare_for_foreign_wait(): the poke).
+void stop_waiting(Channel& ch, CountedWants& counted, int fd) noexcept {
     for (const Want want : {Want::Read, Want::Write}) {
-        if ((counted & bit(want)) != 0)
-            count_word(ch, want).fetch_sub(1, std::memory_order_acq_rel);
+        if ((counted & bit(want)) == 0)
+            continue;
+        const uint32_t before = count_word(ch, want).fetch_sub(1, std::memory_order_seq_cst);
+        if ((before & kCountMask) <= 1)
+            continue;
+        if (want == Want::Read)
+            ch.end->prepare_for_foreign_wait(fd);
+        else
+            (void)ch.end->arm(Want::Write, wait::kUnnamedWait);
     }
     counted = 0;
 }

@@ -76,7 +76,10 @@ class MixedPoll {
     }
 
     ~MixedPoll() {
-        for_each_upgraded_entry([](Entry& e, short) { stop_waiting(*e.channel, e.counted); });
+        for (nfds_t i = 0; i < n_; ++i) {
+            if (entries_[i].kind == FdKind::Upgraded)
+                stop_waiting(*entries_[i].channel, entries_[i].counted, fds_[i].fd);
+        }
     }
     MixedPoll(const MixedPoll&) = delete;
     MixedPoll& operator=(const MixedPoll&) = delete;

@@ -146,7 +146,7 @@ void ShmEnd::on_socket_readable(int fd) noexcept {
     if (wait::drain_doorbells(fd, count) == wait::DrainResult::PeerClosed)
         peer_closed_ = true;
     if (count > 0)
-        poke_outstanding_ = false;
+        poke_outstanding_.store(false, std::memory_order_relaxed);
     errno = saved;
 }
 
@@ -161,11 +161,11 @@ void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
         if (!rx_.has_data())
             return;  // Dekker re-check: the flag covers what comes next
     }
-    if (poke_outstanding_)
+    if (poke_outstanding_.load(std::memory_order_relaxed))
         return;
     rx_.arm();
     ring(fd);
-    poke_outstanding_ = true;
+    poke_outstanding_.store(true, std::memory_order_relaxed);
 }
 
 // As on a Unix socket whose peer closed: POLLHUP at once, beside POLLIN while data is left.

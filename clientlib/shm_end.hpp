@@ -3,6 +3,8 @@
 // of the server->client ring, and the doorbell protocol on the session socket.
 #pragma once
 
+#include <atomic>
+
 #include "transport/channel_end.hpp"
 #include "transport/shm/ring.hpp"
 #include "transport/shm/segment.hpp"
@@ -42,11 +44,13 @@ class ShmEnd final : public transport::ChannelEnd {
     bool ring(int fd) noexcept;
 
     shm::Segment segment_;
-    shm::RingWriter tx_;             // client -> server
-    shm::RingReader rx_;             // server -> client
-    bool peer_closed_ = false;       // EOF seen on the socket
-    const char* error_ = nullptr;    // l5pgd wrote something impossible into a ring
-    bool poke_outstanding_ = false;  // a doorbell byte was requested and not yet drained
+    shm::RingWriter tx_;           // client -> server
+    shm::RingReader rx_;           // server -> client
+    bool peer_closed_ = false;     // EOF seen on the socket
+    const char* error_ = nullptr;  // l5pgd wrote something impossible into a ring
+    // A doorbell byte was requested and not yet drained (threads of the application may
+    // both wait on the connection).
+    std::atomic<bool> poke_outstanding_{false};
 };
 
 // In a forked child: forget which of l5pgd's waits the parent's threads rang.

@@ -152,11 +152,16 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
     l5pg::shim::Channel* ch = l5pg::shim::channel_acquire_end(*c.end, L5PG_TRANSPORT_SHM, false);
     REQUIRE(ch != nullptr);
     shm::RingWriter to_client(c.server->header().s2c, c.server->s2c_data(), c.server->s2c_size());
-    const auto publish = [&to_client] {
+    const auto publish = [&to_client](std::string_view what = "notify") {
         shm::RingStatus status = shm::RingStatus::Ok;
-        const std::string_view notify = "notify";
-        REQUIRE(to_client.write(std::as_bytes(std::span(notify.data(), notify.size())), status) ==
-                notify.size());
+        REQUIRE(to_client.write(std::as_bytes(std::span(what.data(), what.size())), status) ==
+                what.size());
+    };
+    const auto read = [&c](size_t n) {
+        std::byte out[64];
+        const auto r = c.end->read(c.app, std::span(out, n));
+        REQUIRE(r.status == IoStatus::Ok);
+        return r.bytes;
     };
     const uint64_t query_wait = l5pg::wait::next_wait_id();
     const uint64_t notify_wait = l5pg::wait::next_wait_id();
@@ -164,26 +169,52 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
     SECTION("the other waiter still gets its doorbell, unnamed") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
-        // The query's answer came: its thread takes the flag back and leaves its wait.
+        // The query's answer came: its thread takes the flag back (it has not left its wait
+        // yet; a poll() takes its flags back after every sleep).
         l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, query);
-        l5pg::shim::stop_waiting(*ch, query);
         publish();
         uint64_t rung_for = notify_wait;
         CHECK(to_client.reader_needs_wakeup(rung_for));
         // Armed by two waits, the flag carries no name: l5pgd must not skip it because it
         // rang another session of one of the two polls already.
         CHECK(rung_for == l5pg::wait::kUnnamedWait);
-        l5pg::shim::stop_waiting(*ch, notify);
+        l5pg::shim::stop_waiting(*ch, query, c.app);
+        l5pg::shim::stop_waiting(*ch, notify, c.app);
     }
     SECTION("the last waiter takes the flag back") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
         l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, query);
-        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, query, c.app);
         l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, notify);
-        l5pg::shim::stop_waiting(*ch, notify);
+        l5pg::shim::stop_waiting(*ch, notify, c.app);
         publish();
         CHECK_FALSE(to_client.reader_needs_wakeup());
+    }
+    SECTION("a thread that leaves arms again for the one that sleeps on") {
+        // l5pgd rang for the query's answer and took the flag; the query's thread drained the
+        // doorbell byte (the other thread's poll() found nothing and sleeps on), read the
+        // answer and leaves its wait.
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish("answer");
+        REQUIRE(to_client.reader_needs_wakeup());
+        CHECK(read(6) == 6);
+        l5pg::shim::stop_waiting(*ch, query, c.app);
+        publish();  // the NOTIFY
+        CHECK(to_client.reader_needs_wakeup());
+        l5pg::shim::stop_waiting(*ch, notify, c.app);
+    }
+    SECTION("a thread that leaves data behind has l5pgd ring for the one that sleeps on") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish("answer");
+        REQUIRE(to_client.reader_needs_wakeup());
+        publish();  // the NOTIFY came too, with the flag taken: no doorbell of its own
+        CHECK(read(6) == 6);
+        l5pg::shim::stop_waiting(*ch, query, c.app);
+        CHECK(c.doorbells() == 1);  // the poke: l5pgd answers it with a doorbell
+        l5pg::shim::stop_waiting(*ch, notify, c.app);
     }
     SECTION("a lone waiter arms under its wait's name") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
@@ -191,7 +222,7 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         uint64_t rung_for = l5pg::wait::kUnnamedWait;
         CHECK(to_client.reader_needs_wakeup(rung_for));
         CHECK(rung_for == query_wait);
-        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, query, c.app);
     }
     l5pg::shim::channel_release(*ch);
 }
