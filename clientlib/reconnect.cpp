@@ -10,6 +10,7 @@
 
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
+#include "clientlib/upgrade_common.hpp"
 
 namespace l5pg::shim {
 namespace {
@@ -38,18 +39,7 @@ bool connect_within_timeout(int fd, const sockaddr_storage& peer, socklen_t len)
         return true;
     if (errno != EINPROGRESS)
         return false;
-    pollfd p{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t errlen = sizeof err;
-    if (real().poll(&p, 1, settings().upgrade_timeout_ms) != 1) {
-        errno = ETIMEDOUT;
-        return false;
-    }
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0 || err != 0) {
-        errno = err != 0 ? err : errno;
-        return false;
-    }
-    return true;
+    return await_connected(fd);
 }
 
 }  // namespace

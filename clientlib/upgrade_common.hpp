@@ -45,6 +45,10 @@ class UpgradeDeadline {
 // (ETIMEDOUT) or on a poll error; true on readiness or EINTR (the caller tries again).
 [[nodiscard]] bool wait_for(int fd, short events, const UpgradeDeadline& deadline) noexcept;
 
+// Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for a non-blocking connect() in progress on
+// fd to finish; false with errno set (ETIMEDOUT, or the connect's error).
+[[nodiscard]] bool await_connected(int fd) noexcept;
+
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for l5pgd's one-byte answer to an upgrade
 // request. 0 with errno set on timeout, EOF or error.
 [[nodiscard]] char await_answer(int fd) noexcept;

@@ -95,11 +95,7 @@ int connect_wire(int session_fd, const rdma::Offer& offer, const char*& why) noe
         real().close(wire);
         return -1;
     }
-    pollfd p{wire, POLLOUT, 0};
-    int err = 0;
-    socklen_t errlen = sizeof err;
-    if (real().poll(&p, 1, settings().upgrade_timeout_ms) != 1 ||
-        ::getsockopt(wire, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0 || err != 0) {
+    if (!await_connected(wire)) {
         why = "cannot connect to l5pgd's soft wire port";
         real().close(wire);
         return -1;

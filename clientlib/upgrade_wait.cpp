@@ -22,6 +22,23 @@ bool wait_for(int fd, short events, const UpgradeDeadline& deadline) noexcept {
     return rc > 0 || errno == EINTR;
 }
 
+bool await_connected(int fd) noexcept {
+    const UpgradeDeadline deadline(settings().upgrade_timeout_ms);
+    for (pollfd p{fd, POLLOUT, 0}; real().poll(&p, 1, 0) == 0; p.revents = 0) {
+        if (!wait_for(fd, POLLOUT, deadline))
+            return false;  // ETIMEDOUT or poll's error; EINTR only looks again
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        return false;
+    if (err != 0) {
+        errno = err;
+        return false;
+    }
+    return true;
+}
+
 char await_answer(int fd) noexcept {
     const UpgradeDeadline deadline(settings().upgrade_timeout_ms);
     for (;;) {
