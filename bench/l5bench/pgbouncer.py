@@ -14,6 +14,8 @@ from tests.harness.cluster import tail
 from tests.harness.ports import free_port
 
 PGBOUNCER = Path("/usr/sbin/pgbouncer")
+# Both proxies keep their server connections this long (a day: longer than any run).
+KEEP_SERVERS_S = 24 * 3600
 RUN_AS = "postgres"
 
 
@@ -68,6 +70,9 @@ class PgBouncer:
             # The pool must hold every benchmark client at once.
             f"max_client_conn = {self.max_clients + 50}\n"
             f"default_pool_size = {self.max_clients + 8}\n"
+            # Its server connections live as long as the benchmark, as l5pgd's do.
+            f"server_idle_timeout = {KEEP_SERVERS_S}\n"
+            f"server_lifetime = {KEEP_SERVERS_S}\n"
             "max_db_connections = 0\n"
             "ignore_startup_parameters = extra_float_digits\n"
             "log_connections = 0\n"

@@ -8,7 +8,7 @@ from tests.harness.cluster import PgCluster
 from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import rdma_overrides
 
-from .pgbouncer import PgBouncer
+from .pgbouncer import KEEP_SERVERS_S, PgBouncer
 from .targets import rdma_device_kind
 
 
@@ -71,10 +71,15 @@ class Services:
         self.cluster.sql("CHECKPOINT")
 
     def start_l5pgd(self):
-        # Server connections kept between cells, as PgBouncer's session pool keeps them.
+        # Server connections kept between cells, as PgBouncer's session pool keeps them, for
+        # the whole run (KEEP_SERVERS_S: a full matrix's cells of one client count can be more
+        # than the default 10 idle minutes apart).
+        keep_ms = KEEP_SERVERS_S * 1000
         self.l5pgd = L5pgd(self.work_dir / "l5pgd", self.cluster, workers=self.l5pgd_workers,
                            extra_overrides=["logging.level=info", "pool.mode=session",
                                             f"pool.max_idle={self.max_clients + 8}",
+                                            f"pool.idle_timeout_ms={keep_ms}",
+                                            f"pool.server_lifetime_ms={keep_ms}",
                                             *rdma_overrides(rdma_device_kind())])
         self.log(f"starting l5pgd (port {self.l5pgd.port}, {self.l5pgd_workers} workers)")
         self.l5pgd.start()
