@@ -74,8 +74,10 @@ bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
     return false;
 }
 
+// Also for another thread of the application still waiting on this connection: data this
+// call left unread arrived when that thread's flag was taken (end_waiters.hpp).
 void prepare_return(Channel& ch, int fd) noexcept {
-    if (foreign_waiters_possible())
+    if (foreign_waiters_possible() || others_wait(ch, Want::Read))
         ch.end->prepare_for_foreign_wait(fd);
 }
 
@@ -86,7 +88,7 @@ class EndWaiter {
   public:
     EndWaiter(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept
         : ch_(ch), fd_(fd), want_(want), timeout_(timeout) {}
-    ~EndWaiter() { stop_waiting(ch_, counted_, fd_); }
+    ~EndWaiter() { stop_waiting(ch_, counted_); }
     EndWaiter(const EndWaiter&) = delete;
     EndWaiter& operator=(const EndWaiter&) = delete;
 

@@ -19,9 +19,11 @@ constexpr uint32_t kTakingBack = uint32_t{1} << 31;
 constexpr uint32_t kCountMask = kTakingBack - 1;
 constexpr uint32_t kRelaxRoundsPerYield = 64;
 
-// Set while this thread takes a flag back: a signal handler's poll() that interrupts it
-// must not wait for it to finish (it cannot until the handler returns).
-thread_local bool t_taking_back = false;
+// The count word whose flag this thread is taking back: a signal handler's poll() that
+// interrupts it on the same connection must not wait for it (it cannot finish before the
+// handler returns). Lock-free atomic, so a handler may read it; set before the taking
+// back's compare-and-swap and cleared after its end, so no instant escapes it.
+thread_local std::atomic<const std::atomic<uint32_t>*> t_taking_back{nullptr};
 
 std::atomic<uint32_t>& count_word(Channel& ch, Want want) noexcept {
     return ch.waiters[want == Want::Read ? 0 : 1];
@@ -38,7 +40,7 @@ CountedWants bit(Want want) noexcept {
 uint32_t count_in(std::atomic<uint32_t>& word) noexcept {
     uint32_t seen = word.load(std::memory_order_seq_cst);
     for (uint32_t rounds = 1;; ++rounds) {
-        if ((seen & kTakingBack) != 0 && !t_taking_back) {
+        if ((seen & kTakingBack) != 0 && t_taking_back.load(std::memory_order_relaxed) != &word) {
             if (rounds % kRelaxRoundsPerYield == 0)
                 (void)::sched_yield();
             else
@@ -74,29 +76,32 @@ bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& count
 void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) noexcept {
     std::atomic<uint32_t>& word = count_word(ch, want);
     uint32_t alone = (counted & bit(want)) != 0 ? 1 : 0;
-    if (!word.compare_exchange_strong(alone, alone | kTakingBack, std::memory_order_seq_cst))
-        return;  // another thread waits: the flag is its too
-    t_taking_back = true;
-    ch.end->disarm(want);
-    t_taking_back = false;
-    word.fetch_and(~kTakingBack, std::memory_order_seq_cst);
+    t_taking_back.store(&word, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (word.compare_exchange_strong(alone, alone | kTakingBack, std::memory_order_seq_cst)) {
+        ch.end->disarm(want);
+        word.fetch_and(~kTakingBack, std::memory_order_seq_cst);
+    }  // else another thread waits: the flag is its too
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_taking_back.store(nullptr, std::memory_order_relaxed);
+}
+
+bool others_wait(Channel& ch, Want want) noexcept {
+    return (count_word(ch, want).load(std::memory_order_seq_cst) & kCountMask) != 0;
 }
 
 // l5pgd takes a flag when it rings, and the doorbell byte may have been drained by the
 // thread that leaves now, while another sleeps on (its poll() found nothing when it looked):
-// arm again for those still counted, and when data already waits, have l5pgd ring again
-// (prepare_for_foreign_wait(): the poke).
-void stop_waiting(Channel& ch, CountedWants& counted, int fd) noexcept {
+// arm again for those still counted. Data already waiting is most likely the leaver's own,
+// which it reads next; what it leaves unread gets the others a doorbell then (the caller's
+// prepare_return(), channel.cpp, with others_wait()).
+void stop_waiting(Channel& ch, CountedWants& counted) noexcept {
     for (const Want want : {Want::Read, Want::Write}) {
         if ((counted & bit(want)) == 0)
             continue;
         const uint32_t before = count_word(ch, want).fetch_sub(1, std::memory_order_seq_cst);
-        if ((before & kCountMask) <= 1)
-            continue;
-        if (want == Want::Read)
-            ch.end->prepare_for_foreign_wait(fd);
-        else
-            (void)ch.end->arm(Want::Write, wait::kUnnamedWait);
+        if ((before & kCountMask) > 1)
+            (void)ch.end->arm(want, wait::kUnnamedWait);
     }
     counted = 0;
 }

@@ -11,8 +11,9 @@
 //     new waiter's flag, set after it counted in, is never cleared under it;
 //   - l5pgd takes the flag when it rings, and one thread drains the doorbell byte for all
 //     (a poll() that wakes to find it gone sleeps on in the kernel): a thread that leaves
-//     its wait while others stay arms again for them, and asks l5pgd for another doorbell
-//     when data already waits;
+//     its wait while others stay arms again for them, and once it has read, asks l5pgd for
+//     another doorbell when data is left (SHM: the poke; an RDMA flag is never taken
+//     back, so RDMA waiters only lose the doorbell byte);
 //   - a waiter that is not alone arms without its wait's name: l5pgd rings one session per
 //     name and round (the name stands for one poll() call), and the other thread's name
 //     could otherwise stand on a session it does not poll.
@@ -37,7 +38,9 @@ bool arm_as_waiter(Channel& ch, transport::Want want, uint64_t wait_id,
 // Takes the flag back unless another thread is counted as waiting.
 void disarm_unless_others_wait(Channel& ch, transport::Want want, CountedWants counted) noexcept;
 // The wait is over: counts the caller out of every direction it was counted in, re-arming
-// for the threads still waiting on `fd`.
-void stop_waiting(Channel& ch, CountedWants& counted, int fd) noexcept;
+// for the threads still waiting.
+void stop_waiting(Channel& ch, CountedWants& counted) noexcept;
+// Whether some thread is counted as waiting for `want` (the caller, done, is not).
+[[nodiscard]] bool others_wait(Channel& ch, transport::Want want) noexcept;
 
 }  // namespace l5pg::shim

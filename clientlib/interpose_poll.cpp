@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bitset>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -66,19 +67,25 @@ class MixedPoll {
   public:
     MixedPoll(pollfd* fds, nfds_t n)
         : fds_(fds), n_(n), arena_(inline_.data(), inline_.size()), entries_(n, &arena_) {
+        std::bitset<kMaxChannels> seen;  // channels named so far (a rare repeat is looked up)
         for (nfds_t i = 0; i < n_; ++i) {
             Entry& e = entries_[i];
             e.channel = ChannelRef::of(fds_[i].fd);
             e.kind = e.channel ? FdKind::Upgraded : fd_lookup(fds_[i].fd).kind;
             if (e.kind == FdKind::Upgraded && !e.channel)
                 e.kind = FdKind::Untracked;  // closed just now: libc's again
+            if (e.kind == FdKind::Upgraded) {
+                const uint32_t index = channel_index(*e.channel);
+                e.counted_by = seen.test(index) ? counted_for(e.channel.get(), i) : &e.counted;
+                seen.set(index);
+            }
         }
     }
 
     ~MixedPoll() {
-        for (nfds_t i = 0; i < n_; ++i) {
-            if (entries_[i].kind == FdKind::Upgraded)
-                stop_waiting(*entries_[i].channel, entries_[i].counted, fds_[i].fd);
+        for (Entry& e : entries_) {
+            if (e.kind == FdKind::Upgraded && e.counted_by == &e.counted)
+                stop_waiting(*e.channel, e.counted);
         }
     }
     MixedPoll(const MixedPoll&) = delete;
@@ -110,13 +117,13 @@ class MixedPoll {
         bool arm() noexcept {
             const uint64_t wait_id = wait::next_wait_id();
             poll_.for_each_upgraded_entry([wait_id](Entry& e, short events) {
-                channel_arm(*e.channel, events, wait_id, e.counted);
+                channel_arm(*e.channel, events, wait_id, *e.counted_by);
             });
             return true;
         }
         void disarm() noexcept {
             poll_.for_each_upgraded_entry(
-                [](Entry& e, short events) { channel_disarm(*e.channel, events, e.counted); });
+                [](Entry& e, short events) { channel_disarm(*e.channel, events, *e.counted_by); });
         }
         // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
         // again, where the rings are looked at first.
@@ -209,7 +216,7 @@ class MixedPoll {
             const Entry& entry = entries_[i];
             fds_[i].events = entry.saved_events;
             if (entry.kind == FdKind::Upgraded) {
-                channel_disarm(*entry.channel, fds_[i].events, entry.counted);
+                channel_disarm(*entry.channel, fds_[i].events, *entry.counted_by);
                 if (rc > 0 && fds_[i].revents != 0)
                     channel_drain(*entry.channel, fds_[i].fd);
                 fds_[i].revents = 0;
@@ -259,7 +266,20 @@ class MixedPoll {
         ChannelRef channel;        // Upgraded only
         short saved_events = 0;    // the caller's events while block() asks for others
         CountedWants counted = 0;  // this call counts as a waiter on the channel (arm())
+        // The first entry's `counted` when the array names the channel more than once (a
+        // call counts as one waiter per channel); else &counted.
+        CountedWants* counted_by = nullptr;
     };
+
+    // The `counted` of the first upgraded entry before `i` on the same channel, or entry
+    // i's own.
+    CountedWants* counted_for(const Channel* ch, nfds_t i) noexcept {
+        for (nfds_t j = 0; j < i; ++j) {
+            if (entries_[j].kind == FdKind::Upgraded && entries_[j].channel.get() == ch)
+                return entries_[j].counted_by;
+        }
+        return &entries_[i].counted;
+    }
 
     template <class Fn>
     void for_each_upgraded_entry(Fn fn) noexcept {

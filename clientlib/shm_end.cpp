@@ -161,11 +161,12 @@ void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
         if (!rx_.has_data())
             return;  // Dekker re-check: the flag covers what comes next
     }
-    if (poke_outstanding_.load(std::memory_order_relaxed))
+    // Claimed before the byte goes out: another thread may drain the answer at once.
+    if (poke_outstanding_.exchange(true, std::memory_order_relaxed))
         return;
     rx_.arm();
-    ring(fd);
-    poke_outstanding_.store(true, std::memory_order_relaxed);
+    if (!ring(fd))
+        poke_outstanding_.store(false, std::memory_order_relaxed);
 }
 
 // As on a Unix socket whose peer closed: POLLHUP at once, beside POLLIN while data is left.

@@ -24,7 +24,13 @@ bool wait_for(int fd, short events, const UpgradeDeadline& deadline) noexcept {
 
 bool await_connected(int fd) noexcept {
     const UpgradeDeadline deadline(settings().upgrade_timeout_ms);
-    for (pollfd p{fd, POLLOUT, 0}; real().poll(&p, 1, 0) == 0; p.revents = 0) {
+    for (;;) {
+        pollfd p{fd, POLLOUT, 0};
+        const int rc = real().poll(&p, 1, 0);  // EINTR too when a signal is pending
+        if (rc > 0)
+            break;
+        if (rc < 0 && errno != EINTR)
+            return false;
         if (!wait_for(fd, POLLOUT, deadline))
             return false;  // ETIMEDOUT or poll's error; EINTR only looks again
     }

@@ -331,7 +331,7 @@ TEST_CASE("channel poll support: arm and disarm set and take back the end's flag
     l5pg::shim::channel_disarm(*c.ch, POLLIN, counted);
     CHECK_FALSE(c.end.armed(Want::Read));
     CHECK(c.end.armed(Want::Write));
-    l5pg::shim::stop_waiting(*c.ch, counted, c.app);
+    l5pg::shim::stop_waiting(*c.ch, counted);
 }
 
 TEST_CASE("channel references: only the last release closes the end, once", "[shim]") {
