@@ -275,11 +275,14 @@ void Server::signal_cb(int sig, short, void* arg) {
         self->reload();
         return;
     }
-    self->service_.stopping();
     if (sig == SIGINT && !self->draining()) {
+        // Not STOPPING=1 yet (STATUS= says "draining"): systemd would take it for the start of
+        // a stop and SIGKILL l5pgd TimeoutStopSec later. A drain `systemctl stop` begins is
+        // bounded by the unit's ExecStop; one begun by hand lasts until its sessions end.
         self->begin_graceful_shutdown();
         return;
     }
+    self->service_.stopping();
     spdlog::info("received signal {}: shutting down now", sig);
     event_base_loopbreak(self->base_.get());
 }

@@ -1,6 +1,6 @@
 """systemd's Type=notify protocol (sd_notify(3)) against a NOTIFY_SOCKET this test owns:
 READY=1 once l5pgd accepts, RELOADING=1/READY=1 around SIGHUP, STATUS=, WATCHDOG=1 at half
-of WATCHDOG_USEC, STOPPING=1 on SIGTERM."""
+of WATCHDOG_USEC, STOPPING=1 on SIGTERM, and on SIGINT only once the drain is over."""
 import os
 import re
 import signal
@@ -95,6 +95,36 @@ def test_notify_protocol(workdir, cluster, notify, monkeypatch, request):
         d.proc.wait(timeout=10)
     finally:
         d.stop()
+
+
+@pytest.mark.timeout(60)
+def test_sigint_drain_is_not_a_stop_for_systemd(workdir, cluster, tmp_path, monkeypatch):
+    """SIGINT's drain says "draining" in STATUS= and STOPPING=1 only when it is over: systemd
+    takes STOPPING=1 for a stop it then bounds by TimeoutStopSec, and SIGKILLed a drain
+    begun by hand (`kill -INT`) after it, without a word to the clients."""
+    notify = NotifySocket(str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("NOTIFY_SOCKET", notify.address)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    d = L5pgd(workdir / "notify-drain", cluster, workers=1)
+    d.start()
+    sleeper = None
+    try:
+        notify.wait_for(lambda f: f.get("READY") == "1", 10, "READY=1")
+        sleeper = popen(psql_cmd("-c", "select pg_sleep(3)"), unix_target(d))
+        notify.wait_for(lambda f: "unix 1" in f.get("STATUS", ""), 5, "the open session")
+        d.proc.send_signal(signal.SIGINT)
+        draining = notify.wait_for(lambda f: "draining" in f.get("STATUS", ""), 5, "draining")
+        assert "STOPPING" not in draining
+        assert sleeper.wait(timeout=30) == 0
+        stopping = notify.wait_for(lambda f: f.get("STOPPING") == "1", 10, "STOPPING=1")
+        assert all("STOPPING" not in m for m in notify.messages[:-1]), notify.messages
+        assert d.proc.wait(timeout=10) == 0
+        assert stopping
+    finally:
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+        d.stop()
+        notify.close()
 
 
 def test_without_notify_socket(l5pgd):
