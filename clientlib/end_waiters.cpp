@@ -76,6 +76,8 @@ bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& count
 void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) noexcept {
     std::atomic<uint32_t>& word = count_word(ch, want);
     uint32_t alone = (counted & bit(want)) != 0 ? 1 : 0;
+    // A signal handler's wait runs this too: put back the marker of what it interrupted.
+    const std::atomic<uint32_t>* interrupted = t_taking_back.load(std::memory_order_relaxed);
     t_taking_back.store(&word, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     if (word.compare_exchange_strong(alone, alone | kTakingBack, std::memory_order_seq_cst)) {
@@ -83,7 +85,7 @@ void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) noe
         word.fetch_and(~kTakingBack, std::memory_order_seq_cst);
     }  // else another thread waits: the flag is its too
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_taking_back.store(nullptr, std::memory_order_relaxed);
+    t_taking_back.store(interrupted, std::memory_order_relaxed);
 }
 
 bool others_wait(Channel& ch, Want want) noexcept {

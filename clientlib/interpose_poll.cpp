@@ -76,7 +76,7 @@ class MixedPoll {
                 e.kind = FdKind::Untracked;  // closed just now: libc's again
             if (e.kind == FdKind::Upgraded) {
                 const uint32_t index = channel_index(*e.channel);
-                e.counted_by = seen.test(index) ? counted_for(e.channel.get(), i) : &e.counted;
+                e.counted_in = seen.test(index) ? counted_in(e.channel.get(), i) : i;
                 seen.set(index);
             }
         }
@@ -84,7 +84,7 @@ class MixedPoll {
 
     ~MixedPoll() {
         for (Entry& e : entries_) {
-            if (e.kind == FdKind::Upgraded && e.counted_by == &e.counted)
+            if (e.kind == FdKind::Upgraded && &counted_of(e) == &e.counted)
                 stop_waiting(*e.channel, e.counted);
         }
     }
@@ -116,14 +116,15 @@ class MixedPoll {
         // Every upgraded fd under one name: l5pgd rings one of them, which ends the wait.
         bool arm() noexcept {
             const uint64_t wait_id = wait::next_wait_id();
-            poll_.for_each_upgraded_entry([wait_id](Entry& e, short events) {
-                channel_arm(*e.channel, events, wait_id, *e.counted_by);
+            poll_.for_each_upgraded_entry([this, wait_id](Entry& e, short events) {
+                channel_arm(*e.channel, events, wait_id, poll_.counted_of(e));
             });
             return true;
         }
         void disarm() noexcept {
-            poll_.for_each_upgraded_entry(
-                [](Entry& e, short events) { channel_disarm(*e.channel, events, *e.counted_by); });
+            poll_.for_each_upgraded_entry([this](Entry& e, short events) {
+                channel_disarm(*e.channel, events, poll_.counted_of(e));
+            });
         }
         // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
         // again, where the rings are looked at first.
@@ -216,7 +217,7 @@ class MixedPoll {
             const Entry& entry = entries_[i];
             fds_[i].events = entry.saved_events;
             if (entry.kind == FdKind::Upgraded) {
-                channel_disarm(*entry.channel, fds_[i].events, *entry.counted_by);
+                channel_disarm(*entry.channel, fds_[i].events, counted_of(entry));
                 if (rc > 0 && fds_[i].revents != 0)
                     channel_drain(*entry.channel, fds_[i].fd);
                 fds_[i].revents = 0;
@@ -263,22 +264,25 @@ class MixedPoll {
 
     struct Entry {
         FdKind kind = FdKind::Untracked;
+        // The entry whose `counted` stands for this call on the channel: its own, or the
+        // first one's when the array names the channel more than once (one waiter per
+        // channel). An index, not a pointer: Entry stays 24 bytes (kInlineBytes).
+        uint32_t counted_in = 0;
         ChannelRef channel;        // Upgraded only
         short saved_events = 0;    // the caller's events while block() asks for others
         CountedWants counted = 0;  // this call counts as a waiter on the channel (arm())
-        // The first entry's `counted` when the array names the channel more than once (a
-        // call counts as one waiter per channel); else &counted.
-        CountedWants* counted_by = nullptr;
     };
+    static_assert(sizeof(Entry) <= 24);
 
-    // The `counted` of the first upgraded entry before `i` on the same channel, or entry
-    // i's own.
-    CountedWants* counted_for(const Channel* ch, nfds_t i) noexcept {
+    CountedWants& counted_of(const Entry& e) noexcept { return entries_[e.counted_in].counted; }
+
+    // The index of the first upgraded entry before `i` on the same channel, or i.
+    uint32_t counted_in(const Channel* ch, nfds_t i) noexcept {
         for (nfds_t j = 0; j < i; ++j) {
             if (entries_[j].kind == FdKind::Upgraded && entries_[j].channel.get() == ch)
-                return entries_[j].counted_by;
+                return entries_[j].counted_in;
         }
-        return &entries_[i].counted;
+        return static_cast<uint32_t>(i);
     }
 
     template <class Fn>

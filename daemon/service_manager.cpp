@@ -73,8 +73,9 @@ void ServiceManager::send_status() {
     notifier_.send("STATUS=" + last_status_);
 }
 
-// Keeps pinging while stopping too: a graceful shutdown may wait for sessions longer
-// than WatchdogSec, and TimeoutStopSec bounds it already.
+// Keeps pinging while stopping and draining too: a graceful shutdown may wait for sessions
+// longer than WatchdogSec (the unit's ExecStop bounds the one `systemctl stop` begins; one
+// begun by hand lasts until its sessions end).
 void ServiceManager::watchdog_cb(int, short, void* arg) {
     auto* self = static_cast<ServiceManager*>(arg);
     if (self->responsive_())
