@@ -1,11 +1,9 @@
 // Pieces both upgrade handshakes (upgrade.cpp: SHM, upgrade_rdma.cpp: RDMA) share.
 #pragma once
 
-#include <time.h>
-
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
-#include <cstdint>
 
 #include "clientlib/debug_log.hpp"
 #include "clientlib/upgrade.hpp"
@@ -19,26 +17,22 @@ namespace l5pg::shim {
 // Whether the application made the socket non-blocking (the channel keeps that up).
 [[nodiscard]] bool socket_nonblocking(int fd) noexcept;
 
-// The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS) as a CLOCK_MONOTONIC
-// deadline: a loop of short reads or writes, EINTR (an application's interval timer) or
-// spurious wake-ups all draw on the same budget, and none shrinks what is left of it.
+// The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS) as a deadline: a loop of
+// short reads or writes, EINTR (an application's interval timer) or spurious wake-ups all
+// draw on the same budget, and none shrinks what is left of it.
 class UpgradeDeadline {
   public:
-    explicit UpgradeDeadline(int budget_ms) noexcept : at_ns_(now_ns() + budget_ms * kNsPerMs) {}
+    explicit UpgradeDeadline(int budget_ms) noexcept
+        : at_(clock::now() + std::chrono::milliseconds(budget_ms)) {}
     // Milliseconds left, rounded up; 0 once the deadline passed.
     [[nodiscard]] int remaining_ms() const noexcept {
-        const int64_t left = at_ns_ - now_ns();
-        return left <= 0 ? 0 : static_cast<int>((left + kNsPerMs - 1) / kNsPerMs);
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(at_ - clock::now());
+        return left.count() <= 0 ? 0 : static_cast<int>(left.count());
     }
 
   private:
-    static constexpr int64_t kNsPerMs = 1'000'000;
-    static int64_t now_ns() noexcept {
-        timespec ts{};
-        (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-        return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-    }
-    int64_t at_ns_;
+    using clock = std::chrono::steady_clock;
+    clock::time_point at_;
 };
 
 // Waits for `events` on fd until the deadline. False with errno set once it passed

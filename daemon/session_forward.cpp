@@ -102,10 +102,13 @@ void Session::on_ready_for_query() {
 }
 
 void Session::note_idle() {
-    if (record_) {
-        record_->active.store(false, std::memory_order_relaxed);
+    if (!record_)
+        return;
+    record_->active.store(false, std::memory_order_relaxed);
+    // An answer that ends in the chunk it began in (a point read's) has its time noted by
+    // set_awaiting_upstream(false) right after: one clock read per round trip, not two.
+    if (!awaiting_upstream_)
         record_->note_activity(std::chrono::steady_clock::now());
-    }
 }
 
 bool Session::poll_channel() {

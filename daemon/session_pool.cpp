@@ -254,8 +254,8 @@ void Session::greet_client() {
     const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());
     from_upstream_.feed(greeting);  // its ReadyForQuery answers no request of the client's
     send_to_client(greeting);
-    set_awaiting_upstream(false);
     note_idle();
+    set_awaiting_upstream(false);
 }
 
 // Postgres asked for a password, refused, or said something else we do not keep: the
