@@ -12,6 +12,8 @@
 #include <set>
 #include <string_view>
 
+#include <sys/un.h>
+
 #include "transport/ring_bounds.hpp"
 #include "transport/wait/defaults.hpp"
 
@@ -443,14 +445,23 @@ void apply_document(Config& config, const YAML::Node& root) {
     }
 }
 
+// One document: YAML::Load would stop at a second `---` and silently drop the rest (a file
+// made of snippets that each begin with `---` would lose, say, its tls section).
 YAML::Node parse_yaml(const std::string& text, const std::string& origin) {
+    std::vector<YAML::Node> documents;
     try {
-        return YAML::Load(text);
+        documents = YAML::LoadAll(text);
     } catch (const YAML::ParserException& e) {
         throw ConfigError(origin + ": YAML syntax error at line " +
                           std::to_string(e.mark.line + 1) + ", column " +
                           std::to_string(e.mark.column + 1) + ": " + e.msg);
     }
+    if (documents.size() > 1) {
+        throw ConfigError(origin + ": " + std::to_string(documents.size()) +
+                          " YAML documents (separated by '---'); l5pgd reads one: merge them "
+                          "into one mapping of sections");
+    }
+    return documents.empty() ? YAML::Node() : documents.front();
 }
 
 void apply_override(Config& config, const std::string& item) {
@@ -468,6 +479,20 @@ void apply_override(Config& config, const std::string& item) {
         fail(key, "invalid YAML value: " + e.msg + " (" + where + ")");
     }
     apply(config, key, value, where);
+}
+
+// A socket directory whose "<dir>/.s.PGSQL.<port>" does not fit sockaddr_un's sun_path
+// would pass a reload and then fail every connect (or bind) with ENAMETOOLONG.
+void check_socket_path_fits(const std::string& key, const std::string& dir, uint16_t port) {
+    if (dir.empty()) {
+        return;
+    }
+    const std::string path = socket_path(dir, port);
+    if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+        fail(key, "too long: the socket path \"" + path + "\" has " + std::to_string(path.size()) +
+                      " bytes, a Unix socket's at most " +
+                      std::to_string(sizeof(sockaddr_un::sun_path) - 1));
+    }
 }
 
 // Rules spanning several keys; single-key ranges are checked while parsing.
@@ -500,6 +525,12 @@ void validate(const Config& config) {
     if (config.upstream.host.empty() && config.upstream.unix_socket_dir.empty()) {
         fail("upstream.unix_socket_dir",
              "may not be empty when upstream.host is empty (no way to reach PostgreSQL)");
+    }
+    check_socket_path_fits("listen.unix_socket_dir", config.listen.unix_socket_dir,
+                           config.listen.port);
+    if (config.upstream.host.empty()) {
+        check_socket_path_fits("upstream.unix_socket_dir", config.upstream.unix_socket_dir,
+                               config.upstream.port);
     }
 }
 
@@ -545,6 +576,10 @@ bool all_digits(std::string_view s) {
 }
 
 }  // namespace
+
+std::string socket_path(const std::string& dir, uint16_t port) {
+    return fmt::format("{}/.s.PGSQL.{}", dir, port);
+}
 
 std::string_view to_string(AuthMethod m) noexcept {
     switch (m) {
@@ -594,11 +629,18 @@ std::string_view to_string(TlsMode m) noexcept {
     return "?";
 }
 
-Config load(const std::string& path, const std::vector<std::string>& overrides) {
+Config load(const std::string& path, const std::vector<std::string>& overrides,
+            EmptyFile empty_file) {
     if (path.empty()) {
         return build(YAML::Node(), overrides);
     }
-    return build(parse_yaml(read_file(path), path), overrides);
+    const YAML::Node root = parse_yaml(read_file(path), path);
+    if (root.IsNull() && empty_file == EmptyFile::Refuse) {
+        throw ConfigError(path +
+                          ": no settings (empty, or only comments); it would reset every key to "
+                          "its default");
+    }
+    return build(root, overrides);
 }
 
 Config load_from_string(const std::string& yaml, const std::vector<std::string>& overrides) {

@@ -190,9 +190,16 @@ struct Config {
     AdminConfig admin;
 };
 
+// What a file without a setting (empty, or only comments) means.
+enum class EmptyFile {
+    Defaults,  // at start: every key at its default
+    Refuse,    // at a reload: more likely a file caught mid-write than a wish to reset all
+};
+
 // Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted
 // keys as in the YAML), validates. Unknown keys are errors (typos must not pass).
-[[nodiscard]] Config load(const std::string& path, const std::vector<std::string>& overrides);
+[[nodiscard]] Config load(const std::string& path, const std::vector<std::string>& overrides,
+                          EmptyFile empty_file = EmptyFile::Defaults);
 
 // Same, from YAML text (for tests).
 [[nodiscard]] Config load_from_string(const std::string& yaml,
@@ -202,6 +209,9 @@ struct Config {
 // listener, say): one line each, naming the key, for l5pgd to warn about at start, at a
 // reload and in --check. Not errors: a file shared by several hosts may hold them.
 [[nodiscard]] std::vector<std::string> settings_without_effect(const Config& config);
+
+// "<dir>/.s.PGSQL.<port>": where PostgreSQL (and l5pgd, like it) puts a Unix socket.
+[[nodiscard]] std::string socket_path(const std::string& dir, uint16_t port);
 
 // Splits "host:port" / "[v6]:port". Throws ConfigError naming `key`.
 [[nodiscard]] std::pair<std::string, uint16_t> parse_host_port(const std::string& key,

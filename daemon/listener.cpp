@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "config/config.hpp"
+
 namespace l5pg::daemon {
 namespace {
 
@@ -77,7 +79,7 @@ std::string UnixListener::marker_path(const std::string& socket_path) {
 }
 
 UnixListener::UnixListener(const std::string& dir, uint16_t port, int backlog, uint32_t mode)
-    : path_(fmt::format("{}/.s.PGSQL.{}", dir, port)) {
+    : path_(config::socket_path(dir, port)) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
         throw std::runtime_error(

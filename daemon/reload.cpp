@@ -12,7 +12,7 @@ namespace {
 
 std::optional<config::Config> load_again(const ConfigSource& source) {
     try {
-        return config::load(source.path, source.overrides);
+        return config::load(source.path, source.overrides, config::EmptyFile::Refuse);
     } catch (const config::ConfigError& e) {
         spdlog::error("reload: invalid configuration, keeping the running one: {}", e.what());
         return std::nullopt;

@@ -82,7 +82,7 @@ int finish_upstream_connect(int fd) noexcept {
 
 std::string describe_upstream(const config::UpstreamConfig& cfg) {
     if (cfg.host.empty())
-        return fmt::format("{}/.s.PGSQL.{}", cfg.unix_socket_dir, cfg.port);
+        return config::socket_path(cfg.unix_socket_dir, cfg.port);
     return fmt::format("{}:{}", cfg.host, cfg.port);
 }
 

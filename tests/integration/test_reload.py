@@ -116,6 +116,11 @@ def test_bad_file_keeps_running_configuration(configured):
     assert "reload: invalid configuration" in d.reload()
     assert psql(shm_target(d), "select 2") == "2"
 
+    # Caught mid-write: no setting at all would reset every key to its default.
+    config.write_text("# l5pgd.yaml\n")
+    assert "no settings (empty, or only comments)" in d.reload()
+    assert d.metric("l5pg_config_last_reload_successful") == 0
+
     time.sleep(1.1)  # the timestamp counts seconds
     config.write_text(good)
     assert "reload: done" in d.reload()

@@ -267,6 +267,13 @@ TEST_CASE("files: missing, syntax error, example") {
         out << "listen:\n  port: 6500\n";
     }
     CHECK(load(path, {"workers.count=3"}).listen.port == 6500);
+    {
+        std::ofstream out(path);
+        out << "# everything commented out\n";
+    }
+    CHECK(load(path, {}).listen.port == 6432);
+    CHECK_THROWS_WITH(load(path, {}, l5pg::config::EmptyFile::Refuse),
+                      StartsWith(path + ": no settings (empty, or only comments)"));
     std::remove(path.c_str());
 
     const Config example = load(L5PG_SOURCE_DIR "/config/l5pgd.example.yaml", {});
@@ -398,4 +405,28 @@ TEST_CASE("settings without effect are named, the defaults have none") {
         StartsWith("pool.mode: session has no effect"));
     CHECK_THAT(settings_without_effect(load_from_string("", {"rdma.enabled=true"})).back(),
                StartsWith("rdma.enabled: no effect, auth.tcp is reject"));
+}
+
+TEST_CASE("one YAML document: a second one is an error, not ignored") {
+    CHECK(load_from_string("---\nlisten:\n  port: 6500\n", {}).listen.port == 6500);
+    CHECK(load_from_string("listen:\n  port: 6500\n...\n", {}).listen.port == 6500);
+    CHECK_THAT(error_of("listen:\n  port: 6500\n---\ntls:\n  mode: require\n"),
+               Contains("2 YAML documents") && Contains("merge them"));
+    CHECK_THAT(error_of("---\nlisten: {}\n---\nauth: {}\n---\ntls: {}\n"),
+               Contains("3 YAML documents"));
+}
+
+TEST_CASE("a Unix socket path longer than sun_path is refused when loading") {
+    const std::string dir(100, 'd');
+    CHECK_THAT(error_of("upstream:\n  unix_socket_dir: /" + dir + "\n"),
+               StartsWith("upstream.unix_socket_dir: too long: the socket path \"/" + dir +
+                          "/.s.PGSQL.5432\" has 115 bytes, a Unix socket's at most 107"));
+    CHECK_THAT(error_of("listen:\n  unix_socket_dir: /" + dir + "\n"),
+               StartsWith("listen.unix_socket_dir: too long"));
+    // Not used when upstream.host is set (TCP).
+    CHECK(error_of("upstream:\n  host: 127.0.0.1\n  unix_socket_dir: /" + dir + "\n").empty());
+    // 94 bytes of directory + "/.s.PGSQL.5432" = 108: one too many; 93 fits.
+    CHECK_THAT(error_of("upstream:\n  unix_socket_dir: /" + std::string(93, 'd') + "\n"),
+               Contains("has 108 bytes"));
+    CHECK(error_of("upstream:\n  unix_socket_dir: /" + std::string(92, 'd') + "\n").empty());
 }
