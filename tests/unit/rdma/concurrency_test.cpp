@@ -116,3 +116,45 @@ TEST_CASE("mailbox array: slots, scanning, limits", "[rdma][concurrency]") {
     CHECK(mb->scan(out) == 0);
     CHECK(mb->acquire() == std::optional<uint32_t>(9));
 }
+
+TEST_CASE("mailbox array: a scan goes on where the last one stopped", "[rdma][concurrency]") {
+    // 64 clients that set their bytes again as soon as they are cleared must not hide the
+    // ones above them, nor keep a caller that scans until a scan comes back short busy.
+    std::string error;
+    auto mb = MailboxArray::create(200, error);
+    REQUIRE(mb.has_value());
+    for (int i = 0; i < 200; ++i)
+        REQUIRE(mb->acquire().has_value());
+    std::array<uint32_t, 64> out{};
+    const auto set = [&](uint32_t from, uint32_t to) {
+        for (uint32_t s = from; s < to; ++s)
+            store_u8(mb->slot_addr(s), 1, std::memory_order_release);
+    };
+    set(0, 64);
+    set(150, 151);
+    set(199, 200);
+    REQUIRE(mb->scan(out) == 64);
+    CHECK(out.front() == 0);
+    CHECK(out.back() == 63);
+    set(0, 64);  // again at once
+    REQUIRE(mb->scan(out) == 2);
+    CHECK(out[0] == 150);
+    CHECK(out[1] == 199);
+    // The end was reached: the next scan starts over.
+    REQUIRE(mb->scan(out) == 64);
+    CHECK(out.front() == 0);
+    CHECK(mb->scan(out) == 0);
+    // Mid-word resumption: 3 fit, so the scan stops after slot 7; set again, 5–7 wait
+    // for the scan after the next, which begins at slot 8.
+    set(5, 8);
+    set(10, 12);
+    std::array<uint32_t, 3> few{};
+    REQUIRE(mb->scan(few) == 3);
+    CHECK(few == std::array<uint32_t, 3>{5, 6, 7});
+    set(5, 8);
+    REQUIRE(mb->scan(few) == 2);
+    CHECK(few[0] == 10);
+    CHECK(few[1] == 11);
+    REQUIRE(mb->scan(few) == 3);
+    CHECK(few == std::array<uint32_t, 3>{5, 6, 7});
+}

@@ -44,21 +44,24 @@ size_t MailboxArray::scan(std::span<uint32_t> out) noexcept {
     size_t n = 0;
     // Slots past used_end_ are free; their bytes were zeroed at release and no client
     // holds a memory region on them.
-    const uint32_t words = (used_end_ + 7) / 8;
-    for (uint32_t w = 0; w < words && n < out.size(); ++w) {
-        std::byte* base = memory_.data() + size_t{w} * 8;
-        if (atomic_at<uint64_t>(base).load(std::memory_order_relaxed) == 0)
-            continue;  // the common case: eight idle clients in one load
-        for (uint32_t b = 0; b < 8 && n < out.size(); ++b) {
-            const uint32_t slot = w * 8 + b;
-            if (slot >= slots_ || load_u8(base + b, std::memory_order_relaxed) == 0)
-                continue;
-            // acquire: pairs with the release of the mailbox byte (the last byte of its
-            // WRITE), so the records written before it are visible.
-            if (atomic_at<uint8_t>(base + b).exchange(0, std::memory_order_acq_rel) != 0)
-                out[n++] = slot;
+    const uint32_t end = used_end_;
+    uint32_t slot = resume_at_ < end ? resume_at_ : 0;
+    while (slot < end && n < out.size()) {
+        std::byte* base = memory_.data() + slot;
+        if (slot % 8 == 0 && atomic_at<uint64_t>(base).load(std::memory_order_relaxed) == 0) {
+            slot += 8;  // the common case: eight idle clients in one load
+            continue;
         }
+        // acquire: pairs with the release of the mailbox byte (the last byte of its
+        // WRITE), so the records written before it are visible.
+        if (load_u8(base, std::memory_order_relaxed) != 0 &&
+            atomic_at<uint8_t>(base).exchange(0, std::memory_order_acq_rel) != 0)
+            out[n++] = slot;
+        ++slot;
     }
+    // The next scan goes on from here: clients that set their bytes again at once must not
+    // keep the ones above them from being seen.
+    resume_at_ = slot < end ? slot : 0;
     if (n > 0)
         std::atomic_thread_fence(std::memory_order_seq_cst);
     return n;

@@ -32,9 +32,10 @@ class MailboxArray {
     [[nodiscard]] uint32_t slots() const noexcept { return slots_; }
 
     // Clears set bytes and writes their slots to `out`, at most out.size() of them (the
-    // rest stay set for the next scan). A seq_cst fence separates the clearing from
-    // whatever the caller reads next, so a record whose mailbox WRITE lands after the
-    // clear sets the byte again instead of being missed.
+    // rest stay set for the next scan, which begins after the last slot this one looked
+    // at: n scans of out.size() cover n * out.size() set slots before one is seen twice). A seq_cst
+    // fence separates the clearing from whatever the caller reads next, so a record whose mailbox
+    // WRITE lands after the clear sets the byte again instead of being missed.
     [[nodiscard]] size_t scan(std::span<uint32_t> out) noexcept;
 
   private:
@@ -43,7 +44,8 @@ class MailboxArray {
     Buffer memory_;
     uint32_t slots_ = 0;
     std::vector<bool> used_;
-    uint32_t used_end_ = 0;  // one past the highest slot in use: scan() stops there
+    uint32_t used_end_ = 0;   // one past the highest slot in use: scan() stops there
+    uint32_t resume_at_ = 0;  // where the next scan() starts
 };
 
 }  // namespace l5pg::rdma
