@@ -15,6 +15,7 @@
 #include "test_util.hpp"
 #include "transport/rdma/atomic_bytes.hpp"
 #include "transport/rdma/soft/frame.hpp"
+#include "transport/rdma/soft/soft_qp.hpp"
 
 using namespace l5pg::rdma;
 using namespace l5pg::rdma::test;
@@ -779,4 +780,38 @@ TEST_CASE("soft: a frame's header alone does not make the QP set its length asid
     send_and_see_it_read(std::span(frame).subspan(kFrameHeaderSize));
     CHECK(resident() - before < (16l << 20));
     CHECK_FALSE(qp->failed());
+}
+
+// Each signaled WRITE owes the peer an Ack; a peer that never reads its wire but keeps
+// writing made the QP queue 32 bytes per 33 it sent, without end (any client of l5pgd's
+// soft device could grow l5pgd's memory so). An honest peer has at most its send queue's
+// depth of requests awaiting a response.
+TEST_CASE("soft: a peer that asks for acks and never reads them fails the QP", "[rdma][soft]") {
+    auto [device, pd, wire, qp] = bare_qp();
+    Region dst = make_region(*pd, 64, kRemote);
+    connect_to_soft_peer(*qp, 7);
+    using namespace l5pg::rdma::soft;
+    std::array<std::byte, kFrameHeaderSize + 1> frame{};
+    std::string reason;
+    uint64_t sent = 0;
+    // Far more than the QP's socket buffer holds of acks, and than kMaxSendQueueDepth.
+    for (; sent < 4 * kMaxSendQueueDepth + 100000 && !qp->failed(&reason); ++sent) {
+        FrameHeader h;
+        h.type = FrameType::WriteRequest;
+        h.flags = kFlagAckRequested;
+        h.length = 1;
+        h.seq = 7 + sent;
+        h.remote_addr = addr(dst.data());
+        h.rkey = dst.mr->rkey();
+        encode_frame_header(h, frame.data());
+        pollfd pfd{wire.b.get(), POLLOUT, 0};
+        if (::poll(&pfd, 1, 5000) != 1 || (pfd.revents & POLLOUT) == 0)
+            break;  // the QP stopped reading: it has failed or is about to
+        if (::send(wire.b.get(), frame.data(), frame.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(frame.size()))
+            break;
+    }
+    CHECK(eventually([&] { return qp->failed(&reason); }));
+    CHECK_THAT(reason, Catch::Contains("the peer does not read its wire"));
+    CHECK(sent < 4 * kMaxSendQueueDepth + 100000);
 }

@@ -56,7 +56,7 @@ std::unique_ptr<SoftQueuePair> SoftQueuePair::create(std::shared_ptr<RegionTable
     // on AF_UNIX sockets.
     const int one = 1;
     (void)::setsockopt(wire.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    const uint32_t depth = std::clamp<uint32_t>(options.max_send_wr, 1, 4096);
+    const uint32_t depth = std::clamp<uint32_t>(options.max_send_wr, 1, kMaxSendQueueDepth);
     return std::make_unique<SoftQueuePair>(std::move(table), config, std::move(wire), depth);
 }
 
@@ -397,6 +397,7 @@ void SoftQueuePair::on_write_request(const FrameHeader& h, const std::byte* payl
     if ((h.flags & kFlagAckRequested) != 0) {
         FrameHeader ack{FrameType::Ack, 0, 0, h.seq, 0, 0, 0};
         append_frame_locked(ack, nullptr, 0);
+        (void)note_response_locked();
     }
 }
 
@@ -423,6 +424,7 @@ void SoftQueuePair::on_read_request(const FrameHeader& h) {
                 // earlier WRITE of this QP (a wait flag) is ordered before these loads.
                 std::atomic_thread_fence(std::memory_order_seq_cst);
                 load_relaxed(out_.data() + at + kFrameHeaderSize, src, h.length);
+                (void)note_response_locked();
             });
     }
     if (status != WcStatus::Success) {
@@ -534,6 +536,15 @@ void SoftQueuePair::on_nak(const FrameHeader& h) {
 
 // ---------------------------------------------------------------- shared helpers
 
+bool SoftQueuePair::note_response_locked() {
+    unsent_response_ends_.push_back(sent_total_ + (out_.size() - out_head_));
+    if (unsent_response_ends_.size() <= kMaxSendQueueDepth)
+        return true;
+    fail_locked("the peer does not read its wire (" + std::to_string(unsent_response_ends_.size()) +
+                " responses unsent)");
+    return false;
+}
+
 void SoftQueuePair::append_frame_locked(const FrameHeader& h, const std::byte* payload, size_t n) {
     const size_t at = out_.size();
     out_.resize(at + kFrameHeaderSize + n);
@@ -548,6 +559,9 @@ int SoftQueuePair::flush_locked() {
                                         out_.size() - out_head_, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
             out_head_ += static_cast<size_t>(n);
+            sent_total_ += static_cast<uint64_t>(n);
+            while (!unsent_response_ends_.empty() && unsent_response_ends_.front() <= sent_total_)
+                unsent_response_ends_.pop_front();
             continue;
         }
         if (n < 0 && errno == EINTR)

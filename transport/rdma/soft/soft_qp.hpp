@@ -28,6 +28,9 @@
 
 namespace l5pg::rdma::soft {
 
+// The deepest send queue a soft QP has (QpOptions::max_send_wr is clamped to it).
+inline constexpr uint32_t kMaxSendQueueDepth = 4096;
+
 class SoftQueuePair final : public QueuePair, private WireHandler {
   public:
     [[nodiscard]] static std::unique_ptr<SoftQueuePair> create(std::shared_ptr<RegionTable> table,
@@ -93,6 +96,8 @@ class SoftQueuePair final : public QueuePair, private WireHandler {
     void fail_locked(std::string reason, WcStatus first_status = WcStatus::Flushed);
     void protocol_error(std::string reason);
     void start_held() noexcept;  // sends what post() held back
+    // After appending a response: false (the QP failed) if the peer does not read them.
+    [[nodiscard]] bool note_response_locked();
     [[nodiscard]] bool wait_driving(std::chrono::nanoseconds timeout);
 
     const std::shared_ptr<RegionTable> table_;
@@ -112,6 +117,11 @@ class SoftQueuePair final : public QueuePair, private WireHandler {
     std::deque<Completion> completions_;
     std::vector<std::byte> out_;  // outgoing frames; out_[out_head_..] not yet sent
     size_t out_head_ = 0;
+    uint64_t sent_total_ = 0;  // bytes of out_ sent so far, over the QP's life
+    // Where each response (Ack, Nak, READ response) queued but not yet sent ends, counted
+    // like sent_total_: an honest peer cannot have more requests awaiting one than its
+    // send queue holds, so more than kMaxSendQueueDepth means it does not read its wire.
+    std::deque<uint64_t> unsent_response_ends_;
     uint64_t next_seq_;
     int send_error_ = 0;               // errno of a failed send, not yet acted upon
     uint32_t awaiting_ = 0;            // pending requests that will get a response
