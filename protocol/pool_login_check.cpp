@@ -27,7 +27,19 @@ namespace {
 //
 // The fifth is every pg_db_role_setting row a login of this role to this database applies
 // (process_settings(): the role in the database, the role, the database, all roles), in a
-// fixed order; pg_db_role_setting is readable by every role.
+// fixed order; pg_db_role_setting is readable by every role. It begins with "superuser "
+// for a superuser: Postgres 15 decides SET SESSION AUTHORIZATION by the superuser flag the
+// login had, so a role demoted since must not get its old backend.
+//
+// The sixth: the role the backend runs as, set at login (a StartupMessage's role or
+// options -c role=, ALTER ROLE ... SET role), may still be taken by the login role.
+// Postgres checks that membership when the setting is applied, at login, and RESET ROLE
+// returns to the role then resolved without asking again (SET option from Postgres 16).
+//
+// The seventh: the client set no superuser-only parameter at login (PGOPTIONS='-c
+// session_replication_role=replica' after GRANT SET ON PARAMETER), unless its role is a
+// superuser: that grant is checked at login only, and which were granted cannot be asked on
+// every version, so such a backend is not kept at all.
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
     "d.datconnlimit OPERATOR(pg_catalog.<>) '-2'::pg_catalog.int4 AND "
@@ -43,15 +55,23 @@ constexpr std::string_view kQuery =
     "WHERE a.datid OPERATOR(pg_catalog.=) d.oid AND (a.backend_type IS NULL OR "
     "a.backend_type OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[]))) "
     "OPERATOR(pg_catalog.<=) d.datconnlimit)), "
+    "pg_catalog.concat(CASE WHEN r.rolsuper THEN 'superuser ' END, "
     "COALESCE((SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', s.setdatabase, s.setrole, "
     "s.setconfig), ';' ORDER BY s.setdatabase, s.setrole) "
     "FROM pg_catalog.pg_db_role_setting s "
     "WHERE s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY['0'::pg_catalog.oid, d.oid]) AND "
-    "s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY['0'::pg_catalog.oid, r.oid])), '') "
+    "s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY['0'::pg_catalog.oid, r.oid])), '')), "
+    "current_user OPERATOR(pg_catalog.=) session_user OR r.rolsuper OR "
+    "pg_catalog.pg_has_role(session_user, current_user, CASE WHEN "
+    "pg_catalog.current_setting('server_version_num')::pg_catalog.int4 "
+    "OPERATOR(pg_catalog.>=) 160000 THEN 'SET' ELSE 'MEMBER' END), "
+    "r.rolsuper OR NOT EXISTS (SELECT FROM pg_catalog.pg_settings g "
+    "WHERE g.source OPERATOR(pg_catalog.=) 'client' AND "
+    "g.context OPERATOR(pg_catalog.=) 'superuser') "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
     "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
-constexpr size_t kColumns = 5;
+constexpr size_t kColumns = 7;
 // A message of the answer (the settings' row may be long), and the answer in all.
 constexpr size_t kMaxMessage = 1024 * 1024;
 constexpr size_t kMaxCheckReply = 4 * 1024 * 1024;
@@ -143,12 +163,22 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
         failure_ = "its role or database has reached its CONNECTION LIMIT";
         return false;
     }
+    if ((*values)[5] != "t") {
+        failure_ = "its login role may no longer take the role it runs as (role set at login)";
+        return false;
+    }
+    if ((*values)[6] != "t") {
+        failure_ =
+            "its client set a superuser-only parameter at login, which Postgres allows by a "
+            "grant it checks at login only";
+        return false;
+    }
     if (purpose_ == Purpose::AtStart) {
         settings_ = (*values)[4];
     } else if ((*values)[4] != settings_) {
         failure_ =
             "the settings a login of its role to its database takes (ALTER ROLE / ALTER "
-            "DATABASE ... SET) changed since it started";
+            "DATABASE ... SET), or its SUPERUSER attribute, changed since it started";
         return false;
     }
     return true;

@@ -3,11 +3,14 @@
 // be the one a new login by that name would get (not renamed, nor replaced by a new role of
 // the old name), may still log in (NOLOGIN), and its database must still take it (its name,
 // datallowconn, the CONNECT privilege), and the role's and the database's CONNECTION LIMIT
-// must not be exceeded, the backend counted as the new login. The same query also reads the
+// must not be exceeded, the backend counted as the new login; the role it runs as (set at
+// login) must still be granted to its login role, and its client must have set no
+// superuser-only parameter at login (a grant checked then only). The same query also reads the
 // settings a login takes from pg_db_role_setting (ALTER ROLE / ALTER DATABASE ... SET,
 // ALTER ROLE ... IN DATABASE ... SET, ALTER ROLE ALL SET): asked right after a new backend's
 // greeting (Purpose::AtStart) they are what the backend runs with, and before each reuse
-// they must still be the same, or a new login would get other settings.
+// they must still be the same, or a new login would get other settings (the role's SUPERUSER
+// attribute is part of them).
 //
 // Any other answer, an error included, fails. Before a reuse l5pgd then opens a new backend,
 // where Postgres's own checks apply and the client gets Postgres's own refusal; at the start

@@ -1108,6 +1108,73 @@ def test_kept_backend_is_checked_for_its_login_role_not_the_role_it_runs_as(
         cluster.sql(f"drop owned by {owner}; drop role if exists {owner}")
 
 
+def test_kept_backend_is_not_reused_once_the_role_it_runs_as_is_revoked(
+        l5pgd, cluster, login_role):
+    """options -c role=...: Postgres checks the membership when a login sets it, and RESET ROLE
+    returns to the role then resolved without asking again. After a REVOKE the next client
+    gets Postgres's own refusal, as on a direct connection (it got the backend, running with
+    the revoked role's rights)."""
+    granted = f"{login_role}_granted"
+    cluster.sql(f"create role {granted} nologin; grant {granted} to {login_role}")
+    try:
+        d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", login_role)])
+        target, app = unix_target(d), new_app()
+        env = {"PGUSER": login_role, "PGDATABASE": login_role,
+               "PGOPTIONS": f"-c role={granted}"}
+        first = backend_pid(target, app=app, env=env)
+        wait_idle(d, 1)
+        lines = psql_lines(target, "select pg_backend_pid()", "select current_user", app=app,
+                           env=env)
+        assert (int(lines[0]), lines[-1]) == (first, granted), "not reused while nothing changed"
+        wait_idle(d, 1)
+        cluster.sql(f"revoke {granted} from {login_role}")
+        r = psql_lines(target, "select current_user", app=app, env=env, check=False)
+        assert r.returncode != 0, r.stdout
+        assert "permission denied to set role" in r.stderr, r.stderr
+        assert pool_metric(d, REUSE_REFUSED) == 1
+        assert "not reused: its login role may no longer take the role it runs as" in d.log_text()
+        wait_backend_gone(cluster, first)
+    finally:
+        cluster.sql(f"drop role if exists {granted}")
+
+
+def test_kept_backend_of_a_demoted_superuser_is_not_reused(l5pgd, cluster, login_role):
+    """Postgres 15 decides SET SESSION AUTHORIZATION by the superuser flag its login had: a
+    kept backend of a role demoted since let its next client become any role."""
+    cluster.sql(f"alter role {login_role} superuser")
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    cluster.sql(f"alter role {login_role} nosuperuser")
+    r = psql_lines(target, "select pg_backend_pid()", "set session authorization postgres",
+                   app=app, env=env, check=False)
+    assert int(r.stdout.split()[0]) != first, r.stdout
+    assert "permission denied to set session authorization" in r.stderr, r.stderr
+    assert pool_metric(d, REUSE_REFUSED) == 1
+    assert "or its SUPERUSER attribute, changed since it started" in d.log_text()
+
+
+def test_backend_whose_client_set_a_superuser_only_parameter_is_not_kept(
+        l5pgd, cluster, login_role):
+    """GRANT SET ON PARAMETER lets a role set a superuser-only parameter at login, checked
+    then only: its backend serves the client and is not kept, so a REVOKE holds for the next
+    login."""
+    cluster.sql(f"grant set on parameter session_replication_role to {login_role}")
+    try:
+        d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", login_role)])
+        env = {"PGUSER": login_role, "PGDATABASE": login_role,
+               "PGOPTIONS": "-c session_replication_role=replica"}
+        assert psql_lines(unix_target(d), "show session_replication_role", app=new_app(),
+                          env=env) == ["replica"]
+        wait_for(lambda: "login check at the start failed: its client set a superuser-only "
+                         "parameter" in d.log_text(), WAIT, "the check to fail")
+        assert pool_metric(d, IDLE) == 0
+        # Without it the same role's backend is kept.
+        backend_pid(unix_target(d), app=new_app(), env={k: v for k, v in env.items()
+                                                        if k != "PGOPTIONS"})
+        wait_idle(d, 1)
+    finally:
+        cluster.sql(f"revoke set on parameter session_replication_role from {login_role}")
+
+
 # ALTER ROLE / ALTER DATABASE ... SET: a login takes these when its backend starts, and a kept
 # backend keeps them (DISCARD ALL restores them as they were then). l5pgd notes them when the
 # backend starts and compares before each reuse; a custom setting (l5pg.tag) so that ALTER ROLE

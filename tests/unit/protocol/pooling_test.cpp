@@ -86,11 +86,12 @@ Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
     return concat({before, w.take()});
 }
 
-// The answer to PoolLoginCheck::request(): the row, if any, with its five values.
+// The answer to PoolLoginCheck::request(): the row, if any, with its seven values.
 Bytes login_check_answer(const std::vector<std::optional<std::string>>& row,
                          std::string_view tag = "SELECT 1") {
     BackendWriter w;
-    w.row_description({"rolname", "datname", "?column?", "?column?", "coalesce"});
+    w.row_description(
+        {"rolname", "datname", "?column?", "?column?", "concat", "?column?", "?column?"});
     if (!row.empty())
         w.data_row(row);
     w.command_complete(tag);
@@ -422,7 +423,7 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
 
     const Bytes passing =
         concat({message('S', text(cstrings({"TimeZone", "UTC"}))),
-                login_check_answer({"alice", "app", "t", "t", std::string(kSettings)})});
+                login_check_answer({"alice", "app", "t", "t", std::string(kSettings), "t", "t"})});
     for (size_t piece = 1; piece <= passing.size(); ++piece) {
         PoolLoginCheck login_check = reuse_check();
         ServerGreeting greeting;
@@ -440,7 +441,7 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     ServerGreeting greeting;
     CHECK(check(cut,
                 login_check_answer(
-                    {long_role.substr(0, 63), "app", "t", "t", std::string(kSettings)}),
+                    {long_role.substr(0, 63), "app", "t", "t", std::string(kSettings), "t", "t"}),
                 greeting) == PoolLoginCheck::Status::Passed);
 }
 
@@ -454,19 +455,31 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     error.ready_for_query('I');
     const std::string settings(kSettings);
     const Case cases[] = {
-        {login_check_answer({"alice", "app", "f", "t", settings}), "may no longer log in"},
-        {login_check_answer({"alice", "app", "t", "f", settings}), "CONNECTION LIMIT"},
+        {login_check_answer({"alice", "app", "f", "t", settings, "t", "t"}),
+         "may no longer log in"},
+        {login_check_answer({"alice", "app", "t", "f", settings, "t", "t"}), "CONNECTION LIMIT"},
         {login_check_answer({"alice", "app", "t", "t"}), "malformed row"},  // a column short
-        {login_check_answer({"alice_old", "app", "t", "t", settings}), "renamed"},
-        {login_check_answer({"alice", "app2", "t", "t", settings}), "renamed"},
-        {login_check_answer({"alice", "app", "t", "t", ""}), "(ALTER ROLE / ALTER DATABASE"},
-        {login_check_answer({"alice", "app", "t", "t", settings + ";0 0 {lock_timeout=1s}"}),
+        {login_check_answer({"alice_old", "app", "t", "t", settings, "t", "t"}), "renamed"},
+        {login_check_answer({"alice", "app2", "t", "t", settings, "t", "t"}), "renamed"},
+        {login_check_answer({"alice", "app", "t", "t", "", "t", "t"}),
+         "(ALTER ROLE / ALTER DATABASE"},
+        {login_check_answer(
+             {"alice", "app", "t", "t", settings + ";0 0 {lock_timeout=1s}", "t", "t"}),
          "changed since it started"},
+        {login_check_answer({"alice", "app", "t", "t", "superuser " + settings, "t", "t"}),
+         "or its SUPERUSER attribute, changed since it started"},
+        {login_check_answer({"alice", "app", "t", "t", settings, "f", "t"}),
+         "may no longer take the role it runs as"},
+        {login_check_answer({"alice", "app", "t", "t", settings, "t", "f"}),
+         "superuser-only parameter"},
         {login_check_answer({}, "SELECT 0"), "no longer exists"},
-        {login_check_answer({"alice", "app", std::nullopt, "t", settings}), "malformed row"},
-        {login_check_answer({"alice", "app", "t", "t", settings}, "SELECT 0"), "command tag"},
+        {login_check_answer({"alice", "app", std::nullopt, "t", settings, "t", "t"}),
+         "malformed row"},
+        {login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}, "SELECT 0"),
+         "command tag"},
         {error.take(), "an error: permission denied"},
-        {concat({login_check_answer({"alice", "app", "t", "t", settings}), message('Z', "I")}),
+        {concat({login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+                 message('Z', "I")}),
          "after"},
         {concat({message('D', ""), message('Z', "I")}), "unexpected message"},
         {concat({message('C', text(cstrings({"SELECT 1"}))), message('Z', "I")}),
@@ -482,8 +495,8 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     // Nothing may follow a passed check either.
     PoolLoginCheck passed = reuse_check();
     ServerGreeting greeting;
-    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t", settings}), greeting) ==
-            PoolLoginCheck::Status::Passed);
+    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+                  greeting) == PoolLoginCheck::Status::Passed);
     CHECK(check(passed, message('Z', "I"), greeting) == PoolLoginCheck::Status::Failed);
 }
 
@@ -494,7 +507,8 @@ TEST_CASE(
     PoolLoginCheck at_start("alice", "app", PoolLoginCheck::Purpose::AtStart);
     ServerGreeting greeting;
     REQUIRE(check(at_start,
-                  concat({login_check_answer({"alice", "app", "t", "t", settings}), pipelined}),
+                  concat({login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+                          pipelined}),
                   greeting) == PoolLoginCheck::Status::Passed);
     CHECK(at_start.settings() == settings);
     CHECK(Bytes(at_start.rest().begin(), at_start.rest().end()) == pipelined);
@@ -526,7 +540,7 @@ TEST_CASE(
 
     // A FATAL (the backend terminated meanwhile) is the client's to see, as Postgres sent it.
     const Bytes fatal = error_response("FATAL", "terminating connection");
-    Bytes without_ready = login_check_answer({"alice", "app", "t", "t", settings});
+    Bytes without_ready = login_check_answer({"alice", "app", "t", "t", settings, "t", "t"});
     without_ready.resize(without_ready.size() - 6);  // its ReadyForQuery
     for (const Bytes& before : {Bytes{}, without_ready}) {
         PoolLoginCheck ended("alice", "app", PoolLoginCheck::Purpose::AtStart);
