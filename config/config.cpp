@@ -684,6 +684,12 @@ std::vector<std::string> settings_without_effect(const Config& config) {
     const bool tcp = !config.listen.tcp_address.empty();
     if (!tcp && config.tls.mode != TlsMode::Disable)
         out.emplace_back("tls.mode: no effect, listen.tcp_address is empty (no TCP listener)");
+    if (!config.tls.ca_file.empty() && config.tls.mode == TlsMode::Disable)
+        out.emplace_back("tls.ca_file: no effect, tls.mode is disable");
+    if (tcp && !config.tls.ca_file.empty() && config.tls.mode == TlsMode::Allow)
+        out.emplace_back(
+            "tls.ca_file: checks TLS clients only; under tls.mode allow plaintext TCP clients "
+            "present no certificate (tls.mode require makes every TCP client present one)");
     if (!tcp && config.auth.tcp != AuthMethod::Reject)
         out.emplace_back("auth.tcp: no effect, listen.tcp_address is empty (no TCP listener)");
     if (config.rdma.soft_port != 0 && (!config.rdma.enabled || config.rdma.device != "soft"))

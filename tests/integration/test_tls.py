@@ -1,12 +1,21 @@
 """TLS on l5pgd's TCP listener (tls.*), with a CA, server and client certificates made here
 by the openssl command line tool, and real psql clients in every sslmode that matters."""
+import os
+import pty
+import select
+import signal
+import ssl
 import subprocess
+import time
 
 import pytest
 
+from tests.harness import pgwire
 from tests.harness.cancel import stop_process
 from tests.harness.client import Target, popen, psql_cmd, run, shim_debug_lines
 from tests.harness.l5pgd import L5pgd
+from tests.harness.openssl_client import TlsClient
+from tests.harness.procstat import cpu_seconds
 from tests.harness.rdma import rdma_overrides, rdma_target, upgraded_rdma
 from tests.harness.waiting import wait_for
 
@@ -144,12 +153,147 @@ def test_bulk_result_through_tls(required):
     assert r.stdout.split() == ["3000|4501500", "100000"]
 
 
+def test_key_update_while_l5pgd_cannot_send(required):
+    """A client asks for a TLS 1.3 KeyUpdate (its peer to update its keys too) while it does
+    not read a large result, so l5pgd cannot send its own KeyUpdate: l5pgd takes the request
+    and the message behind it without spinning on the socket, answers once the client reads
+    again, and nothing is lost either way. (OpenSSL 3 sends the answering KeyUpdate with the
+    next write, so the read itself never waits for writability.)"""
+    c = TlsClient.connect("127.0.0.1", required.port)
+    try:
+        assert c.tls13()
+        c.sendall(pgwire.startup_packet())
+        assert [t for t, _ in pgwire.read_until_ready(c)][-1] == "Z"
+        rows = 40_000  # 40 MB: more than every buffer between Postgres and this client
+        body = f"select repeat('x', 1000) from generate_series(1, {rows})".encode() + b"\0"
+        c.sendall(b"Q" + (len(body) + 4).to_bytes(4, "big") + body)
+        time.sleep(1)  # the buffers fill; l5pgd stops sending
+        c.request_key_update()
+        sync = b"S" + (4).to_bytes(4, "big")  # sent with the KeyUpdate; answered after the rows
+        c.sendall(sync)
+        time.sleep(0.5)
+        before = cpu_seconds(required.pid())
+        time.sleep(2)
+        spent = cpu_seconds(required.pid()) - before
+        assert spent < 0.5, f"l5pgd used {spent:.2f} s of CPU in 2 s while the client did not read"
+        # Nothing was lost: every row, then the query's and the Sync's ReadyForQuery.
+        msgs = pgwire.read_until_ready(c)
+        assert [t for t, _ in msgs].count("D") == rows
+        assert msgs[-1][0] == "Z"
+        assert pgwire.read_message(c)[0] == "Z"
+        assert pgwire.query(c, "select 42")[1][0] == "D"
+        pgwire.terminate(c)
+    finally:
+        c.close()
+
+
 def test_client_certificates_when_a_ca_is_configured(workdir, cluster, pki):
     with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-ca", "require", ca=True) as d:
         r = conninfo(d, PGSSLMODE="require")
         assert r.returncode != 0, r.stdout
         r = conninfo(d, PGSSLMODE="require", PGSSLCERT=pki / "client.crt", PGSSLKEY=pki / "client.key")
         assert r.returncode == 0 and "SSL connection" in r.stdout, r.stderr
+        # The CertificateRequest names the CA (clients that choose a certificate by its
+        # issuer, as Java's key managers do, sent none when it named nothing).
+        r = subprocess.run(["openssl", "s_client", "-starttls", "postgres",
+                            "-connect", f"127.0.0.1:{d.port}"],
+                           input="", capture_output=True, text=True, timeout=30)
+        assert "No client certificate CA names sent" not in r.stdout, r.stdout
+        names = r.stdout.split("Acceptable client certificate CA names")[1].splitlines()[1]
+        assert "CN = l5pg test CA" in names, r.stdout
+
+
+def tls_login(d, ctx, session=None):
+    """A raw TLS session through Python's ssl (SSLRequest first), logged in."""
+    s = pgwire.connect("127.0.0.1", d.port, timeout=30)
+    s.sendall(pgwire.request_packet(pgwire.SSL_REQUEST))
+    assert pgwire.recv_exact(s, 1) == b"S"
+    s = ctx.wrap_socket(s, session=session)
+    s.sendall(pgwire.startup_packet())
+    assert pgwire.read_until_ready(s)[-1][0] == "Z"
+    return s
+
+
+def unverified_context(pki, max_version=None):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if max_version:
+        ctx.maximum_version = max_version
+    ctx.load_cert_chain(pki / "client.crt", pki / "client.key")
+    return ctx
+
+
+def test_tls_1_2_gets_no_session_ticket(workdir, cluster, pki):
+    """No resumption, TLS 1.2 included: a TLS 1.2 client got a session ticket, and with
+    tls.ca_file set its next connection, resuming from it, failed its handshake."""
+    with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-tickets", "require", ca=True) as d:
+        ctx = unverified_context(pki, ssl.TLSVersion.TLSv1_2)
+        first = tls_login(d, ctx)
+        assert first.version() == "TLSv1.2"
+        session = first.session
+        pgwire.terminate(first)
+        first.close()
+        assert not session.has_ticket
+        second = tls_login(d, ctx, session=session)
+        assert not second.session_reused
+        assert pgwire.query(second, "select 42")[1][0] == "D"
+        pgwire.terminate(second)
+        second.close()
+
+
+def test_tls_client_leaving_without_close_notify_is_no_error(required, pki):
+    """A TLS client that vanishes (killed: no close_notify) has left, as over a plain socket;
+    OpenSSL 3's "unexpected eof" was logged as a read error and counted in
+    l5pg_session_errors_total."""
+    errors = required.metric("l5pg_session_errors_total", transport="tcp")
+    sessions = required.metric("l5pg_sessions_active", transport="tcp")
+    s = tls_login(required, unverified_context(pki))
+    s.close()  # Python's ssl sends no close_notify on close() (only unwrap() does)
+    wait_for(lambda: required.metric("l5pg_sessions_active", transport="tcp") == sessions, 10,
+             "the session to end")
+    assert required.metric("l5pg_session_errors_total", transport="tcp") == errors
+    assert "unexpected eof" not in required.log_text()
+
+
+def test_encrypted_key_is_refused_without_a_prompt(l5pgd_binary, pki, tmp_path):
+    """A key encrypted with a passphrase: l5pgd says so and exits, also on a terminal, where
+    OpenSSL's own callback prompted for the passphrase (l5pgd --check, or a reload in the
+    foreground, stopped at a hidden prompt)."""
+    key = tmp_path / "encrypted.key"
+    openssl("pkey", "-in", str(pki / "server.key"), "-aes256", "-passout", "pass:secret",
+            "-out", str(key), cwd=tmp_path)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session of its own, with the pty as its terminal
+        os.execv(str(l5pgd_binary), [str(l5pgd_binary), "--check", "-o", "tls.mode=require",
+                                     "-o", f"tls.cert_file={pki / 'server.crt'}",
+                                     "-o", f"tls.key_file={key}"])
+    out = b""
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while not done and time.monotonic() < deadline + 5:  # the terminal closes first
+            time.sleep(0.05)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert done, f"l5pgd --check still running after 20 s: {text!r}"
+    assert os.waitstatus_to_exitcode(status) == 2, text
+    assert "encrypted with a passphrase" in text and "pass phrase" not in text.lower(), text
 
 
 def test_unreadable_certificate_stops_l5pgd_at_start(l5pgd_binary, pki):

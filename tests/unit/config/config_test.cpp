@@ -405,6 +405,18 @@ TEST_CASE("settings without effect are named, the defaults have none") {
         StartsWith("pool.mode: session has no effect"));
     CHECK_THAT(settings_without_effect(load_from_string("", {"rdma.enabled=true"})).back(),
                StartsWith("rdma.enabled: no effect, auth.tcp is reject"));
+    // A client-certificate requirement that plaintext clients bypass, or that nothing uses.
+    CHECK_THAT(settings_without_effect(load_from_string("", {"tls.ca_file=/ca"})).back(),
+               StartsWith("tls.ca_file: no effect, tls.mode is disable"));
+    const std::vector<std::string> tls = {"tls.cert_file=/x", "tls.key_file=/y", "tls.ca_file=/ca"};
+    auto with = [&](std::string mode) {
+        std::vector<std::string> overrides = tls;
+        overrides.push_back("tls.mode=" + mode);
+        return settings_without_effect(load_from_string("", overrides));
+    };
+    REQUIRE(with("allow").size() == 1);
+    CHECK_THAT(with("allow")[0], StartsWith("tls.ca_file: checks TLS clients only"));
+    CHECK(with("require").empty());
 }
 
 TEST_CASE("one YAML document: a second one is an error, not ignored") {
