@@ -101,8 +101,10 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->pool_.login_check &&
-        self->pool_.login_check->purpose() == protocol::PoolLoginCheck::Purpose::BeforeReuse) {
+    if (self->cancel_sent_) {
+        self->close(self->close_reason_ + " (Postgres did not close the connection in time)");
+    } else if (self->pool_.login_check && self->pool_.login_check->purpose() ==
+                                              protocol::PoolLoginCheck::Purpose::BeforeReuse) {
         self->refuse_reuse("no answer to the login check in time");
     } else if (self->pool_.reset) {
         self->close(self->departure_reason_ +

@@ -190,6 +190,9 @@ class Session final : public ClientEndHost {
     // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
     // of a session l5pgd serves, translated to the backend's.
     [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
+    // After the CancelRequest went out: the session ends when Postgres closes its end.
+    void await_cancel_delivery();
+    void read_cancel_outcome();
     // False when `copy` must not reach the client: see passthrough_login_.
     [[nodiscard]] bool watch_for_key(std::span<const std::byte> copy);
     void refuse_unauthenticated_login();
@@ -280,6 +283,7 @@ class Session final : public ClientEndHost {
     bool counted_ = false;                   // included in sessions_active
     bool polled_ = false;                    // in the worker's polling loop (set_polled())
     bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
+    bool cancel_sent_ = false;               // ... which is out: Postgres's EOF ends it
     CancelKeys::InFlight cancel_in_flight_;  // a CancelRequest with one of l5pgd's keys
     // The key this session's client holds (the backend's own, or l5pgd's for a pooled
     // one), and until Postgres has sent it, what picks it out of Postgres's first bytes.

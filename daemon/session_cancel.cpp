@@ -5,6 +5,11 @@
 // the backend's, and counts as on its way until its session ends (a backend is not kept
 // for the pool meanwhile). Any other key is dropped as Postgres drops a wrong one: the
 // connection closes without an answer.
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+
 #include <spdlog/spdlog.h>
 
 #include "daemon/session.hpp"
@@ -21,6 +26,31 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     protocol::write_be32(startup_.data() + 12, translation->backend.secret);
     cancel_in_flight_ = std::move(translation->in_flight);
     return true;
+}
+
+// Postgres closes a cancel connection once it has signalled the backend (or found the key
+// wrong), and libpq's PQcancel() waits for that close: so does the session, and the cancel
+// counts as on its way until then. Having written the 16 bytes is not enough: a postmaster
+// slow to fork (a connection storm) takes them from its accept queue seconds later, when
+// the backend may have been kept and serve another client (CancelKeys::cancelled_within()).
+// Bounded by limits.drain_timeout_ms, as any wait for Postgres to finish what a client sent.
+void Session::await_cancel_delivery() {
+    cancel_sent_ = true;
+    update_upstream_reading();
+    arm_timer(worker_.config().limits.drain_timeout_ms);
+}
+
+void Session::read_cancel_outcome() {
+    std::array<std::byte, 256> ignored;  // Postgres answers a CancelRequest with nothing
+    for (;;) {
+        const ssize_t n = ::recv(upstream_.get(), ignored.data(), ignored.size(), MSG_DONTWAIT);
+        if (n > 0 || (n < 0 && errno == EINTR))
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        close(close_reason_);  // EOF (or a reset): Postgres has dealt with it
+        return;
+    }
 }
 
 // Under passthrough nothing the client sends reaches Postgres before Postgres has asked it to

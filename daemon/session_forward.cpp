@@ -243,7 +243,9 @@ void Session::client_turn_over() {
 }
 
 void Session::on_upstream_readable() {
-    if (pool_.login_check)
+    if (cancel_sent_)
+        read_cancel_outcome();
+    else if (pool_.login_check)
         read_login_check_answer();
     else if (pool_.reset)
         read_reset_answer();
@@ -358,7 +360,10 @@ void Session::flush_upstream() {
     upstream_blocked_ = false;
     set_event(upstream_write_.get(), false);
     if (finish_when_ == FinishWhen::UpstreamFlushed) {
-        close(close_reason_);
+        if (cancel_request_)
+            await_cancel_delivery();
+        else
+            close(close_reason_);
         return;
     }
     if (!client_gone_)
@@ -407,7 +412,7 @@ void Session::on_client_writable() {
 void Session::update_upstream_reading() {
     // A kept connection's login check is read whatever the client does meanwhile.
     const bool want =
-        pool_.login_check != nullptr ||
+        pool_.login_check != nullptr || cancel_sent_ ||
         (state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
          !upstream_eof_ && (discarding_output() || end_->has_room()));
     set_event(upstream_read_.get(), want);

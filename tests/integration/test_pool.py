@@ -755,6 +755,41 @@ def test_previous_clients_key_does_not_cancel_the_next_client(l5pgd, cluster):
         s2.close()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("canceller", ["waits_for_the_close", "closes_at_once"])
+def test_cancel_postgres_has_not_taken_yet_keeps_the_backend_from_the_pool(
+        l5pgd, cluster, canceller):
+    """A cancel counts as on its way until Postgres closes its connection (having signalled
+    the backend), as libpq's PQcancel() waits for, not from the moment its bytes were written:
+    a postmaster slow to fork (stopped here) takes them from its accept queue later, and by
+    then a backend kept more than 5 s after the write served the next client, whose query the
+    old cancel hit."""
+    d = l5pgd.start()
+    app = new_app()
+    s, key = raw_connect(d, app)
+    postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    c = socket.socket(socket.AF_UNIX)
+    c.settimeout(WAIT)
+    c.connect(str(d.socket_path))
+    os.kill(postmaster, signal.SIGSTOP)
+    try:
+        c.sendall(struct.pack("!II", 16, CANCEL_REQUEST_CODE) + key)
+        if canceller == "closes_at_once":
+            c.close()
+        else:
+            assert not pgwire.at_eof(c, 6), "closed before Postgres took the cancel"
+        time.sleep(6 if canceller == "closes_at_once" else 0)  # past the 5 s after the write
+        pgwire.terminate(s)
+        s.close()
+        assert_logged_not_kept(d, "a cancel request for it is on its way")
+        assert pool_metric(d, IDLE) == 0
+    finally:
+        os.kill(postmaster, signal.SIGCONT)
+    if canceller == "waits_for_the_close":
+        assert pgwire.at_eof(c, WAIT), "l5pgd kept the cancel connection open"
+    c.close()
+
+
 def test_terminate_closes_the_client_connection_and_keeps_the_backend(l5pgd):
     """Postgres closes a connection after Terminate; so does l5pgd, for a client that waits
     for that instead of closing first, and it keeps the backend all the same."""
