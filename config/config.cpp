@@ -294,6 +294,10 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.rdma.gid_index = static_cast<int>(get_int(n, k, -1, 255)); }},
         {"rdma.max_ring_size",
          [](Config& c, N n, K k) { c.rdma.max_ring_size = get_ring_size(n, k); }},
+        {"rdma.max_memory",
+         [](Config& c, N n, K k) {
+             c.rdma.max_memory = get_uint<uint64_t>(n, k, 8192, int64_t{1} << 50);
+         }},
         {"rdma.completion_timeout_ms",
          [](Config& c, N n, K k) {
              c.rdma.completion_timeout_ms = get_uint<uint32_t>(n, k, 1, 600000);
@@ -500,6 +504,11 @@ void validate(const Config& config) {
     if (config.listen.unix_socket_dir.empty() && config.listen.tcp_address.empty()) {
         fail("listen.tcp_address",
              "may not be empty when listen.unix_socket_dir is empty too (no listener left)");
+    }
+    if (config.rdma.max_memory < 2 * config.rdma.max_ring_size) {
+        fail("rdma.max_memory",
+             "must hold one session with the largest rings (2 x rdma.max_ring_size = " +
+                 std::to_string(2 * config.rdma.max_ring_size) + ")");
     }
     if (config.rdma.enabled && config.listen.tcp_address.empty()) {
         fail("rdma.enabled",

@@ -68,6 +68,9 @@ struct RdmaConfig {
     // Largest ring (per direction) a client may ask for; each RDMA session costs l5pgd
     // its client->server ring plus a staging copy of the client's server->client ring.
     uint64_t max_ring_size = uint64_t{16} << 20;
+    // The rings of all RDMA sessions together, in bytes (a client asks for them before it
+    // authenticates; pinned memory with verbs): upgrades beyond are declined.
+    uint64_t max_memory = uint64_t{1} << 30;
     // A signaled RDMA request without completion for this long fails the session.
     uint32_t completion_timeout_ms = 10000;
     // soft device only: TCP port (on listen.tcp_address) for the soft device's wire

@@ -60,6 +60,7 @@ const std::vector<KeyRule>& rules() {
         {"rdma.device_port", R, [](C c) { return text(unsigned{c.rdma.device_port}); }},
         {"rdma.gid_index", R, [](C c) { return text(c.rdma.gid_index); }},
         {"rdma.max_ring_size", R, [](C c) { return text(c.rdma.max_ring_size); }},
+        {"rdma.max_memory", R, [](C c) { return text(c.rdma.max_memory); }},
         {"rdma.completion_timeout_ms", R, [](C c) { return text(c.rdma.completion_timeout_ms); }},
         {"rdma.soft_port", R, [](C c) { return text(c.rdma.soft_port); }},
         {"metrics.listen", R, [](C c) { return quoted(c.metrics.listen); }},

@@ -278,7 +278,8 @@ class Session final : public ClientEndHost {
     Transport transport_;
     const PeerIdentity peer_;
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
-    SessionCap::Place session_place_;    // taken at the StartupMessage or an upgrade request
+    SessionCap::Share session_place_;    // taken at the StartupMessage or an upgrade request
+    Capacity::Share rdma_memory_;        // the rings of its RDMA channel (rdma.max_memory)
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;                   // included in sessions_active
     bool polled_ = false;                    // in the worker's polling loop (set_polled())

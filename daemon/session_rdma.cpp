@@ -63,9 +63,16 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
     if (std::optional<std::string> refusal =
             ring_size_refusal(req.c2s_ring_size, req.s2c_ring_size))
         return refusal;
-    // Last: a place is held from here on (its StartupMessage would be refused: no channel).
+    // A place is held from here on (its StartupMessage would be refused: no channel).
     if (!has_session_place())
         return "limits.max_sessions reached";
+    // What accept() allocates: the client->server ring, and a copy of the other.
+    const uint64_t rings = uint64_t{req.c2s_ring_size} + req.s2c_ring_size;
+    rdma_memory_ = worker_.rdma_memory().try_take(rings, cfg.max_memory);
+    if (!rdma_memory_.held())
+        return fmt::format(
+            "rdma.max_memory reached ({} bytes of rings in use, {} more asked, {} allowed)",
+            worker_.rdma_memory().taken(), rings, cfg.max_memory);
     return std::nullopt;
 }
 
@@ -108,6 +115,7 @@ void Session::withdraw_wire_offer() {
 
 void Session::decline_rdma(std::string_view reason) {
     withdraw_wire_offer();
+    rdma_memory_.release();
     rdma_phase_ = RdmaPhase::None;
     startup_.clear();
     const std::byte no = protocol::kL5Declined;

@@ -481,7 +481,7 @@ void Session::note_logged_in() {
 
 bool Session::has_session_place() {
     if (!session_place_.held())
-        session_place_ = worker_.session_cap().try_take(worker_.config().limits.max_sessions);
+        session_place_ = worker_.session_cap().try_take(1, worker_.config().limits.max_sessions);
     return session_place_.held();
 }
 

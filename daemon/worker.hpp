@@ -94,6 +94,7 @@ class Worker {
     [[nodiscard]] SegmentRegistry& segments() noexcept { return admission_state_.segments; }
     [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_state_.sessions; }
     [[nodiscard]] SessionCap& session_cap() noexcept { return admission_state_.session_cap; }
+    [[nodiscard]] Capacity& rdma_memory() noexcept { return admission_state_.rdma_memory; }
     // The waits of SHM clients this worker rang for lately (one doorbell per client wait).
     [[nodiscard]] DoorbellCoalescer& doorbells() noexcept { return doorbells_; }
     // `size` bytes of this worker thread's own, for a private copy that lives only within

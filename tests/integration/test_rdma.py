@@ -23,6 +23,7 @@ from tests.harness.client import (PYTHON, Target, pgbench, popen, psql, psql_cmd
 from tests.harness.l5pgd import L5pgd
 from tests.harness.procstat import cpu_seconds
 from tests.harness.rdma import rdma_device, rdma_env, rdma_overrides, rdma_target, upgraded_rdma
+from tests.harness.waiting import wait_for
 
 T = 200  # pgbench transactions per client
 
@@ -212,6 +213,35 @@ def test_fallback_when_l5pgd_has_no_rdma(l5pgd, shim):
     assert l5pgd.metric("l5pg_sessions_total", transport="tcp") > tcp0
     assert l5pgd.metric("l5pg_upgrades_total", result="declined") > declined0
     assert "RDMA upgrade declined: rdma.enabled is false" in l5pgd.log_text()
+
+
+@pytest.mark.timeout(90)
+def test_rings_beyond_max_memory_are_declined(workdir, cluster, shim):
+    """rdma.max_memory bounds the rings of all RDMA sessions together (a client asks for them
+    before it authenticates): here room for one session at the shim's default 1 MiB rings.
+    The second stays on TCP while the first holds its rings; once it ends, the memory is
+    free for the next."""
+    d = L5pgd(workdir / "l5pgd-rdma-memory", cluster,
+              extra_overrides=rdma_overrides() + ["rdma.max_ring_size=1048576",
+                                                  "rdma.max_memory=2097152"])
+    with d:
+        target = rdma_target(d)
+        holder = popen(psql_cmd("-c", "select pg_sleep(30)"), target, text=True)
+        try:
+            wait_for(lambda: d.metric("l5pg_sessions_active", transport="rdma") == 1, 20,
+                     "the first RDMA session")
+            tcp = d.metric("l5pg_sessions_total", transport="tcp")
+            assert psql(target, "select 'second'") == "second"
+            assert d.metric("l5pg_sessions_total", transport="tcp") == tcp + 1
+            assert ("RDMA upgrade declined: rdma.max_memory reached (2097152 bytes of rings in "
+                    "use, 2097152 more asked, 2097152 allowed)") in d.log_text()
+        finally:
+            stop_process(holder)
+        wait_for(lambda: d.metric("l5pg_sessions_active", transport="rdma") == 0, 20,
+                 "the first RDMA session to end")
+        rdma_sessions = d.metric("l5pg_sessions_total", transport="rdma")
+        assert psql(target, "select 'third'") == "third"
+        assert d.metric("l5pg_sessions_total", transport="rdma") == rdma_sessions + 1
 
 
 @pytest.mark.timeout(60)

@@ -298,6 +298,7 @@ TEST_CASE("rdma section") {
     CHECK(d.rdma.max_ring_size == (uint64_t{16} << 20));
     CHECK(d.rdma.completion_timeout_ms == 10000);
     CHECK(d.rdma.soft_port == 0);
+    CHECK(d.rdma.max_memory == (uint64_t{1} << 30));
 
     const Config c = load_from_string(R"(
 rdma:
@@ -307,6 +308,7 @@ rdma:
   device_port: 2
   gid_index: 3
   max_ring_size: 65536
+  max_memory: 131072
   completion_timeout_ms: 500
   soft_port: 7433
 )",
@@ -319,6 +321,11 @@ rdma:
     CHECK(c.rdma.max_ring_size == 65536);
     CHECK(c.rdma.completion_timeout_ms == 500);
     CHECK(c.rdma.soft_port == 7433);
+    CHECK(c.rdma.max_memory == 131072);
+    CHECK_THAT(error_of("rdma:\n  max_memory: 131071\n"),
+               StartsWith("rdma.max_memory: must hold one session with the largest rings "
+                          "(2 x rdma.max_ring_size = 33554432)"));
+    CHECK_THAT(error_of("rdma:\n  max_memory: 100\n"), StartsWith("rdma.max_memory: must be"));
 
     const Config o = load_from_string("", {"rdma.enabled=true", "rdma.device=soft"});
     CHECK(o.rdma.enabled);

@@ -45,6 +45,7 @@ const std::vector<std::string> kRestartOverrides = {
     "rdma.device_port=2",
     "rdma.gid_index=1",
     "rdma.max_ring_size=65536",
+    "rdma.max_memory=262144",
     "rdma.completion_timeout_ms=5",
     "rdma.soft_port=7002",
     "metrics.listen=127.0.0.1:9999",
