@@ -31,7 +31,8 @@ class Capacity {
         ~Share() { release(); }
         void release() noexcept {
             if (owner_ != nullptr)
-                std::exchange(owner_, nullptr)->taken_.fetch_sub(amount_, std::memory_order_relaxed);
+                std::exchange(owner_, nullptr)
+                    ->taken_.fetch_sub(amount_, std::memory_order_relaxed);
         }
         [[nodiscard]] bool held() const noexcept { return owner_ != nullptr; }
 

@@ -18,6 +18,7 @@
 #include "daemon/log_format.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
+#include "daemon/process_signals.hpp"
 #include "daemon/reload.hpp"
 #include "daemon/server.hpp"
 #include "daemon/settings.hpp"
@@ -118,6 +119,7 @@ int run(l5pg::daemon::SettingsPtr settings, l5pg::daemon::ConfigSource source) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    l5pg::daemon::prepare_process_signals();
     int exit_code = 0;
     const std::optional<Options> options = parse_options(argc, argv, exit_code);
     if (!options)

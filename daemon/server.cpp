@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/fd_limit.hpp"
+#include "daemon/process_signals.hpp"
 #include "daemon/upstream.hpp"
 #include "protocol/error_response.hpp"
 
@@ -114,6 +115,7 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
         signal_events_.emplace_back(evsignal_new(base_.get(), sig, signal_cb, this));
         evsignal_add(signal_events_.back().get(), nullptr);
     }
+    release_held_signals();
 }
 
 Server::~Server() {

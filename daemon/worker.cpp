@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/fd_limit.hpp"
+#include "daemon/process_signals.hpp"
 #include "daemon/session.hpp"
 #include "daemon/thread_name.hpp"
 #include "transport/rdma/channel/layout.hpp"
@@ -43,15 +44,6 @@ void pin_current_thread(int cpu, unsigned index) {
     CPU_SET(cpu, &set);
     if (const int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0)
         spdlog::warn("worker {}: cannot pin to CPU {}: {}", index, cpu, std::strerror(rc));
-}
-
-void block_process_signals() {
-    // Signals are handled by the main thread's event loop only.
-    sigset_t set;
-    sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
-        sigaddset(&set, sig);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 wait::WaitPolicy spin_policy(const config::ShmConfig& shm) {

@@ -2,6 +2,7 @@
 keys change under running sessions, keys that need a restart are named and kept, an invalid
 file changes nothing."""
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -144,6 +145,23 @@ def test_admin_console_reload(configured):
     assert "admin console: RELOAD requested" in reload_log
     assert "reload: shm.spin_us: 50 -> 7" in reload_log
     assert show_config(d)["shm.spin_us"][0] == "7"
+
+
+def test_signals_its_parent_left_blocked_still_work(workdir, cluster):
+    """A parent may leave signals blocked for its children (a supervisor's thread, a script):
+    l5pgd unblocks those it handles, or it would ignore a reload and a stop for ever. (SIGHUP
+    stays held while it starts, until its handler is in place: its default action would end
+    l5pgd.)"""
+    d = L5pgd(Path(tempfile.mkdtemp(prefix="sigmask-", dir=workdir)), cluster)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM})
+    try:
+        d.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    try:
+        assert "reload: done" in d.reload(timeout=5)
+    finally:
+        assert d.stop(timeout=5) == 0
 
 
 def test_restart_keys_are_named_and_kept(configured):

@@ -1,0 +1,38 @@
+#include "daemon/process_signals.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <initializer_list>
+
+namespace l5pg::daemon {
+namespace {
+
+sigset_t set_of(std::initializer_list<int> signals) noexcept {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : signals)
+        sigaddset(&set, sig);
+    return set;
+}
+
+}  // namespace
+
+void prepare_process_signals() noexcept {
+    const sigset_t handled_at_once = set_of({SIGINT, SIGTERM, SIGQUIT});
+    const sigset_t held = set_of({SIGHUP});
+    pthread_sigmask(SIG_UNBLOCK, &handled_at_once, nullptr);
+    pthread_sigmask(SIG_BLOCK, &held, nullptr);
+}
+
+void release_held_signals() noexcept {
+    const sigset_t held = set_of({SIGHUP});
+    pthread_sigmask(SIG_UNBLOCK, &held, nullptr);
+}
+
+void block_process_signals() noexcept {
+    const sigset_t all = set_of({SIGINT, SIGTERM, SIGHUP, SIGQUIT});
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
+
+}  // namespace l5pg::daemon
