@@ -398,13 +398,18 @@ void Session::continue_tls_handshake() {
     std::string error;
     switch (stream_.handshake(error)) {
         case ClientStream::Handshake::Pending:
+            // Watch for what OpenSSL waits for, and only that: while it cannot send its
+            // flight (a client that does not read), bytes or an EOF from the client keep a
+            // level-triggered read event firing on every loop round, till the startup timeout.
             set_event(client_write_.get(), stream_.wants_write());
+            set_event(client_read_.get(), !stream_.wants_write());
             return;
         case ClientStream::Handshake::Failed:
             close("TLS handshake failed: " + error);
             return;
         case ClientStream::Handshake::Done:
             set_event(client_write_.get(), false);
+            set_event(client_read_.get(), true);
             spdlog::debug("session {}: TLS established", id_);
             on_startup_readable();  // the StartupMessage may be buffered already
             return;

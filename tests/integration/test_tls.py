@@ -187,6 +187,39 @@ def test_key_update_while_l5pgd_cannot_send(required):
         c.close()
 
 
+def test_handshake_blocked_on_a_client_that_does_not_read_does_not_spin(workdir, cluster, pki):
+    """l5pgd's handshake flight (here a certificate chain of some MB) waits for a client that
+    does not read; bytes the client sends meanwhile must not make l5pgd retry the handshake on
+    every loop round (the read event stayed on while OpenSSL waited to write)."""
+    chain = workdir / "pki" / "long-chain.crt"
+    ca = (pki / "ca.crt").read_text()
+    chain.write_text((pki / "server.crt").read_text() + ca * 10000)
+    overrides = ["tls.mode=require", f"tls.cert_file={chain}",
+                 f"tls.key_file={pki / 'server.key'}", "limits.startup_timeout_ms=20000"]
+    with L5pgd(workdir / "l5pgd-tls-long-chain", cluster, extra_overrides=overrides) as d:
+        s = pgwire.connect("127.0.0.1", d.port, timeout=30)
+        try:
+            s.sendall(pgwire.request_packet(pgwire.SSL_REQUEST))
+            assert pgwire.recv_exact(s, 1) == b"S"
+            # The ClientHello, made by Python's ssl in memory; the answer is never read.
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            hello = ctx.wrap_bio(incoming, outgoing)
+            with pytest.raises(ssl.SSLWantReadError):
+                hello.do_handshake()
+            s.sendall(outgoing.read())
+            time.sleep(1)  # l5pgd writes its flight until the socket is full
+            s.sendall(b"\x16")  # one more byte: OpenSSL cannot take it while it writes
+            time.sleep(0.5)
+            before = cpu_seconds(d.pid())
+            time.sleep(2)
+            spent = cpu_seconds(d.pid()) - before
+            assert spent < 0.5, f"l5pgd used {spent:.2f} s of CPU in 2 s on one stalled handshake"
+        finally:
+            s.close()
+
+
 def test_client_certificates_when_a_ca_is_configured(workdir, cluster, pki):
     with tls_l5pgd(workdir, cluster, pki, "l5pgd-tls-ca", "require", ca=True) as d:
         r = conninfo(d, PGSSLMODE="require")
