@@ -159,7 +159,8 @@ class Session final : public ClientEndHost {
     void connect_upstream();
     void watch_upstream();  // the upstream socket's events, once upstream_ is set
     void on_upstream_connected();
-    void fail_upstream_connect(int err);  // err 0: timeout
+    // err 0: timeout; lookup_failure: upstream.host could not be looked up (getaddrinfo).
+    void fail_upstream_connect(int err, const char* lookup_failure = nullptr);
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
     void end_with_fatal(std::string_view sqlstate, std::string_view message, std::string reason);

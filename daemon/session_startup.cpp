@@ -609,7 +609,7 @@ void Session::connect_upstream() {
             upstream_retry_delay_ = std::min(upstream_retry_delay_ * 2, kMaxConnectRetry);
             return;
         }
-        fail_upstream_connect(attempt.error);
+        fail_upstream_connect(attempt.error, attempt.lookup_failure);
         return;
     }
     upstream_ = std::move(attempt.fd);
@@ -680,9 +680,13 @@ void Session::on_upstream_connected() {
 
 // The client learns that Postgres could not be reached and why, not where it lives (the
 // socket path or address is for the operator's log).
-void Session::fail_upstream_connect(int err) {
+void Session::fail_upstream_connect(int err, const char* lookup_failure) {
     metrics_.upstream_connect_failed();
-    const char* why = err == 0 ? "timeout expired" : std::strerror(err);
+    const std::string why =
+        lookup_failure != nullptr
+            ? fmt::format("could not translate the host name to an address: {}", lookup_failure)
+        : err == 0 ? "timeout expired"
+                   : std::strerror(err);
     client_logs().upstream_failed.log(spdlog::level::warn,
                                       "session {}: upstream connect to {} failed: {}", id_,
                                       describe_upstream(worker_.config().upstream), why);

@@ -35,33 +35,49 @@ UpstreamConnect connect_unix(const config::UpstreamConfig& cfg) {
     return result;
 }
 
-UpstreamConnect connect_tcp(const config::UpstreamConfig& cfg) {
+// A socket connecting (or connected) to `address`, or the errno of its immediate failure.
+UpstreamConnect connect_to(const addrinfo& address) {
     UpstreamConnect result;
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string service = std::to_string(cfg.port);
-    if (::getaddrinfo(cfg.host.c_str(), service.c_str(), &hints, &found) != 0) {
-        result.error = EHOSTUNREACH;
-        return result;
-    }
-    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
-    result.fd.reset(::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    result.fd.reset(::socket(address.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!result.fd.valid()) {
         result.error = errno;
         return result;
     }
     const int one = 1;
     ::setsockopt(result.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (::connect(result.fd.get(), found->ai_addr, found->ai_addrlen) != 0) {
+    if (::connect(result.fd.get(), address.ai_addr, address.ai_addrlen) != 0) {
         if (errno == EINPROGRESS) {
             result.in_progress = true;
         } else {
             result.error = errno;
             result.fd.reset();
         }
+    }
+    return result;
+}
+
+// The name is looked up here, on the worker's thread (README: upstream.host). Each address
+// in turn until one does not fail at once ("localhost" as ::1 without IPv6, then 127.0.0.1),
+// as libpq does; a connect that fails later is not retried on the next.
+UpstreamConnect connect_tcp(const config::UpstreamConfig& cfg) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(cfg.port);
+    if (const int rc = ::getaddrinfo(cfg.host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+        UpstreamConnect result;
+        result.error = EHOSTUNREACH;
+        result.lookup_failure = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+        return result;
+    }
+    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
+    UpstreamConnect result;
+    for (const addrinfo* address = found; address != nullptr; address = address->ai_next) {
+        result = connect_to(*address);
+        if (result.fd.valid())
+            break;
     }
     return result;
 }

@@ -12,6 +12,8 @@ struct UpstreamConnect {
     UniqueFd fd;               // non-blocking; valid unless failed
     bool in_progress = false;  // TCP connect still pending: wait for writability
     int error = 0;             // errno of an immediate failure
+    // Why upstream.host could not be looked up (getaddrinfo's words), if that failed.
+    const char* lookup_failure = nullptr;
 };
 
 // Starts a non-blocking connect. Unix sockets complete (or fail) immediately.
