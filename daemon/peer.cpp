@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <vector>
 
 #include <fmt/format.h>
@@ -57,12 +58,19 @@ PeerIdentity identify_peer(int fd, bool unix_socket) {
     return peer;
 }
 
+// _SC_GETPW_R_SIZE_MAX is a hint (glibc: 1024), not a bound: an entry longer than that (a
+// directory user's long GECOS) makes getpwuid_r() say ERANGE, and the buffer grows.
 std::string os_user_name(uid_t uid) {
-    long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
-    std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
+    constexpr size_t kMaxEntry = 1 << 20;
+    const long hint = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+    std::vector<char> buf(hint > 0 ? static_cast<size_t>(hint) : 16384);
     passwd pw{};
     passwd* found = nullptr;
-    if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+    int rc = 0;
+    while ((rc = ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found)) == ERANGE &&
+           buf.size() < kMaxEntry)
+        buf.resize(buf.size() * 4);
+    if (rc != 0 || found == nullptr)
         return {};
     return pw.pw_name;
 }

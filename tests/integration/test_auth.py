@@ -315,6 +315,19 @@ def test_alice_gets_her_own_role(guarded, kind):
     assert out == {"sqlstate": None, "current_user": ALICE}
 
 
+def test_os_user_with_a_long_passwd_entry_gets_her_own_role(guarded):
+    """glibc's _SC_GETPW_R_SIZE_MAX (1024) is a hint, not a bound: a passwd entry longer than
+    that (a directory user's long GECOS) made getpwuid_r() fail with ERANGE, and the client
+    was refused as a uid without an OS user name."""
+    gecos = pwd.getpwnam(ALICE).pw_gecos
+    subprocess.run(["usermod", "-c", "x" * 2000, ALICE], check=True, capture_output=True)
+    try:
+        out = probe_as(ALICE, "unix", where(guarded, "unix"), ALICE)
+        assert out == {"sqlstate": None, "current_user": ALICE}
+    finally:
+        subprocess.run(["usermod", "-c", gecos, ALICE], check=True, capture_output=True)
+
+
 def test_alice_gets_her_own_role_with_psql_over_shm(guarded):
     r = psql_as(ALICE, shm_env(guarded), ALICE)
     assert r.returncode == 0 and r.stdout.strip() == ALICE, r.stderr

@@ -81,6 +81,21 @@ TEST_CASE("peer: a role name Postgres would cut to 63 bytes is refused, even its
     CHECK(check_client(AuthConfig{}, {}, local_request(cut, cut)).allowed());
 }
 
+TEST_CASE("peer: a refusal shows the role as valid UTF-8, at most 63 bytes of it") {
+    const std::string hostile = "r\xff\xfe" + std::string(10000, 'x');
+    const auto verdict = check_client(AuthConfig{}, {}, local_request("alice", hostile));
+    CHECK(verdict.failure == AuthFailure::PeerMismatch);
+    CHECK_THAT(verdict.message,
+               Contains("role name \"r\xEF\xBF\xBD\xEF\xBF\xBD" + std::string(60, 'x') + "...\""));
+    CHECK(verdict.message.size() < 200);
+    const auto other = check_client(AuthConfig{}, {},
+                                    local_request("alice",
+                                                  "b\xff"
+                                                  "b"));
+    CHECK_THAT(other.message, Contains("for user \"b\xEF\xBF\xBD"
+                                       "b\""));
+}
+
 TEST_CASE("peer: a client whose credentials could not be read matches no rule") {
     const IdentMap ident = IdentMap::parse("4294967295 reader\n", "t");
     AuthRequest request = local_request("", "reader");
