@@ -67,7 +67,10 @@ void SocketClientEnd::flush() {
             const int err = errno;
             out_.clear();
             host_.watch_client_writable(false);
-            host_.client_departed(fmt::format("client write error: {}", std::strerror(err)));
+            // EPIPE, ECONNRESET: the client left; anything else is a failure, counted as
+            // one, as on the reading side.
+            host_.client_departed(fmt::format("client write error: {}", std::strerror(err)),
+                                  err != EPIPE && err != ECONNRESET);
             return;
         }
     }

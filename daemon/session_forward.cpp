@@ -294,8 +294,7 @@ void Session::read_upstream_chunks() {
             // Postgres hung up (often right after a FATAL ErrorResponse; ECONNRESET when it
             // left bytes we forwarded unread, e.g. terminated): deliver what it sent, then
             // close.
-            upstream_read_.reset();
-            upstream_.reset();
+            drop_upstream();  // its write event too: the descriptor number may be reused
             finish_after_client_flush(n == 0 ? "server closed the connection"
                                              : "server closed the connection (reset)");
             break;
@@ -380,8 +379,8 @@ void Session::on_upstream_writable() {
 // Bytes l5pgd itself sends (an 'N', an ErrorResponse).
 void Session::send_to_client(std::span<const std::byte> bytes) {
     if (state_ == SessionState::Closed)
-        return;  // its sockets stay open until reaped: nothing may go out any more
-    if (client_gone_) {
+        return;                 // its sockets stay open until reaped: nothing may go out any more
+    if (discarding_output()) {  // a half-closed client still reads them
         if (finish_when_ != FinishWhen::Open)
             close(close_reason_);
         return;
