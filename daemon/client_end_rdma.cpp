@@ -6,9 +6,10 @@
 
 namespace l5pg::daemon {
 
-RdmaClientEnd::RdmaClientEnd(std::unique_ptr<rdma::ServerSession> channel, bool soft,
-                             ClientEndHost& host, Worker& worker, uint64_t session_id)
+RdmaClientEnd::RdmaClientEnd(std::unique_ptr<rdma::ServerSession> channel, Capacity::Share memory,
+                             bool soft, ClientEndHost& host, Worker& worker, uint64_t session_id)
     : QueuedClientEnd(host),
+      memory_(std::move(memory)),
       channel_(std::move(channel)),
       soft_(soft),
       worker_(worker),
@@ -115,6 +116,7 @@ void RdmaClientEnd::on_client_gone(bool) {
 // worker from ever blocking). The session leaves the polling loop.
 void RdmaClientEnd::on_input_done() {
     channel_.reset();
+    memory_.release();
 }
 
 // Let the client find every byte we wrote: when the session is reaped, the worker keeps the
@@ -126,7 +128,7 @@ void RdmaClientEnd::on_close(bool error, bool client_gone) {
 
 void RdmaClientEnd::reap(UniqueFd& socket) {
     if (linger_)
-        worker_.linger(session_id_, std::move(channel_), std::move(socket));
+        worker_.linger(session_id_, std::move(channel_), std::move(socket), std::move(memory_));
 }
 
 }  // namespace l5pg::daemon

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "daemon/capacity.hpp"
 #include "daemon/client_end_queued.hpp"
 #include "transport/rdma/channel/server.hpp"
 
@@ -19,8 +20,10 @@ class RdmaClientEnd final : public QueuedClientEnd {
   public:
     // `soft`: the soft device, whose last WRITEs land only until the client's end of its
     // wire closes (see peek()).
-    RdmaClientEnd(std::unique_ptr<rdma::ServerSession> channel, bool soft, ClientEndHost& host,
-                  Worker& worker, uint64_t session_id);
+    // `memory`: the channel's rings' share of rdma.max_memory, given back with the channel
+    // (which may outlive the session: Worker::linger()).
+    RdmaClientEnd(std::unique_ptr<rdma::ServerSession> channel, Capacity::Share memory, bool soft,
+                  ClientEndHost& host, Worker& worker, uint64_t session_id);
 
     [[nodiscard]] bool polled() const noexcept override { return true; }
     void on_socket_readable() override;
@@ -56,6 +59,7 @@ class RdmaClientEnd final : public QueuedClientEnd {
     // (nothing taken in from it meanwhile).
     [[nodiscard]] bool soft_wire_quiet();
 
+    Capacity::Share memory_;  // the rings' share of rdma.max_memory: goes with channel_
     std::unique_ptr<rdma::ServerSession> channel_;  // null once input is done after departure
     const bool soft_;
     Worker& worker_;

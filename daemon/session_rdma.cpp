@@ -204,7 +204,7 @@ void Session::finish_rdma_accept(UniqueFd wire) {
     rdma::encode_hello(reply,
                        std::span<std::byte, rdma::kHelloSize>(answer.data() + 1, rdma::kHelloSize));
     rdma_phase_ = RdmaPhase::None;
-    switch_end(std::make_unique<RdmaClientEnd>(std::move(channel),
+    switch_end(std::make_unique<RdmaClientEnd>(std::move(channel), std::move(rdma_memory_),
                                                worker_.rdma_device_kind() == rdma::DeviceKind::Soft,
                                                *this, worker_, id_));
     if (!send_now(answer)) {

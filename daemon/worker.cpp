@@ -261,7 +261,7 @@ void Worker::retire(Session* session) {
 }
 
 void Worker::linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> channel,
-                    UniqueFd socket) {
+                    UniqueFd socket, Capacity::Share memory) {
     channel->begin_close();
     if (channel->flush_step())
         return;  // nothing in flight: the channel goes now
@@ -275,8 +275,8 @@ void Worker::linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> ch
         return;
     }
     const auto timeout = std::chrono::milliseconds(settings_->config.rdma.completion_timeout_ms);
-    lingering_.push_back(
-        {session_id, std::move(channel), std::move(socket), clock::now() + timeout});
+    lingering_.push_back({session_id, std::move(memory), std::move(channel), std::move(socket),
+                          clock::now() + timeout});
     if (!linger_timer_)
         linger_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, linger_cb, this));
     static constexpr timeval kLingerPoll{0, 1000};

@@ -134,7 +134,8 @@ class Worker {
     // has acknowledged everything written to it (at most rdma.completion_timeout_ms),
     // polled from this worker's loop: closing one session never blocks the others. Beyond
     // this worker's lingering_share() (fd_limit.hpp) the channel goes at once.
-    void linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> channel, UniqueFd socket);
+    void linger(uint64_t session_id, std::unique_ptr<rdma::ServerSession> channel, UniqueFd socket,
+                Capacity::Share memory);
 
   private:
     static void wake_cb(int fd, short what, void* arg);
@@ -205,6 +206,7 @@ class Worker {
     EventPtr rdma_progress_timer_;
     struct Lingering {  // see linger(); declared after the endpoint, which must outlive it
         uint64_t session_id = 0;
+        Capacity::Share memory;  // the rings' share of rdma.max_memory, given back after them
         std::unique_ptr<rdma::ServerSession> channel;
         UniqueFd socket;
         clock::time_point deadline;
