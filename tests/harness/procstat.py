@@ -24,3 +24,22 @@ def cpu_seconds(pid):
 
 def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def loopback_queues(local_port, remote_port):
+    """(bytes not yet acknowledged by the peer, bytes received but not read) of the IPv4 TCP
+    socket 127.0.0.1:local_port -> 127.0.0.1:remote_port, from /proc/net/tcp."""
+    local, remote = f"0100007F:{local_port:04X}", f"0100007F:{remote_port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[2] == remote:
+            tx, rx = fields[4].split(":")
+            return int(tx, 16), int(rx, 16)
+    raise AssertionError(f"no TCP socket 127.0.0.1:{local_port} -> 127.0.0.1:{remote_port}")
+
+
+def in_kernel_between(server_port, client_port):
+    """What the kernel holds of the server's stream to the client: queued at the server plus
+    unread at the client."""
+    return (loopback_queues(server_port, client_port)[0] +
+            loopback_queues(client_port, server_port)[1])

@@ -773,7 +773,10 @@ def test_cancel_postgres_has_not_taken_yet_keeps_the_backend_from_the_pool(
     c.connect(str(d.socket_path))
     os.kill(postmaster, signal.SIGSTOP)
     try:
+        forwarded = d.metric("l5pg_cancel_requests_total", result="forwarded")
         c.sendall(struct.pack("!II", 16, CANCEL_REQUEST_CODE) + key)
+        wait_for(lambda: d.metric("l5pg_cancel_requests_total", result="forwarded") > forwarded,
+                 WAIT, "l5pgd to write the cancel to Postgres")
         if canceller == "closes_at_once":
             c.close()
         else:

@@ -226,7 +226,7 @@ def test_rings_beyond_max_memory_are_declined(workdir, cluster, shim):
                                                   "rdma.max_memory=2097152"])
     with d:
         target = rdma_target(d)
-        holder = popen(psql_cmd("-c", "select pg_sleep(30)"), target, text=True)
+        holder = popen(psql_cmd("-c", "select pg_sleep(300)"), target, text=True)
         try:
             wait_for(lambda: d.metric("l5pg_sessions_active", transport="rdma") == 1, 20,
                      "the first RDMA session")

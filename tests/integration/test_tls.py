@@ -15,7 +15,7 @@ from tests.harness.cancel import stop_process
 from tests.harness.client import Target, popen, psql_cmd, run, shim_debug_lines
 from tests.harness.l5pgd import L5pgd
 from tests.harness.openssl_client import TlsClient
-from tests.harness.procstat import cpu_seconds
+from tests.harness.procstat import cpu_seconds, in_kernel_between
 from tests.harness.rdma import rdma_overrides, rdma_target, upgraded_rdma
 from tests.harness.waiting import wait_for
 
@@ -168,6 +168,8 @@ def test_key_update_while_l5pgd_cannot_send(required):
         body = f"select repeat('x', 1000) from generate_series(1, {rows})".encode() + b"\0"
         c.sendall(b"Q" + (len(body) + 4).to_bytes(4, "big") + body)
         time.sleep(1)  # the buffers fill; l5pgd stops sending
+        held = in_kernel_between(required.port, c.sock.getsockname()[1])
+        assert held < rows * 1000, f"the kernel holds all of the result ({held} bytes)"
         c.request_key_update()
         sync = b"S" + (4).to_bytes(4, "big")  # sent with the KeyUpdate; answered after the rows
         c.sendall(sync)
@@ -210,6 +212,10 @@ def test_handshake_blocked_on_a_client_that_does_not_read_does_not_spin(workdir,
                 hello.do_handshake()
             s.sendall(outgoing.read())
             time.sleep(1)  # l5pgd writes its flight until the socket is full
+            # OpenSSL still holds part of it (the test proves nothing otherwise).
+            certificates = 10000 * len(ssl.PEM_cert_to_DER_cert(ca))
+            held = in_kernel_between(d.port, s.getsockname()[1])
+            assert held < certificates, f"the kernel took the whole flight ({held} bytes)"
             s.sendall(b"\x16")  # one more byte: OpenSSL cannot take it while it writes
             time.sleep(0.5)
             before = cpu_seconds(d.pid())
@@ -298,9 +304,12 @@ def test_encrypted_key_is_refused_without_a_prompt(l5pgd_binary, pki, tmp_path):
             "-out", str(key), cwd=tmp_path)
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own, with the pty as its terminal
-        os.execv(str(l5pgd_binary), [str(l5pgd_binary), "--check", "-o", "tls.mode=require",
-                                     "-o", f"tls.cert_file={pki / 'server.crt'}",
-                                     "-o", f"tls.key_file={key}"])
+        try:
+            os.execv(str(l5pgd_binary), [str(l5pgd_binary), "--check", "-o", "tls.mode=require",
+                                         "-o", f"tls.cert_file={pki / 'server.crt'}",
+                                         "-o", f"tls.key_file={key}"])
+        finally:
+            os._exit(127)  # never back into pytest
     out = b""
     deadline = time.monotonic() + 20
     try:

@@ -38,6 +38,7 @@ TEST_CASE("UpstreamPool: a connection past its deadline is not handed out, timer
     l5pg::daemon::PoolDirectory directory;
     UpstreamPool pool(base.get(), metrics, directory);
     const UpstreamPool::Limits limits{2, 30ms, 1h};
+    const UpstreamPool::Limits lasting{2, 1h, 1h};
     Pair stale = socket_pair();
     Pair fresh = socket_pair();
     REQUIRE(pool.park("a", {"db", "alice"},
@@ -46,7 +47,7 @@ TEST_CASE("UpstreamPool: a connection past its deadline is not handed out, timer
     std::this_thread::sleep_for(60ms);  // the loop does not run: no timer fires
     REQUIRE(pool.park("b", {"db", "bob"},
                       UpstreamPool::Idle{std::move(fresh.kept), {}, UpstreamPool::clock::now(), ""},
-                      limits));
+                      lasting));
     CHECK_FALSE(pool.take("a").has_value());
     CHECK(pool.size() == 1);
     CHECK(pool.take("b").has_value());
