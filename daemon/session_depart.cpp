@@ -18,8 +18,9 @@
 //      Postgres whose writes fail would abort the statements it has not run yet;
 //   4. closes once Postgres has closed, or after limits.drain_timeout_ms.
 // A socket client that only shut down its sending side still reads: Postgres's answers go
-// to it instead of being discarded, for as long as Postgres takes to send them (the drain
-// timeout then bounds step 1 only).
+// to it instead of being discarded, up to the drain timeout all the same (an EOF does not
+// tell a half-closed client from one that closed or died, and those must not hold their
+// session for as long as Postgres runs their last statement).
 // The client's socket is not watched any more (EOF stays readable for ever) and nothing
 // is written to it. A departure counts as a session error only if the session cannot
 // hand everything to Postgres in time or the client left through a real failure.
@@ -55,8 +56,6 @@ void Session::client_departed(std::string reason, bool error, bool may_still_rea
             client_may_read_ = false;
             end_->on_client_gone(false);
             update_upstream_reading();
-            if (upstream_shut_)
-                drain_timer_armed_ = false;  // Postgres's output is discarded: bounded again
         }
         return;
     }
@@ -112,10 +111,6 @@ void Session::continue_departure() {
         (void)::shutdown(upstream_.get(), SHUT_WR);
         upstream_shut_ = true;
         update_upstream_reading();
-        // A client that still reads waits for Postgres's answers as long as Postgres takes,
-        // as it would directly: the drain timeout bounded the hand-over only.
-        if (client_may_read_)
-            evtimer_del(timer_.get());
     }
     if (upstream_eof_)
         finish_departure("");

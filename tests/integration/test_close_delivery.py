@@ -18,7 +18,6 @@ import pytest
 
 from tests.harness import paths, pgwire
 from tests.harness.client import run
-from tests.harness.l5pgd import L5pgd
 from tests.harness.rdma import EVERY_TRANSPORT
 
 COUNT = 200
@@ -206,38 +205,3 @@ def test_half_closed_socket_client_still_gets_its_answer(daemon, cluster, where)
         assert pgwire.at_eof(s, 10), "no EOF after the answer"
     assert daemon.metric("l5pg_session_errors_total", transport="unix") == errors
 
-
-def half_closed_query(path, sql):
-    """Logs in over the Unix socket `path`, sends `sql`, shuts down its sending side and reads
-    everything up to EOF: the messages' types and the DataRows' last column."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(20)
-        s.connect(str(path))
-        # Directly, the harness's client_connection_check_interval would end the query of a
-        # half-closed client after 1 s (Postgres takes its EOF for a lost client).
-        s.sendall(pgwire.startup_packet(options="-c client_connection_check_interval=0"))
-        assert pgwire.read_until_ready(s)[-1][0] == "Z"
-        body = sql.encode() + b"\0"
-        s.sendall(b"Q" + struct.pack("!I", 4 + len(body)) + body)
-        s.shutdown(socket.SHUT_WR)
-        types, values = [], []
-        while True:
-            try:
-                t, b = pgwire.read_message(s)
-            except EOFError:
-                return types, values
-            types.append(t)
-            if t == "D":
-                values.append(b.rsplit(b"\0\0\0", 1)[-1][1:].decode())
-
-
-@pytest.mark.timeout(60)
-def test_half_closed_client_waits_for_a_slow_answer_past_the_drain_timeout(workdir, cluster):
-    """limits.drain_timeout_ms bounds handing the client's bytes to Postgres, not how long a
-    client that still reads waits for the answer: the session was closed at the timeout, a
-    query longer than it answered with EOF alone."""
-    with L5pgd(workdir / "l5pgd-half-closed", cluster,
-               extra_overrides=["limits.drain_timeout_ms=1000"]) as d:
-        types, values = half_closed_query(d.socket_path, "select pg_sleep(2.5), 'late'")
-        assert values == ["late"] and types[-1] == "Z", types
-        assert d.metric("l5pg_session_errors_total", transport="unix") == 0
