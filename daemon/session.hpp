@@ -228,6 +228,8 @@ class Session final : public ClientEndHost {
     [[nodiscard]] std::optional<std::string> rdma_refusal(const protocol::L5UpgradeRequest& req);
     // Why ring sizes `a` and `b` are refused (above rdma.max_ring_size), if they are.
     [[nodiscard]] std::optional<std::string> ring_size_refusal(uint64_t a, uint64_t b) const;
+    // Takes the rings' share of rdma.max_memory (giving back one held before), or says why not.
+    [[nodiscard]] std::optional<std::string> reserve_rdma_memory(uint64_t c2s, uint64_t s2c);
     void on_rdma_hello();
     void try_finish_rdma_accept();
     void finish_rdma_accept(UniqueFd wire);

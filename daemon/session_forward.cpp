@@ -50,6 +50,11 @@ void Session::finish_after_upstream_flush(std::string reason) {
 // (typically the FATAL that says why) is still to be read and delivered: the upstream's EOF
 // ends the session there, as an orderly close, as it would for a direct client.
 void Session::upstream_write_failed(int err) {
+    if (cancel_request_) {  // nothing to deliver back: the client gets the EOF it waits for
+        close(fmt::format("cancel request not forwarded: upstream write error: {}",
+                          std::strerror(err)));
+        return;
+    }
     if (err != EPIPE && err != ECONNRESET) {
         close(fmt::format("upstream write error: {}", std::strerror(err)), true);
         return;

@@ -66,13 +66,21 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
     // A place is held from here on (its StartupMessage would be refused: no channel).
     if (!has_session_place())
         return "limits.max_sessions reached";
-    // What accept() allocates: the client->server ring, and a copy of the other.
-    const uint64_t rings = uint64_t{req.c2s_ring_size} + req.s2c_ring_size;
-    rdma_memory_ = worker_.rdma_memory().try_take(rings, cfg.max_memory);
+    return reserve_rdma_memory(req.c2s_ring_size, req.s2c_ring_size);
+}
+
+// What accept() allocates: the client->server ring (at most rdma.max_ring_size, checked
+// before) and a copy of the server->client one. Taken at the request, and again for the
+// sizes the Hello names, from which accept() allocates.
+std::optional<std::string> Session::reserve_rdma_memory(uint64_t c2s, uint64_t s2c) {
+    const uint64_t rings = c2s + s2c;
+    const uint64_t max = worker_.config().rdma.max_memory;
+    rdma_memory_.release();
+    rdma_memory_ = worker_.rdma_memory().try_take(rings, max);
     if (!rdma_memory_.held())
         return fmt::format(
             "rdma.max_memory reached ({} bytes of rings in use, {} more asked, {} allowed)",
-            worker_.rdma_memory().taken(), rings, cfg.max_memory);
+            worker_.rdma_memory().taken(), rings, max);
     return std::nullopt;
 }
 
@@ -147,6 +155,11 @@ void Session::on_rdma_hello() {
     // The Hello may name other sizes than the request did: checked again.
     if (std::optional<std::string> refusal =
             ring_size_refusal(hello.ring_size, hello.requested_ring_size)) {
+        decline_rdma(*refusal);
+        return;
+    }
+    if (std::optional<std::string> refusal =
+            reserve_rdma_memory(hello.requested_ring_size, hello.ring_size)) {
         decline_rdma(*refusal);
         return;
     }
