@@ -39,7 +39,9 @@ namespace {
 // The seventh: the client set no superuser-only parameter at login (PGOPTIONS='-c
 // session_replication_role=replica' after GRANT SET ON PARAMETER), unless its role is a
 // superuser: that grant is checked at login only, and which were granted cannot be asked on
-// every version, so such a backend is not kept at all.
+// every version, so such a backend is not kept at all. pg_settings hides the few parameters
+// marked superuser-only for reading (session_preload_libraries) from roles without
+// pg_read_all_settings: those are not seen (README).
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
     "d.datconnlimit OPERATOR(pg_catalog.<>) '-2'::pg_catalog.int4 AND "
@@ -67,7 +69,7 @@ constexpr std::string_view kQuery =
     "OPERATOR(pg_catalog.>=) 160000 THEN 'SET' ELSE 'MEMBER' END), "
     "r.rolsuper OR NOT EXISTS (SELECT FROM pg_catalog.pg_settings g "
     "WHERE g.source OPERATOR(pg_catalog.=) 'client' AND "
-    "g.context OPERATOR(pg_catalog.=) 'superuser') "
+    "g.context OPERATOR(pg_catalog.=) ANY ('{superuser,superuser-backend}'::pg_catalog.text[])) "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
     "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";

@@ -1190,18 +1190,21 @@ def test_kept_backend_of_a_demoted_superuser_is_not_reused(l5pgd, cluster, login
     assert "or its SUPERUSER attribute, changed since it started" in d.log_text()
 
 
+@pytest.mark.parametrize("parameter, value", [("session_replication_role", "replica"),
+                                              ("log_connections", "on")],
+                         ids=["superuser", "superuser_backend"])
 def test_backend_whose_client_set_a_superuser_only_parameter_is_not_kept(
-        l5pgd, cluster, login_role):
+        l5pgd, cluster, login_role, parameter, value):
     """GRANT SET ON PARAMETER lets a role set a superuser-only parameter at login, checked
     then only: its backend serves the client and is not kept, so a REVOKE holds for the next
     login."""
-    cluster.sql(f"grant set on parameter session_replication_role to {login_role}")
+    cluster.sql(f"grant set on parameter {parameter} to {login_role}")
     try:
         d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", login_role)])
         env = {"PGUSER": login_role, "PGDATABASE": login_role,
-               "PGOPTIONS": "-c session_replication_role=replica"}
-        assert psql_lines(unix_target(d), "show session_replication_role", app=new_app(),
-                          env=env) == ["replica"]
+               "PGOPTIONS": f"-c {parameter}={value}"}
+        assert psql_lines(unix_target(d), f"show {parameter}", app=new_app(),
+                          env=env) == [value]
         wait_for(lambda: "login check at the start failed: its client set a superuser-only "
                          "parameter" in d.log_text(), WAIT, "the check to fail")
         assert pool_metric(d, IDLE) == 0
@@ -1210,7 +1213,7 @@ def test_backend_whose_client_set_a_superuser_only_parameter_is_not_kept(
                                                         if k != "PGOPTIONS"})
         wait_idle(d, 1)
     finally:
-        cluster.sql(f"revoke set on parameter session_replication_role from {login_role}")
+        cluster.sql(f"revoke set on parameter {parameter} from {login_role}")
 
 
 # ALTER ROLE / ALTER DATABASE ... SET: a login takes these when its backend starts, and a kept
