@@ -196,7 +196,8 @@ struct Config {
 // What a file without a setting (empty, or only comments) means.
 enum class EmptyFile {
     Defaults,  // at start: every key at its default
-    Refuse,    // at a reload: more likely a file caught mid-write than a wish to reset all
+    Refuse,    // at a reload (-o overrides or not): more likely a file caught mid-write
+               // than a wish to reset all
 };
 
 // Loads `path` (empty: defaults only), applies `overrides` ("listen.port=6433", dotted

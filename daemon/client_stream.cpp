@@ -59,11 +59,11 @@ ssize_t ClientStream::tls_result(int ret) noexcept {
             wants_write_ = true;
             errno = EAGAIN;
             return -1;
-        case SSL_ERROR_ZERO_RETURN:  // close_notify: a clean end of stream
-            return 0;
+        case SSL_ERROR_ZERO_RETURN:  // close_notify, or an EOF without it: a clean end
+            return 0;                // (SSL_OP_IGNORE_UNEXPECTED_EOF, tls_context.cpp)
         case SSL_ERROR_SYSCALL:
             if (errno == 0)
-                errno = ECONNRESET;  // EOF without close_notify
+                errno = ECONNRESET;
             return -1;
         default:
             ERR_clear_error();

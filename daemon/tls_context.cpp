@@ -64,6 +64,7 @@ TlsContext::TlsContext(const config::TlsConfig& cfg) : ctx_(SSL_CTX_new(TLS_serv
     SSL_CTX_set_default_passwd_cb_userdata(ctx, &passphrase_asked);
     const bool key_loaded =
         SSL_CTX_use_PrivateKey_file(ctx, cfg.key_file.c_str(), SSL_FILETYPE_PEM) == 1;
+    SSL_CTX_set_default_passwd_cb(ctx, nullptr);  // `passphrase_asked` ends here
     SSL_CTX_set_default_passwd_cb_userdata(ctx, nullptr);
     if (!key_loaded && passphrase_asked)
         throw std::runtime_error(fmt::format(

@@ -324,9 +324,10 @@ Worker::PollRound Worker::poll_sessions() {
     PollRound round;
     if (rdma_endpoint_ && rdma_endpoint_->sessions() > 0) {
         // Clears the mailbox bytes (hints; every polled session is looked at below) and
-        // counts the observations the endpoint's torn-record detection relies on. One pass
-        // over the mailboxes at most: peers that set their bytes again as fast as they are
-        // cleared (WRITEs cost l5pgd no CPU) must not keep the loop from the rest.
+        // counts the observations the endpoint's torn-record detection relies on. At most one
+        // pass, from where the last round's scan stopped (the slots below wait for the next
+        // round): peers that set their bytes again as fast as they are cleared (WRITEs cost
+        // l5pgd no CPU) must not keep the loop from the rest.
         std::array<rdma::ServerSession*, 64> ready;
         const size_t scans = rdma_endpoint_->sessions() / ready.size() + 1;
         for (size_t i = 0; i < scans && rdma_endpoint_->poll(ready) == ready.size(); ++i) {
