@@ -74,10 +74,11 @@ bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
     return false;
 }
 
-// Also for another thread of the application still waiting on this connection: data this
-// call left unread arrived when that thread's flag was taken (end_waiters.hpp).
-void prepare_return(Channel& ch, int fd) noexcept {
-    if (foreign_waiters_possible() || others_wait(ch, Want::Read))
+// After a read, also for another thread of the application still waiting on this
+// connection: data this call left unread arrived when that thread's flag was taken
+// (end_waiters.hpp). A send takes nothing from the receive ring: not after a send.
+void prepare_return(Channel& ch, int fd, bool after_read) noexcept {
+    if (foreign_waiters_possible() || (after_read && others_wait(ch, Want::Read)))
         ch.end->prepare_for_foreign_wait(fd);
 }
 
@@ -145,7 +146,7 @@ ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
     }
     if (ch.end->broken())
         return fail(ECONNRESET);
-    prepare_return(ch, fd);  // the wait drained the doorbell a foreign poller may look for
+    prepare_return(ch, fd, true);  // the wait drained the doorbell a foreign poller may look for
     return 0;
 }
 
@@ -311,7 +312,7 @@ ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flag
         if (!wait_for(ch, fd, Want::Write, timeout))
             return sent > 0 ? static_cast<ssize_t>(sent) : -1;
     }
-    prepare_return(ch, fd);
+    prepare_return(ch, fd, false);
     return static_cast<ssize_t>(sent);
 }
 
@@ -390,7 +391,7 @@ ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) noexcept
         if (!wait_for(ch, fd, Want::Read, timeout))
             return got > 0 ? static_cast<ssize_t>(got) : -1;
     }
-    prepare_return(ch, fd);
+    prepare_return(ch, fd, true);
     return static_cast<ssize_t>(got);
 }
 

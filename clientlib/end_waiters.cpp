@@ -67,8 +67,9 @@ bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& count
     const bool armed = ch.end->arm(want, others == 0 ? wait_id : wait::kUnnamedWait);
     // A thread that counted in after our count and armed unnamed before our named arming
     // landed would be under our name now: arm again, unnamed. (One that counts in after this
-    // re-read arms after it, unnamed.)
-    if (others == 0 && (word.load(std::memory_order_seq_cst) & kCountMask) > 1)
+    // re-read arms after it, unnamed.) An unnamed arming has nothing to undo.
+    if (others == 0 && wait_id != wait::kUnnamedWait &&
+        (word.load(std::memory_order_seq_cst) & kCountMask) > 1)
         return ch.end->arm(want, wait::kUnnamedWait);
     return armed;
 }

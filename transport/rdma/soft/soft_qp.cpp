@@ -397,7 +397,7 @@ void SoftQueuePair::on_write_request(const FrameHeader& h, const std::byte* payl
     if ((h.flags & kFlagAckRequested) != 0) {
         FrameHeader ack{FrameType::Ack, 0, 0, h.seq, 0, 0, 0};
         append_frame_locked(ack, nullptr, 0);
-        (void)note_response_locked();
+        note_response_locked();
     }
 }
 
@@ -424,7 +424,7 @@ void SoftQueuePair::on_read_request(const FrameHeader& h) {
                 // earlier WRITE of this QP (a wait flag) is ordered before these loads.
                 std::atomic_thread_fence(std::memory_order_seq_cst);
                 load_relaxed(out_.data() + at + kFrameHeaderSize, src, h.length);
-                (void)note_response_locked();
+                note_response_locked();
             });
     }
     if (status != WcStatus::Success) {
@@ -536,13 +536,11 @@ void SoftQueuePair::on_nak(const FrameHeader& h) {
 
 // ---------------------------------------------------------------- shared helpers
 
-bool SoftQueuePair::note_response_locked() {
+void SoftQueuePair::note_response_locked() {
     unsent_response_ends_.push_back(sent_total_ + (out_.size() - out_head_));
-    if (unsent_response_ends_.size() <= kMaxSendQueueDepth)
-        return true;
-    fail_locked("the peer does not read its wire (" + std::to_string(unsent_response_ends_.size()) +
-                " responses unsent)");
-    return false;
+    if (unsent_response_ends_.size() > kMaxSendQueueDepth)
+        fail_locked("the peer does not read its wire (" +
+                    std::to_string(unsent_response_ends_.size()) + " responses unsent)");
 }
 
 void SoftQueuePair::append_frame_locked(const FrameHeader& h, const std::byte* payload, size_t n) {

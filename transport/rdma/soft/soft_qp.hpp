@@ -96,8 +96,8 @@ class SoftQueuePair final : public QueuePair, private WireHandler {
     void fail_locked(std::string reason, WcStatus first_status = WcStatus::Flushed);
     void protocol_error(std::string reason);
     void start_held() noexcept;  // sends what post() held back
-    // After appending a response: false (the QP failed) if the peer does not read them.
-    [[nodiscard]] bool note_response_locked();
+    // After appending a response: fails the QP if the peer does not read them.
+    void note_response_locked();
     [[nodiscard]] bool wait_driving(std::chrono::nanoseconds timeout);
 
     const std::shared_ptr<RegionTable> table_;
