@@ -55,6 +55,7 @@ struct AdmissionState {
     StartupLimiter startup;     // its caps follow reloads (StartupLimiter::set_caps)
     SessionCap session_cap;     // limits.max_sessions
     Capacity rdma_memory;       // rdma.max_memory: bytes of the RDMA sessions' rings
+    Capacity consoles;          // admin console sessions (SIGINT's drain does not wait for them)
     SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold

@@ -35,6 +35,27 @@ class Capacity {
                     ->taken_.fetch_sub(amount_, std::memory_order_relaxed);
         }
         [[nodiscard]] bool held() const noexcept { return owner_ != nullptr; }
+        // This held share as `amount` instead, if the total stays within `max` (a smaller
+        // share always does): in one step, so that no one takes what it gives up meanwhile.
+        // False, the share unchanged, otherwise.
+        [[nodiscard]] bool resize(uint64_t amount, uint64_t max) noexcept {
+            if (owner_ == nullptr)
+                return false;
+            std::atomic<uint64_t>& taken = owner_->taken_;
+            uint64_t now = taken.load(std::memory_order_relaxed);
+            for (;;) {
+                if (amount > amount_) {
+                    const uint64_t more = amount - amount_;
+                    if (more > max || now > max - more)
+                        return false;
+                }
+                if (taken.compare_exchange_weak(now, now - amount_ + amount,
+                                                std::memory_order_relaxed)) {
+                    amount_ = amount;
+                    return true;
+                }
+            }
+        }
 
       private:
         friend class Capacity;

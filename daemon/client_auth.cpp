@@ -27,31 +27,31 @@ constexpr uid_t kUnknownUid = static_cast<uid_t>(-1);
 // a client in another container has a uid that l5pgd's /etc/passwd may not know.
 AuthVerdict check_peer(const IdentMap& ident, const AuthRequest& request) {
     // The name as the refusal shows it: valid UTF-8 for the client's driver, at most what
-    // Postgres would show (a StartupMessage may hold 10 KB of anything).
-    const std::string shown = valid_utf8(request.role, kMaxRoleNameBytes);
+    // Postgres would show (a StartupMessage may hold 10 KB of anything). Refusals only.
+    const auto shown = [&request] { return valid_utf8(request.role, kMaxRoleNameBytes); };
     if (request.role.size() > kMaxRoleNameBytes)
         return refuse(AuthFailure::PeerMismatch,
                       fmt::format("l5pgd: peer authentication failed: role name \"{}...\" is "
                                   "longer than {} bytes (rule auth.local=peer)",
-                                  shown, kMaxRoleNameBytes));
+                                  shown(), kMaxRoleNameBytes));
     if (request.uid == kUnknownUid)
         return refuse(AuthFailure::UnknownOsUser,
                       fmt::format("l5pgd: peer authentication failed for user \"{}\": the "
                                   "client's credentials could not be read (rule auth.local=peer)",
-                                  shown));
+                                  shown()));
     if (ident.allows(std::to_string(request.uid), request.role))
         return {};
     if (request.os_user.empty())
         return refuse(AuthFailure::UnknownOsUser,
                       fmt::format("l5pgd: peer authentication failed for user \"{}\": the "
                                   "client's uid {} has no OS user name (rule auth.local=peer)",
-                                  shown, request.uid));
+                                  shown(), request.uid));
     if (request.role == request.os_user || ident.allows(request.os_user, request.role))
         return {};
     return refuse(AuthFailure::PeerMismatch,
                   fmt::format("l5pgd: peer authentication failed for user \"{}\": OS user \"{}\" "
                               "may not use this role (rule auth.local=peer, auth.ident_file)",
-                              shown, valid_utf8(request.os_user)));
+                              shown(), valid_utf8(request.os_user)));
 }
 
 }  // namespace

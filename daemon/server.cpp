@@ -358,10 +358,8 @@ void Server::begin_graceful_shutdown() {
 // those get their 57P01 when l5pgd stops, as at SIGTERM.
 void Server::drain_cb(int, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
-    size_t console = 0;
-    for (const auto& worker : self->workers_)
-        console += worker->console_session_count();
-    if (self->active_sessions() <= self->admission_.startup.in_startup() + console)
+    if (self->active_sessions() <=
+        self->admission_.startup.in_startup() + self->admission_.consoles.taken())
         event_base_loopbreak(self->base_.get());
 }
 

@@ -101,7 +101,7 @@ void Session::arm_timer(uint32_t ms) {
 
 void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    if (self->cancel_sent_) {
+    if (self->finish_when_ == FinishWhen::UpstreamClosed) {
         self->close(self->close_reason_ + " (Postgres did not close the connection in time)");
     } else if (self->pool_.login_check && self->pool_.login_check->purpose() ==
                                               protocol::PoolLoginCheck::Purpose::BeforeReuse) {

@@ -74,8 +74,6 @@ class Session final : public ClientEndHost {
     // the next event is Postgres's, not the client's.
     [[nodiscard]] bool awaiting_upstream() const noexcept { return awaiting_upstream_; }
     [[nodiscard]] SessionState state() const noexcept { return state_; }
-    // Served by the admin console: it does not hold up SIGINT's drain.
-    [[nodiscard]] bool admin() const noexcept { return admin_; }
     [[nodiscard]] uint64_t id() const noexcept { return id_; }
 
     // Immediate teardown (also used at shutdown). `error` counts it in the metrics. Marks
@@ -191,9 +189,6 @@ class Session final : public ClientEndHost {
     // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
     // of a session l5pgd serves, translated to the backend's.
     [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
-    // After the CancelRequest went out: the session ends when Postgres closes its end.
-    void await_cancel_delivery();
-    void read_cancel_outcome();
     // False when `copy` must not reach the client: see passthrough_login_.
     [[nodiscard]] bool watch_for_key(std::span<const std::byte> copy);
     void refuse_unauthenticated_login();
@@ -228,7 +223,7 @@ class Session final : public ClientEndHost {
     [[nodiscard]] std::optional<std::string> rdma_refusal(const protocol::L5UpgradeRequest& req);
     // Why ring sizes `a` and `b` are refused (above rdma.max_ring_size), if they are.
     [[nodiscard]] std::optional<std::string> ring_size_refusal(uint64_t a, uint64_t b) const;
-    // Takes the rings' share of rdma.max_memory (giving back one held before), or says why not.
+    // Takes the rings' share of rdma.max_memory (or resizes the one held), or says why not.
     [[nodiscard]] std::optional<std::string> reserve_rdma_memory(uint64_t c2s, uint64_t s2c);
     void on_rdma_hello();
     void try_finish_rdma_accept();
@@ -255,15 +250,15 @@ class Session final : public ClientEndHost {
     void flush_client();
     void send_to_client(std::span<const std::byte> bytes);
     // Close with `reason` once the client's output has drained (Postgres left, or a refusal
-    // is on its way), or for a cancel request once the CancelRequest is in Postgres's socket.
+    // is on its way), or for a cancel request once Postgres has closed its connection
+    // (session_cancel.cpp).
     void finish_after_client_flush(std::string reason);
-    void finish_after_upstream_flush(std::string reason);
+    void finish_after_upstream_close(std::string reason);
     void upstream_write_failed(int err);  // a send() to Postgres failed with `err`
     // The bytes metrics and this session's directory record.
     void count_bytes(Direction direction, uint64_t n);
     void set_awaiting_upstream(bool awaiting);
-    void on_ready_for_query();  // a ReadyForQuery of Postgres's (or the console's)
-    void note_idle();           // SHOW SESSIONS: waiting for the client
+    void note_idle();  // SHOW SESSIONS: waiting for the client
     void update_upstream_reading();
 
     // events (session.cpp)
@@ -283,18 +278,19 @@ class Session final : public ClientEndHost {
     StartupLimiter::Slot startup_slot_;  // held until the StartupMessage is complete
     SessionCap::Share session_place_;    // taken at the StartupMessage or an upgrade request
     Capacity::Share rdma_memory_;        // the rings of its RDMA channel (rdma.max_memory)
+    Capacity::Share console_place_;      // held by an admin console session
     SessionState state_ = SessionState::Startup;
     bool counted_ = false;                   // included in sessions_active
     bool polled_ = false;                    // in the worker's polling loop (set_polled())
     bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
-    bool cancel_sent_ = false;               // ... which is out: Postgres's EOF ends it
     CancelKeys::InFlight cancel_in_flight_;  // a CancelRequest with one of l5pgd's keys
     // The key this session's client holds (the backend's own, or l5pgd's for a pooled
     // one), and until Postgres has sent it, what picks it out of Postgres's first bytes.
     CancelKeys::Lease cancel_lease_;
     std::unique_ptr<protocol::BackendKeyWatcher> key_watcher_;
-    // What the session closes after, with close_reason_ (finish_after_*_flush()).
-    enum class FinishWhen : uint8_t { Open, ClientFlushed, UpstreamFlushed };
+    // What the session closes after, with close_reason_ (finish_after_client_flush(),
+    // finish_after_upstream_close()).
+    enum class FinishWhen : uint8_t { Open, ClientFlushed, UpstreamClosed };
     FinishWhen finish_when_ = FinishWhen::Open;
     std::string close_reason_;
     bool upstream_blocked_ = false;   // upstream send returned EAGAIN

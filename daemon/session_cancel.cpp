@@ -33,24 +33,14 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
 // counts as on its way until then. Having written the 16 bytes is not enough: a postmaster
 // slow to fork (a connection storm) takes them from its accept queue seconds later, when
 // the backend may have been kept and serve another client (CancelKeys::cancelled_within()).
-// Bounded by limits.drain_timeout_ms, as any wait for Postgres to finish what a client sent.
-void Session::await_cancel_delivery() {
-    cancel_sent_ = true;
-    update_upstream_reading();
+// Upstream reading stays on (Postgres sends nothing before it closes: discard_upstream()
+// sees the EOF); bounded by limits.drain_timeout_ms, as any wait for Postgres to finish
+// what a client sent.
+void Session::finish_after_upstream_close(std::string reason) {
+    finish_when_ = FinishWhen::UpstreamClosed;
+    close_reason_ = std::move(reason);
     arm_timer(worker_.config().limits.drain_timeout_ms);
-}
-
-void Session::read_cancel_outcome() {
-    std::array<std::byte, 256> ignored;  // Postgres answers a CancelRequest with nothing
-    for (;;) {
-        const ssize_t n = ::recv(upstream_.get(), ignored.data(), ignored.size(), MSG_DONTWAIT);
-        if (n > 0 || (n < 0 && errno == EINTR))
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return;
-        close(close_reason_);  // EOF (or a reset): Postgres has dealt with it
-        return;
-    }
+    update_upstream_reading();
 }
 
 // Under passthrough nothing the client sends reaches Postgres before Postgres has asked it to

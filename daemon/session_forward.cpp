@@ -40,21 +40,11 @@ void Session::finish_after_client_flush(std::string reason) {
     close_reason_ = std::move(reason);
 }
 
-void Session::finish_after_upstream_flush(std::string reason) {
-    finish_when_ = FinishWhen::UpstreamFlushed;
-    close_reason_ = std::move(reason);
-}
-
 // EPIPE or ECONNRESET: Postgres closed its end with our bytes unread -- a backend ended by
 // pg_terminate_backend(), for one. Nothing more can go to it, but what it sent before
 // (typically the FATAL that says why) is still to be read and delivered: the upstream's EOF
 // ends the session there, as an orderly close, as it would for a direct client.
 void Session::upstream_write_failed(int err) {
-    if (cancel_request_) {  // nothing to deliver back: the client gets the EOF it waits for
-        close(fmt::format("cancel request not forwarded: upstream write error: {}",
-                          std::strerror(err)));
-        return;
-    }
     if (err != EPIPE && err != ECONNRESET) {
         close(fmt::format("upstream write error: {}", std::strerror(err)), true);
         return;
@@ -83,8 +73,8 @@ void Session::count_bytes(Direction direction, uint64_t n) {
 // its answer began) reads the clock: for the round-trip histogram (Postgres's, so not the
 // admin console's) and the directory's last-activity time, so the per-chunk path stays
 // free of clock reads. The directory's "active" lasts until the ReadyForQuery
-// (on_ready_for_query()), not just until the answer's first byte: a notice or a streamed
-// result is not the end of the statement.
+// (note_idle(), once per chunk that holds one), not just until the answer's first byte: a
+// notice or a streamed result is not the end of the statement.
 void Session::set_awaiting_upstream(bool awaiting) {
     if (awaiting == awaiting_upstream_)
         return;
@@ -101,17 +91,12 @@ void Session::set_awaiting_upstream(bool awaiting) {
     }
 }
 
-void Session::on_ready_for_query() {
-    ++pool_.readies;
-    note_idle();
-}
-
 void Session::note_idle() {
     if (!record_)
         return;
     record_->active.store(false, std::memory_order_relaxed);
     // An answer that ends in the chunk it began in (a point read's) has its time noted by
-    // set_awaiting_upstream(false) right after: one clock read per round trip, not two.
+    // set_awaiting_upstream(false) right after: no second clock read for it.
     if (!awaiting_upstream_)
         record_->note_activity(std::chrono::steady_clock::now());
 }
@@ -248,9 +233,11 @@ void Session::client_turn_over() {
 }
 
 void Session::on_upstream_readable() {
-    if (cancel_sent_)
-        read_cancel_outcome();
-    else if (pool_.login_check)
+    if (finish_when_ == FinishWhen::UpstreamClosed) {
+        discard_upstream();
+        if (upstream_eof_)
+            close(close_reason_);
+    } else if (pool_.login_check)
         read_login_check_answer();
     else if (pool_.reset)
         read_reset_answer();
@@ -316,8 +303,9 @@ void Session::read_upstream_chunks() {
 // The end's space may be shared memory the client can rewrite at any moment. Where what
 // l5pgd reads of Postgres's messages decides something beyond this client's own stream --
 // its cancel key (until the key watcher has it), whether a pooled backend is idle -- it
-// reads a private copy of the bytes, and the end gets the same bytes. Elsewhere only the
-// message boundaries for a FATAL of l5pgd's own are followed, in place.
+// reads a private copy of the bytes, and the end gets the same bytes. Elsewhere the message
+// boundaries are followed in place: for a FATAL of l5pgd's own, and for SHOW SESSIONS'
+// active/idle, which a client rewriting its ring can only misreport for itself.
 ssize_t Session::recv_upstream(std::span<std::byte> space) {
     if (!key_watcher_ && !pool_.pooled) {
         const ssize_t n = ::recv(upstream_.get(), space.data(), space.size(), MSG_DONTWAIT);
@@ -363,13 +351,8 @@ void Session::flush_upstream() {
     }
     upstream_blocked_ = false;
     set_event(upstream_write_.get(), false);
-    if (finish_when_ == FinishWhen::UpstreamFlushed) {
-        if (cancel_request_)
-            await_cancel_delivery();
-        else
-            close(close_reason_);
-        return;
-    }
+    if (finish_when_ == FinishWhen::UpstreamClosed)
+        return;  // nothing more comes from the client: Postgres's EOF ends the session
     if (!client_gone_)
         end_->want_input(true);
 }
@@ -416,7 +399,7 @@ void Session::on_client_writable() {
 void Session::update_upstream_reading() {
     // A kept connection's login check is read whatever the client does meanwhile.
     const bool want =
-        pool_.login_check != nullptr || cancel_sent_ ||
+        pool_.login_check != nullptr || finish_when_ == FinishWhen::UpstreamClosed ||
         (state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
          !upstream_eof_ && (discarding_output() || end_->has_room()));
     set_event(upstream_read_.get(), want);

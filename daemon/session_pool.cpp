@@ -333,20 +333,23 @@ void Session::note_forwarded(std::span<const std::byte> sent, size_t walked) {
 }
 
 void Session::note_from_upstream(std::span<const std::byte> bytes) {
+    const uint64_t readies = pool_.readies;
     const auto count_ready = [this](char type, size_t) {
         if (type == 'Z')
-            on_ready_for_query();
+            ++pool_.readies;
         return true;
     };
     if (!pool_.pooled || pool_.greeting_reader) {
         (void)from_upstream_.walk(bytes, count_ready);
-        return;
+    } else {
+        // The same walk keeps the greeting what Postgres last reported.
+        (void)pool_.parameters.walk(from_upstream_, bytes, count_ready,
+                                    [this](const std::string& name, const std::string& value) {
+                                        pool_.greeting.set_parameter(name, value);
+                                    });
     }
-    // The same walk keeps the greeting what Postgres last reported.
-    (void)pool_.parameters.walk(from_upstream_, bytes, count_ready,
-                                [this](const std::string& name, const std::string& value) {
-                                    pool_.greeting.set_parameter(name, value);
-                                });
+    if (pool_.readies != readies)
+        note_idle();  // once per chunk, however many answers it ends (a pipeline's)
 }
 
 // Why this server connection cannot be kept, or nothing if it can: the client said goodbye

@@ -75,9 +75,10 @@ std::optional<std::string> Session::rdma_refusal(const protocol::L5UpgradeReques
 std::optional<std::string> Session::reserve_rdma_memory(uint64_t c2s, uint64_t s2c) {
     const uint64_t rings = c2s + s2c;
     const uint64_t max = worker_.config().rdma.max_memory;
-    rdma_memory_.release();
-    rdma_memory_ = worker_.rdma_memory().try_take(rings, max);
-    if (!rdma_memory_.held())
+    const bool reserved = rdma_memory_.held()
+                              ? rdma_memory_.resize(rings, max)
+                              : (rdma_memory_ = worker_.rdma_memory().try_take(rings, max)).held();
+    if (!reserved)
         return fmt::format(
             "rdma.max_memory reached ({} bytes of rings in use, {} more asked, {} allowed)",
             worker_.rdma_memory().taken(), rings, max);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -447,7 +448,7 @@ AuthVerdict Session::admit_to_console(std::string_view role) {
                                        "admin.users, admin.stats_users)",
                                        role)};
     admin_ = true;
-    worker_.console_session_opened();
+    console_place_ = worker_.consoles().try_take(1, std::numeric_limits<uint64_t>::max());
     admin_may_reload_ = listed(admin.users);
     return AuthVerdict{};
 }
@@ -666,9 +667,8 @@ void Session::on_upstream_connected() {
         if (pool_.pooled && !pool_.greeting_reader)
             greet_client();  // a kept server connection: Postgres says nothing now
     } else {
-        // Postgres reads the cancel key and closes; we close after handing it over.
         metrics_.cancel_request(CancelOutcome::Forwarded);
-        finish_after_upstream_flush("cancel request forwarded");
+        finish_after_upstream_close("cancel request forwarded");
     }
     flush_upstream();
     // Bytes a TLS client sent in the StartupMessage's record wait in OpenSSL, where no

@@ -45,12 +45,11 @@ UpstreamPool::~UpstreamPool() {
 
 std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
     std::optional<Idle> taken;
-    // Past its deadline counts as gone: the expiry timer may not have run yet in this round.
-    const auto now = clock::now();
+    expire();  // the expiry timer may not have run yet in this round
     for (auto it = entries_.begin(); it != entries_.end() && !taken;) {
         if (it->startup != startup) {
             ++it;
-        } else if (it->deadline <= now || !quiet(it->idle.fd.get())) {
+        } else if (!quiet(it->idle.fd.get())) {
             it = drop(it);
         } else {
             taken = std::move(it->idle);

@@ -312,8 +312,6 @@ void Worker::reap() {
         const auto it = sessions_.find(session);
         if (it == sessions_.end())
             continue;
-        if (session->admin())
-            console_session_count_.fetch_sub(1, std::memory_order_relaxed);
         sessions_.erase(it);
         session_count_.fetch_sub(1, std::memory_order_relaxed);
     }

@@ -71,13 +71,6 @@ class Worker {
     [[nodiscard]] size_t session_count() const noexcept {
         return session_count_.load(std::memory_order_relaxed);
     }
-    // Of session_count(), those of the admin console (SIGINT's drain waits for the others).
-    [[nodiscard]] size_t console_session_count() const noexcept {
-        return console_session_count_.load(std::memory_order_relaxed);
-    }
-    void console_session_opened() noexcept {
-        console_session_count_.fetch_add(1, std::memory_order_relaxed);
-    }
     // Thread-safe: how often the loop went round; still after wake() means stuck (the
     // systemd watchdog asks, Server::workers_responsive()).
     [[nodiscard]] uint64_t loop_rounds() const noexcept {
@@ -95,6 +88,7 @@ class Worker {
     [[nodiscard]] SessionDirectory& sessions() noexcept { return admission_state_.sessions; }
     [[nodiscard]] SessionCap& session_cap() noexcept { return admission_state_.session_cap; }
     [[nodiscard]] Capacity& rdma_memory() noexcept { return admission_state_.rdma_memory; }
+    [[nodiscard]] Capacity& consoles() noexcept { return admission_state_.consoles; }
     // The waits of SHM clients this worker rang for lately (one doorbell per client wait).
     [[nodiscard]] DoorbellCoalescer& doorbells() noexcept { return doorbells_; }
     // `size` bytes of this worker thread's own, for a private copy that lives only within
@@ -176,7 +170,6 @@ class Worker {
     std::thread thread_;
     std::atomic<bool> stopping_{false};
     std::atomic<size_t> session_count_{0};
-    std::atomic<size_t> console_session_count_{0};
     std::atomic<uint64_t> loop_rounds_{0};  // written by the worker thread only
     bool activity_ = false;
     using clock = std::chrono::steady_clock;

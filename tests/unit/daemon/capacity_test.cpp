@@ -69,3 +69,20 @@ TEST_CASE("Capacity: shares of any size, never past the cap, even near its type'
     b = Capacity::Share();
     CHECK(bytes.taken() == 0);
 }
+
+TEST_CASE("Capacity: a share resized in one step, growing only within the cap") {
+    Capacity bytes;
+    Capacity::Share a = bytes.try_take(300, 1000);
+    Capacity::Share b = bytes.try_take(600, 1000);
+    CHECK(a.resize(400, 1000));  // 400 + 600
+    CHECK(bytes.taken() == 1000);
+    CHECK_FALSE(a.resize(401, 1000));
+    CHECK(bytes.taken() == 1000);  // unchanged
+    CHECK(a.resize(100, 1000));    // smaller always fits
+    CHECK(bytes.taken() == 700);
+    CHECK_FALSE(Capacity::Share().resize(1, 1000));  // nothing held
+    a.release();
+    CHECK(bytes.taken() == 600);  // gives back what it holds now
+    b.release();
+    CHECK(bytes.taken() == 0);
+}
