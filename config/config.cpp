@@ -264,6 +264,8 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.upstream.port = get_uint<uint16_t>(n, k, 1); }},
         {"upstream.connect_timeout_ms",
          [](Config& c, N n, K k) { c.upstream.connect_timeout_ms = get_uint<uint32_t>(n, k, 1); }},
+        {"upstream.dns_max_ttl_ms",
+         [](Config& c, N n, K k) { c.upstream.dns_max_ttl_ms = get_uint<uint32_t>(n, k, 0); }},
         {"workers.count",
          [](Config& c, N n, K k) { c.workers.count = get_uint<unsigned>(n, k, 1, 256); }},
         {"workers.cpu_affinity",

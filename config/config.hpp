@@ -32,7 +32,8 @@ struct UpstreamConfig {
     std::string unix_socket_dir = "/var/run/postgresql";  // used when host is ""
     std::string host;                                     // TCP host, optional
     uint16_t port = 5432;
-    uint32_t connect_timeout_ms = 5000;
+    uint32_t connect_timeout_ms = 5000;  // the lookup, then each address in turn
+    uint32_t dns_max_ttl_ms = 15000;     // how long a looked-up host's addresses are used
 };
 
 struct WorkersConfig {

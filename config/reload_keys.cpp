@@ -44,6 +44,7 @@ const std::vector<KeyRule>& rules() {
         {"upstream.host", L, [](C c) { return quoted(c.upstream.host); }},
         {"upstream.port", L, [](C c) { return text(c.upstream.port); }},
         {"upstream.connect_timeout_ms", L, [](C c) { return text(c.upstream.connect_timeout_ms); }},
+        {"upstream.dns_max_ttl_ms", L, [](C c) { return text(c.upstream.dns_max_ttl_ms); }},
         {"workers.count", R, [](C c) { return text(c.workers.count); }},
         {"workers.cpu_affinity", R,
          [](C c) { return fmt::format("[{}]", fmt::join(c.workers.cpu_affinity, ",")); }},

@@ -123,10 +123,14 @@ void Session::timer_cb(int, short, void* arg) {
         // The startup timeout still runs: a client that does not take its FATAL in time
         // does not keep the session.
         self->close("the client did not take its FATAL in time", true);
-    } else if (self->state_ == SessionState::Connecting && !self->upstream_.valid())
-        self->connect_upstream();  // the retry after EAGAIN
-    else if (self->state_ == SessionState::Connecting)
-        self->fail_upstream_connect(0);
+    } else if (self->state_ == SessionState::Connecting && self->dial_.lookup.waiting()) {
+        self->dial_.lookup.reset();
+        self->fail_upstream_connect(0, "timeout expired");
+    } else if (self->state_ == SessionState::Connecting && !self->upstream_.valid()) {
+        self->connect_to_address();  // the retry after EAGAIN
+    } else if (self->state_ == SessionState::Connecting) {
+        self->next_upstream_address(0);
+    }
     self->continue_departure();
 }
 
@@ -246,6 +250,7 @@ void Session::close(std::string_view reason, bool error) {
     upstream_read_.reset();
     upstream_write_.reset();
     timer_.reset();
+    dial_.lookup.reset();
     worker_.retire(this);
 }
 

@@ -29,6 +29,7 @@
 #include "daemon/log_limiter.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/unique_fd.hpp"
+#include "daemon/upstream_resolver.hpp"
 #include "protocol/backend_key_watcher.hpp"
 #include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
@@ -155,10 +156,14 @@ class Session final : public ClientEndHost {
     void begin_upstream(std::span<const std::byte> first_bytes, bool cancel);
     void open_admin_console();
     void connect_upstream();
+    void on_upstream_lookup(UpstreamResolver::Answer addresses);
+    void connect_to_address();  // dial_'s current address, or the next if it fails at once
+    // The current address failed (err 0: timed out): the next one, or the client is told.
+    void next_upstream_address(int err);
     void watch_upstream();  // the upstream socket's events, once upstream_ is set
     void on_upstream_connected();
-    // err 0: timeout; lookup_failure: upstream.host could not be looked up (getaddrinfo).
-    void fail_upstream_connect(int err, const char* lookup_failure = nullptr);
+    // err 0: timeout; lookup_failure: upstream.host could not be looked up.
+    void fail_upstream_connect(int err, std::string_view lookup_failure = {});
     // Sends FATAL `sqlstate` `message` and closes once it is flushed.
     void fail_startup(std::string_view sqlstate, std::string_view message, std::string_view reason);
     void end_with_fatal(std::string_view sqlstate, std::string_view message, std::string reason);
@@ -312,8 +317,17 @@ class Session final : public ClientEndHost {
     // metrics.labels: this session's database counters, once Postgres accepted its login.
     bool login_noted_ = false;
     DatabaseCounters* database_counters_ = nullptr;
-    std::chrono::steady_clock::time_point upstream_deadline_;  // upstream.connect_timeout_ms
-    std::chrono::milliseconds upstream_retry_delay_{};         // next EAGAIN retry
+    // Connecting to Postgres: upstream.host's lookup, then each of its addresses in turn.
+    struct UpstreamDial {
+        UpstreamResolver::Waiter lookup;     // while upstream.host is looked up
+        UpstreamResolver::Answer addresses;  // once known
+        size_t current = 0;                  // the address tried now
+        int last_error = 0;                  // of the previous address (0: timeout)
+        // upstream.connect_timeout_ms for the lookup, and again for each address
+        std::chrono::steady_clock::time_point deadline;
+        std::chrono::milliseconds retry_delay{};  // next EAGAIN retry (a Unix socket)
+    };
+    UpstreamDial dial_;
 
     // departure (session_depart.cpp)
     bool client_gone_ = false;        // the client left; nothing goes to it any more

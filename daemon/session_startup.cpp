@@ -588,41 +588,106 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
 
 void Session::open_upstream(std::span<const std::byte> startup) {
     to_upstream_.append(startup);
-    upstream_deadline_ = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(worker_.config().upstream.connect_timeout_ms);
-    upstream_retry_delay_ = kFirstConnectRetry;
+    dial_.addresses.reset();
     connect_upstream();
 }
 
-// One connect attempt. A Unix socket whose listen queue is full answers EAGAIN at once
-// (many clients connecting together): retry with a growing delay until the deadline,
-// as a TCP connect would wait in the kernel's SYN queue.
+namespace {
+
+std::chrono::steady_clock::time_point connect_deadline(const config::UpstreamConfig& cfg) {
+    return std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.connect_timeout_ms);
+}
+
+uint32_t ms_until(std::chrono::steady_clock::time_point deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    return static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
+}
+
+}  // namespace
+
+// Where Postgres is: the Unix socket, or upstream.host's addresses, looked up by the
+// worker's resolver while the session waits (its timer bounds the lookup).
 void Session::connect_upstream() {
     if (admin_) {
         open_admin_console();
         return;
     }
-    UpstreamConnect attempt = start_upstream_connect(worker_.config().upstream);
+    const config::UpstreamConfig& cfg = worker_.config().upstream;
+    dial_.deadline = connect_deadline(cfg);
+    if (cfg.host.empty()) {
+        on_upstream_lookup(std::make_shared<const UpstreamAddresses>(unix_upstream(cfg)));
+        return;
+    }
+    UpstreamResolver::Answer known =
+        worker_.resolver().lookup(cfg.host, cfg.port, std::chrono::milliseconds(cfg.dns_max_ttl_ms),
+                                  dial_.lookup, [this](UpstreamResolver::Answer answer) {
+                                      evtimer_del(timer_.get());
+                                      on_upstream_lookup(std::move(answer));
+                                      continue_departure();
+                                  });
+    if (known)
+        on_upstream_lookup(std::move(known));
+    else
+        arm_timer(ms_until(dial_.deadline));
+}
+
+void Session::on_upstream_lookup(UpstreamResolver::Answer addresses) {
+    if (!addresses->lookup_failure.empty()) {
+        fail_upstream_connect(EHOSTUNREACH, addresses->lookup_failure);
+        return;
+    }
+    dial_.addresses = std::move(addresses);
+    dial_.current = 0;
+    dial_.last_error = 0;
+    dial_.retry_delay = kFirstConnectRetry;
+    connect_to_address();
+}
+
+// One connect attempt. A Unix socket whose listen queue is full answers EAGAIN at once
+// (many clients connecting together): retry with a growing delay until the deadline,
+// as a TCP connect would wait in the kernel's SYN queue.
+void Session::connect_to_address() {
+    UpstreamConnect attempt = start_upstream_connect(dial_.addresses->list.at(dial_.current));
     if (!attempt.fd.valid()) {
         const auto now = std::chrono::steady_clock::now();
-        if (attempt.error == EAGAIN && now + upstream_retry_delay_ < upstream_deadline_) {
-            arm_timer(static_cast<uint32_t>(upstream_retry_delay_.count()));
-            upstream_retry_delay_ = std::min(upstream_retry_delay_ * 2, kMaxConnectRetry);
+        if (attempt.error == EAGAIN && now + dial_.retry_delay < dial_.deadline) {
+            arm_timer(static_cast<uint32_t>(dial_.retry_delay.count()));
+            dial_.retry_delay = std::min(dial_.retry_delay * 2, kMaxConnectRetry);
             return;
         }
-        fail_upstream_connect(attempt.error, attempt.lookup_failure);
+        next_upstream_address(attempt.error);
         return;
     }
     upstream_ = std::move(attempt.fd);
     watch_upstream();
     if (attempt.in_progress) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            upstream_deadline_ - std::chrono::steady_clock::now());
-        arm_timer(static_cast<uint32_t>(std::max<int64_t>(left.count(), 1)));
+        arm_timer(ms_until(dial_.deadline));
         set_event(upstream_write_.get(), true);
         return;
     }
     on_upstream_connected();
+}
+
+// As libpq, each address in turn until one connects: "localhost" may be ::1 where
+// Postgres listens on 127.0.0.1 only, and a name may list a host that is down.
+void Session::next_upstream_address(int err) {
+    drop_upstream();
+    const size_t count = dial_.addresses->list.size();
+    if (dial_.current + 1 >= count) {
+        fail_upstream_connect(err);
+        return;
+    }
+    const config::UpstreamConfig& cfg = worker_.config().upstream;
+    spdlog::debug("session {}: upstream connect to {} ({}) failed: {}; trying the next address",
+                  id_, describe_upstream(cfg),
+                  describe_address(dial_.addresses->list[dial_.current]),
+                  err == 0 ? "timeout expired" : std::strerror(err));
+    ++dial_.current;
+    dial_.last_error = err;
+    dial_.deadline = connect_deadline(cfg);
+    dial_.retry_delay = kFirstConnectRetry;
+    connect_to_address();
 }
 
 // The console answers over a socket pair, in place of Postgres. Failing to open one (out
@@ -654,7 +719,7 @@ void Session::watch_upstream() {
 
 void Session::on_upstream_connected() {
     if (const int err = finish_upstream_connect(upstream_.get()); err != 0) {
-        fail_upstream_connect(err);
+        next_upstream_address(err);
         return;
     }
     evtimer_del(timer_.get());
@@ -680,16 +745,20 @@ void Session::on_upstream_connected() {
 
 // The client learns that Postgres could not be reached and why, not where it lives (the
 // socket path or address is for the operator's log).
-void Session::fail_upstream_connect(int err, const char* lookup_failure) {
+void Session::fail_upstream_connect(int err, std::string_view lookup_failure) {
     metrics_.upstream_connect_failed();
     const std::string why =
-        lookup_failure != nullptr
+        !lookup_failure.empty()
             ? fmt::format("could not translate the host name to an address: {}", lookup_failure)
         : err == 0 ? "timeout expired"
                    : std::strerror(err);
+    const std::string where =
+        dial_.addresses && dial_.current < dial_.addresses->list.size() && !admin_
+            ? fmt::format(" ({})", describe_address(dial_.addresses->list[dial_.current]))
+            : std::string();
     client_logs().upstream_failed.log(spdlog::level::warn,
-                                      "session {}: upstream connect to {} failed: {}", id_,
-                                      describe_upstream(worker_.config().upstream), why);
+                                      "session {}: upstream connect to {}{} failed: {}", id_,
+                                      describe_upstream(worker_.config().upstream), where, why);
     fail_startup(protocol::kSqlstateConnectionFailure,
                  fmt::format("l5pgd: could not connect to the PostgreSQL server: {}", why),
                  "upstream connect failed");

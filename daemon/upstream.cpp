@@ -1,9 +1,8 @@
 #include "daemon/upstream.hpp"
 
-#include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <sys/un.h>
 
 #include <cerrno>
@@ -13,39 +12,69 @@
 #include <fmt/format.h>
 
 namespace l5pg::daemon {
-namespace {
 
-UpstreamConnect connect_unix(const config::UpstreamConfig& cfg) {
-    UpstreamConnect result;
+UpstreamAddresses unix_upstream(const config::UpstreamConfig& cfg) {
+    UpstreamAddress address;
+    auto& un = reinterpret_cast<sockaddr_un&>(address.storage);
+    static_assert(sizeof(sockaddr_un) <= sizeof(sockaddr_storage));
+    un.sun_family = AF_UNIX;
+    // The configuration refuses a path beyond sun_path when it is loaded.
     const std::string path = describe_upstream(cfg);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof addr.sun_path) {
-        result.error = ENAMETOOLONG;
-        return result;
+    const size_t length = std::min(path.size(), sizeof un.sun_path - 1);
+    std::memcpy(un.sun_path, path.data(), length);
+    address.length = sizeof un;
+    return UpstreamAddresses{{address}, {}};
+}
+
+std::optional<UpstreamAddresses> numeric_upstream(const std::string& host,
+                                                  const std::string& service) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0)
+        return std::nullopt;  // a name (or nonsense the resolver will say so about)
+    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
+    return tcp_addresses_of(found);
+}
+
+UpstreamAddresses tcp_addresses_of(const addrinfo* found) {
+    UpstreamAddresses result;
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) ||
+            a->ai_addrlen > sizeof(sockaddr_storage) || a->ai_socktype != SOCK_STREAM)
+            continue;
+        UpstreamAddress address;
+        std::memcpy(&address.storage, a->ai_addr, a->ai_addrlen);
+        address.length = static_cast<socklen_t>(a->ai_addrlen);
+        result.list.push_back(address);
     }
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    result.fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!result.fd.valid() ||
-        ::connect(result.fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-        // EAGAIN: Postgres's listen queue is full; Session::connect_upstream() retries.
-        result.error = errno;
-        result.fd.reset();
-    }
+    if (result.list.empty())
+        result.lookup_failure = "no IPv4 or IPv6 address";
     return result;
 }
 
 // A socket connecting (or connected) to `address`, or the errno of its immediate failure.
-UpstreamConnect connect_to(const addrinfo& address) {
+// A Unix socket whose listen queue is full fails with EAGAIN: Session::connect_upstream()
+// retries.
+UpstreamConnect start_upstream_connect(const UpstreamAddress& address) {
     UpstreamConnect result;
-    result.fd.reset(::socket(address.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const int family = address.storage.ss_family;
+    result.fd.reset(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!result.fd.valid()) {
         result.error = errno;
         return result;
     }
-    const int one = 1;
-    ::setsockopt(result.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (::connect(result.fd.get(), address.ai_addr, address.ai_addrlen) != 0) {
+    if (family != AF_UNIX) {
+        const int one = 1;
+        ::setsockopt(result.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        // The kernel's keepalive times, as PgBouncer's tcp_keepalive: a kept server
+        // connection whose host went away is found out even while no client uses it.
+        ::setsockopt(result.fd.get(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    }
+    if (::connect(result.fd.get(), reinterpret_cast<const sockaddr*>(&address.storage),
+                  address.length) != 0) {
         if (errno == EINPROGRESS) {
             result.in_progress = true;
         } else {
@@ -54,38 +83,6 @@ UpstreamConnect connect_to(const addrinfo& address) {
         }
     }
     return result;
-}
-
-// The name is looked up here, on the worker's thread (README: upstream.host). Each address
-// in turn until one does not fail at once ("localhost" as ::1 without IPv6, then 127.0.0.1),
-// as libpq does; a connect that fails later is not retried on the next.
-UpstreamConnect connect_tcp(const config::UpstreamConfig& cfg) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string service = std::to_string(cfg.port);
-    if (const int rc = ::getaddrinfo(cfg.host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-        UpstreamConnect result;
-        result.error = EHOSTUNREACH;
-        result.lookup_failure = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
-        return result;
-    }
-    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
-    UpstreamConnect result;
-    for (const addrinfo* address = found; address != nullptr; address = address->ai_next) {
-        result = connect_to(*address);
-        if (result.fd.valid())
-            break;
-    }
-    return result;
-}
-
-}  // namespace
-
-UpstreamConnect start_upstream_connect(const config::UpstreamConfig& cfg) {
-    return cfg.host.empty() ? connect_unix(cfg) : connect_tcp(cfg);
 }
 
 int finish_upstream_connect(int fd) noexcept {
@@ -100,6 +97,24 @@ std::string describe_upstream(const config::UpstreamConfig& cfg) {
     if (cfg.host.empty())
         return config::socket_path(cfg.unix_socket_dir, cfg.port);
     return fmt::format("{}:{}", cfg.host, cfg.port);
+}
+
+std::string describe_address(const UpstreamAddress& address) {
+    char text[INET6_ADDRSTRLEN] = "";
+    switch (address.storage.ss_family) {
+        case AF_UNIX:
+            return reinterpret_cast<const sockaddr_un&>(address.storage).sun_path;
+        case AF_INET:
+            ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address.storage).sin_addr,
+                        text, sizeof text);
+            return text;
+        case AF_INET6:
+            ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address.storage).sin6_addr,
+                        text, sizeof text);
+            return text;
+        default:
+            return "?";
+    }
 }
 
 }  // namespace l5pg::daemon

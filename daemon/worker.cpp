@@ -69,7 +69,8 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       base_(make_worker_base()),
       rdma_shared_(rdma),
       next_id_(uint64_t{index} << 48),
-      upstream_pool_(base_.get(), metrics, admission_state.pools) {
+      upstream_pool_(base_.get(), metrics, admission_state.pools),
+      resolver_(base_.get()) {
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -102,6 +103,8 @@ void Worker::refresh_settings() {
         ++upstream_epoch_;
         upstream_pool_.clear();
     }
+    // A reload is how an operator says that /etc/hosts or resolv.conf changed too.
+    resolver_.reread_configuration();
     if (settings_->config.pool.mode == config::PoolMode::None)
         upstream_pool_.clear();
     else

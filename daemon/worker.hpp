@@ -28,6 +28,7 @@
 #include "daemon/settings.hpp"
 #include "daemon/unique_fd.hpp"
 #include "daemon/upstream_pool.hpp"
+#include "daemon/upstream_resolver.hpp"
 #include "transport/rdma/channel/server.hpp"
 #include "transport/rdma/device.hpp"
 #include "transport/wait/adaptive_spin.hpp"
@@ -97,6 +98,8 @@ class Worker {
     // Server connections kept for the next client (pool.mode), and the keys their clients
     // hold in place of the backends' own (shared by all workers).
     [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
+    // Looks upstream.host up for this worker's sessions, without blocking them.
+    [[nodiscard]] UpstreamResolver& resolver() noexcept { return resolver_; }
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
     // SIGINT's graceful shutdown: new sessions are refused, cancel requests forwarded.
     [[nodiscard]] bool draining() const noexcept {
@@ -211,6 +214,7 @@ class Worker {
     DoorbellCoalescer doorbells_;                  // before the sessions, whose SHM ends use it
     std::vector<std::byte> scratch_;               // see scratch()
     UpstreamPool upstream_pool_;                   // after base_, which must outlive its events
+    UpstreamResolver resolver_;                    // after base_, before the sessions waiting
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop

@@ -43,6 +43,7 @@ TEST_CASE("defaults match the header") {
     CHECK(c.upstream.host.empty());
     CHECK(c.upstream.port == 5432);
     CHECK(c.upstream.connect_timeout_ms == 5000);
+    CHECK(c.upstream.dns_max_ttl_ms == 15000);
     CHECK(c.workers.count == 2);
     CHECK(c.workers.cpu_affinity.empty());
     CHECK(c.shm.enabled);
@@ -79,6 +80,7 @@ upstream:
   host: db.example
   port: 5433
   connect_timeout_ms: 1500
+  dns_max_ttl_ms: 0
 workers:
   count: 8
   cpu_affinity: [2, 3]
@@ -112,6 +114,7 @@ logging:
     CHECK(c.upstream.host == "db.example");
     CHECK(c.upstream.port == 5433);
     CHECK(c.upstream.connect_timeout_ms == 1500);
+    CHECK(c.upstream.dns_max_ttl_ms == 0);
     CHECK(c.workers.count == 8);
     CHECK(c.workers.cpu_affinity == std::vector<int>{2, 3});
     CHECK_FALSE(c.shm.enabled);

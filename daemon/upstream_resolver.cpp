@@ -1,0 +1,160 @@
+#include "daemon/upstream_resolver.hpp"
+
+#include <event2/util.h>
+#include <netdb.h>
+
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace l5pg::daemon {
+
+namespace {
+
+// getaddrinfo()'s words (glibc's, as libpq shows them) for evdns's failure codes.
+std::string lookup_failure_text(int evutil_error) {
+    static constexpr std::pair<int, int> kCodes[] = {
+        {EVUTIL_EAI_NONAME, EAI_NONAME},     {EVUTIL_EAI_AGAIN, EAI_AGAIN},
+        {EVUTIL_EAI_FAIL, EAI_FAIL},         {EVUTIL_EAI_NODATA, EAI_NODATA},
+        {EVUTIL_EAI_MEMORY, EAI_MEMORY},     {EVUTIL_EAI_SERVICE, EAI_SERVICE},
+        {EVUTIL_EAI_FAMILY, EAI_FAMILY},     {EVUTIL_EAI_SOCKTYPE, EAI_SOCKTYPE},
+        {EVUTIL_EAI_BADFLAGS, EAI_BADFLAGS}, {EVUTIL_EAI_ADDRFAMILY, EAI_ADDRFAMILY},
+    };
+    for (const auto& [evutil_code, glibc_code] : kCodes)
+        if (evutil_code == evutil_error)
+            return ::gai_strerror(glibc_code);
+    return evutil_gai_strerror(evutil_error);
+}
+
+}  // namespace
+
+struct UpstreamResolver::Pending {
+    UpstreamResolver* resolver;
+    std::string key;
+    std::chrono::milliseconds keep;
+    std::vector<uint64_t> waiters;  // Waiter ids, some perhaps gone
+};
+
+void UpstreamResolver::Waiter::reset() noexcept {
+    if (resolver_ != nullptr)
+        resolver_->waiting_.erase(id_);
+    resolver_ = nullptr;
+}
+
+UpstreamResolver::UpstreamResolver(event_base* base) noexcept : base_(base) {}
+
+UpstreamResolver::~UpstreamResolver() {
+    // Freeing the evdns base answers its pending queries with a cancellation, now, while
+    // the maps answered() would otherwise use still exist.
+    closing_ = true;
+    dns_.reset();
+}
+
+void UpstreamResolver::free_dns(evdns_base* dns) noexcept {
+    evdns_base_free(dns, /*fail_requests=*/1);
+}
+
+UpstreamResolver::Answer UpstreamResolver::lookup(const std::string& host, uint16_t port,
+                                                  std::chrono::milliseconds keep, Waiter& waiter,
+                                                  Done done) {
+    waiter.reset();
+    const std::string service = std::to_string(port);
+    if (auto numeric = numeric_upstream(host, service))
+        return std::make_shared<const UpstreamAddresses>(std::move(*numeric));
+    const auto now = clock::now();
+    forget_expired(now);
+    const std::string key = fmt::format("{}:{}", host, service);
+    if (const auto it = cache_.find(key); it != cache_.end())
+        return it->second.answer;
+    auto pending = pending_.find(key);
+    if (pending == pending_.end()) {
+        if (Answer now_known = ask_dns(key, host, service, keep))
+            return now_known;
+        pending = pending_.find(key);
+    }
+    waiter.resolver_ = this;
+    waiter.id_ = next_waiter_++;
+    waiting_.emplace(waiter.id_, Waiting{&waiter, std::move(done)});
+    pending->second->waiters.push_back(waiter.id_);
+    return nullptr;
+}
+
+// Starts the query for `key`, or returns its answer when evdns knew it at once (/etc/hosts,
+// or a failure).
+UpstreamResolver::Answer UpstreamResolver::ask_dns(const std::string& key, const std::string& host,
+                                                   const std::string& service,
+                                                   std::chrono::milliseconds keep) {
+    evdns_base* dns_base = dns();
+    if (dns_base == nullptr)
+        return std::make_shared<const UpstreamAddresses>(
+            UpstreamAddresses{{}, "could not start the DNS resolver (/etc/resolv.conf)"});
+    auto& pending = pending_[key];
+    pending = std::make_unique<Pending>(Pending{this, key, keep, {}});
+    evutil_addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = EVUTIL_AI_NUMERICSERV;
+    // Answered at once (the callback ran, pending_ no longer holds the key), or later.
+    (void)evdns_getaddrinfo(dns_base, host.c_str(), service.c_str(), &hints, answered_cb,
+                            pending.get());
+    if (pending_.count(key) != 0)
+        return nullptr;
+    const auto it = cache_.find(key);
+    return it != cache_.end() ? it->second.answer : nullptr;
+}
+
+void UpstreamResolver::reread_configuration() noexcept {
+    cache_.clear();
+    stale_ = dns_ != nullptr;
+}
+
+evdns_base* UpstreamResolver::dns() {
+    if (stale_ && pending_.empty()) {
+        dns_.reset();  // nothing pending: no callback runs
+        stale_ = false;
+    }
+    if (!dns_) {
+        // Lookups only keep the worker's loop running while they are pending.
+        dns_.reset(evdns_base_new(
+            base_, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE));
+    }
+    return dns_.get();
+}
+
+void UpstreamResolver::answered_cb(int result, evutil_addrinfo* found, void* arg) {
+    auto& pending = *static_cast<Pending*>(arg);
+    pending.resolver->answered(pending, result, found);
+}
+
+void UpstreamResolver::answered(Pending& pending, int result, evutil_addrinfo* found) {
+    std::unique_ptr<addrinfo, decltype(&evutil_freeaddrinfo)> guard(found, &evutil_freeaddrinfo);
+    if (closing_)
+        return;
+    UpstreamAddresses addresses;
+    if (result == 0)
+        addresses = tcp_addresses_of(found);
+    else
+        addresses.lookup_failure = lookup_failure_text(result);
+    auto answer = std::make_shared<const UpstreamAddresses>(std::move(addresses));
+    // A failure is handed to those waiting now only; the next connection asks again.
+    const auto keep = answer->list.empty() ? std::chrono::milliseconds(0) : pending.keep;
+    cache_[pending.key] = Cached{answer, clock::now() + keep};
+    const auto owned = pending_.extract(pending.key);  // `pending` lives until we return
+    for (const uint64_t id : pending.waiters) {
+        const auto it = waiting_.find(id);
+        if (it == waiting_.end())
+            continue;  // its session went meanwhile
+        Done done = std::move(it->second.done);
+        it->second.waiter->resolver_ = nullptr;
+        waiting_.erase(it);
+        done(answer);
+    }
+}
+
+void UpstreamResolver::forget_expired(clock::time_point now) {
+    std::erase_if(cache_, [now](const auto& entry) { return entry.second.until <= now; });
+}
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,87 @@
+// Looking up upstream.host without stopping the worker: libevent's evdns (resolv.conf and
+// /etc/hosts, as getaddrinfo reads them; not nsswitch.conf), one query per name however
+// many sessions wait for it, and the answer kept for upstream.dns_max_ttl_ms, as PgBouncer's
+// dns_max_ttl (the record's own TTL is not known here). A failed lookup is not kept: the
+// next connection asks again.
+#pragma once
+
+#include <event2/dns.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "daemon/c_handle.hpp"
+#include "daemon/upstream.hpp"
+
+namespace l5pg::daemon {
+
+class UpstreamResolver {
+  public:
+    using Answer = std::shared_ptr<const UpstreamAddresses>;
+    using Done = std::function<void(Answer)>;
+
+    // A session's place in the queue for a lookup; leaving it (destruction, reset()) forgets
+    // the callback, so a session may go while its lookup runs on.
+    class Waiter {
+      public:
+        Waiter() = default;
+        ~Waiter() { reset(); }
+        Waiter(const Waiter&) = delete;
+        Waiter& operator=(const Waiter&) = delete;
+        void reset() noexcept;
+        [[nodiscard]] bool waiting() const noexcept { return resolver_ != nullptr; }
+
+      private:
+        friend class UpstreamResolver;
+        UpstreamResolver* resolver_ = nullptr;
+        uint64_t id_ = 0;
+    };
+
+    explicit UpstreamResolver(event_base* base) noexcept;
+    ~UpstreamResolver();
+    UpstreamResolver(const UpstreamResolver&) = delete;
+    UpstreamResolver& operator=(const UpstreamResolver&) = delete;
+
+    // host:port's addresses when known now (a numeric address, or an answer younger than
+    // `keep`), else null: then `done` is called from the event loop with the answer, unless
+    // `waiter` was reset first.
+    [[nodiscard]] Answer lookup(const std::string& host, uint16_t port,
+                                std::chrono::milliseconds keep, Waiter& waiter, Done done);
+    // Forgets the answers kept, and reads /etc/resolv.conf and /etc/hosts again for the next
+    // query (evdns reads them once; l5pgd's reload is the moment to read them again).
+    void reread_configuration() noexcept;
+
+  private:
+    using clock = std::chrono::steady_clock;
+    struct Cached {
+        Answer answer;
+        clock::time_point until;
+    };
+    struct Pending;  // one evdns query and who waits for it
+    static void answered_cb(int result, evutil_addrinfo* found, void* arg);
+    void answered(Pending& pending, int result, evutil_addrinfo* found);
+    [[nodiscard]] Answer ask_dns(const std::string& key, const std::string& host,
+                                 const std::string& service, std::chrono::milliseconds keep);
+    [[nodiscard]] evdns_base* dns();
+    void forget_expired(clock::time_point now);
+
+    event_base* const base_;
+    static void free_dns(evdns_base* dns) noexcept;
+    CHandle<evdns_base, free_dns> dns_;  // created for the first name
+    std::map<std::string, Cached> cache_;
+    std::map<std::string, std::unique_ptr<Pending>> pending_;
+    struct Waiting {
+        Waiter* waiter;
+        Done done;
+    };
+    std::map<uint64_t, Waiting> waiting_;  // by Waiter::id_
+    uint64_t next_waiter_ = 1;
+    bool closing_ = false;
+    bool stale_ = false;  // dns_ read an older resolv.conf: replaced once nothing is pending
+};
+
+}  // namespace l5pg::daemon

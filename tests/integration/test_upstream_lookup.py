@@ -1,0 +1,147 @@
+"""upstream.host given as a name: looked up by the worker's resolver while its other sessions
+go on, one query for all sessions connecting meanwhile, the answer kept for
+upstream.dns_max_ttl_ms, and the name's addresses tried in turn until one connects. l5pgd
+runs in a mount namespace whose resolv.conf names a DNS server of the test's own
+(tests/harness/dns_server.py)."""
+import subprocess
+import time
+
+import pytest
+
+from tests.harness.client import popen, psql, psql_cmd, run, unix_target
+from tests.harness.dns_server import A, DnsServer
+from tests.harness.l5pgd import L5pgd
+
+NAME = "pg.l5pg.test"
+
+
+class L5pgdBehindDns(L5pgd):
+    def __init__(self, base_dir, cluster, dns, overrides=(), **kw):
+        super().__init__(base_dir, cluster, workers=1,
+                         extra_overrides=[f"upstream.host={NAME}", *overrides], **kw)
+        self.dns = dns
+
+    def command(self):
+        return self.dns.isolated_resolver(self.base_dir / "etc", super().command())
+
+
+def wait_for(condition, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def show_sessions(d):
+    out = run(psql_cmd("-d", "l5pgd", "-At", "-c", "SHOW SESSIONS"), unix_target(d),
+              timeout=20).stdout
+    return out.splitlines()
+
+
+@pytest.mark.timeout(90)
+def test_lookup_does_not_stop_the_worker(workdir, cluster):
+    """While the DNS server holds its answer, the worker's one thread still serves the admin
+    console, and both clients waiting for the name are answered by one query once it comes.
+    (With a blocking getaddrinfo() the console waited, and the lookup timed out first.)"""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        dns.hold()
+        with L5pgdBehindDns(workdir / "l5pgd-dns-hold", cluster, dns,
+                            ["upstream.connect_timeout_ms=60000"]) as d:
+            clients = [popen(psql_cmd("-c", f"select 'waited {i}'"), unix_target(d), text=True)
+                       for i in range(2)]
+            try:
+                wait_for(lambda: dns.count(NAME) >= 1, "no query for the name")
+                rows = show_sessions(d)
+                waiting = [r for r in rows if r.split("|")[3:5] == ["postgres", "postgres"]]
+                assert len(waiting) == 2, rows
+                assert all(c.poll() is None for c in clients), "a client gave up during the hold"
+                dns.release()
+                outs = [c.communicate(timeout=30) for c in clients]
+            finally:
+                for c in clients:
+                    c.kill()
+            for i, (c, (out, err)) in enumerate(zip(clients, outs)):
+                assert c.returncode == 0 and f"waited {i}" in out, err
+            assert dns.count(NAME) == 1, dns.queries
+
+
+@pytest.mark.timeout(60)
+def test_answer_kept_for_dns_max_ttl(workdir, cluster):
+    """Within upstream.dns_max_ttl_ms a new server connection asks no DNS server; with 0 each
+    one does."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-keep", cluster, dns) as d:
+            for i in range(3):
+                assert psql(unix_target(d), f"select {i}") == str(i)
+            assert dns.count(NAME) == 1, dns.queries
+        with L5pgdBehindDns(workdir / "l5pgd-dns-nokeep", cluster, dns,
+                            ["upstream.dns_max_ttl_ms=0"]) as d:
+            for i in range(3):
+                assert psql(unix_target(d), f"select {i}") == str(i)
+            assert dns.count(NAME) == 4, dns.queries
+
+
+@pytest.mark.timeout(60)
+def test_reload_reads_hosts_again(workdir, cluster):
+    """A reload forgets the answers kept and reads /etc/hosts and resolv.conf again: a name
+    the operator added to /etc/hosts is used without asking DNS."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-reload", cluster, dns) as d:
+            assert psql(unix_target(d), "select 1") == "1"
+            assert dns.count(NAME) == 1, dns.queries
+            (d.base_dir / "etc" / "hosts").write_text(f"127.0.0.1 localhost {NAME}\n")
+            assert psql(unix_target(d), "select 2") == "2"
+            assert dns.count(NAME) == 1, dns.queries  # still the kept answer
+            d.reload()
+            assert psql(unix_target(d), "select 3") == "3"
+            assert dns.count(NAME) == 1, dns.queries  # /etc/hosts answered
+            (d.base_dir / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+            d.reload()
+            assert psql(unix_target(d), "select 4") == "4"
+            assert dns.count(NAME) == 2, dns.queries
+
+
+@pytest.mark.timeout(60)
+def test_addresses_tried_in_turn(workdir, cluster):
+    """The name's first address refuses (Postgres listens on 127.0.0.1 only): the next one
+    is tried, as libpq does, and the client does not notice; each failure is logged."""
+    with DnsServer({NAME: ["127.0.0.2", "127.0.0.3", "127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-turn", cluster, dns) as d:
+            assert psql(unix_target(d), "select 'third'") == "third"
+            log = d.log_text()
+            for refused in ("127.0.0.2", "127.0.0.3"):
+                assert f"upstream connect to {NAME}:{cluster.port} ({refused}) failed: " \
+                       "Connection refused; trying the next address" in log, log
+
+
+@pytest.mark.timeout(60)
+def test_name_that_does_not_exist(workdir, cluster):
+    """The client and the log say the name could not be looked up, and why, as libpq would;
+    the next connection asks again (a failure is not kept)."""
+    with DnsServer({}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-nxdomain", cluster, dns) as d:
+            for attempt in (1, 2):
+                r = run(psql_cmd("-c", "select 1"), unix_target(d), check=False, timeout=20)
+                assert r.returncode != 0
+                why = "could not translate the host name to an address: Name or service not known"
+                assert f"could not connect to the PostgreSQL server: {why}" in r.stderr, r.stderr
+                assert f"upstream connect to {NAME}:{cluster.port} failed: {why}" in d.log_text()
+                assert dns.count(NAME) == attempt, dns.queries
+            assert d.alive()
+
+
+@pytest.mark.timeout(60)
+def test_lookup_timeout(workdir, cluster):
+    """A DNS server that does not answer: the client is told within connect_timeout_ms."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        dns.hold()
+        with L5pgdBehindDns(workdir / "l5pgd-dns-timeout", cluster, dns,
+                            ["upstream.connect_timeout_ms=500"]) as d:
+            r = run(psql_cmd("-c", "select 1"), unix_target(d), check=False, timeout=20)
+            assert r.returncode != 0
+            assert "could not translate the host name to an address: timeout expired" \
+                in r.stderr, r.stderr
+            dns.release()
+            # The next client joins the query still pending, or finds its answer kept.
+            assert psql(unix_target(d), "select 2") == "2"
+            assert dns.count(NAME) == 1, dns.queries
