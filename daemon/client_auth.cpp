@@ -1,5 +1,7 @@
 #include "daemon/client_auth.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "daemon/utf8_text.hpp"
@@ -46,7 +48,11 @@ AuthVerdict check_peer(const IdentMap& ident, const AuthRequest& request) {
                       fmt::format("l5pgd: peer authentication failed for user \"{}\": the "
                                   "client's uid {} has no OS user name (rule auth.local=peer)",
                                   shown(), request.uid));
-    if (request.role == request.os_user || ident.allows(request.os_user, request.role))
+    // An all-digit OS-USER in the map is a uid (checked above), never a name of those digits.
+    const bool numeric_name = std::all_of(request.os_user.begin(), request.os_user.end(),
+                                          [](char c) { return c >= '0' && c <= '9'; });
+    if (request.role == request.os_user ||
+        (!numeric_name && ident.allows(request.os_user, request.role)))
         return {};
     return refuse(AuthFailure::PeerMismatch,
                   fmt::format("l5pgd: peer authentication failed for user \"{}\": OS user \"{}\" "

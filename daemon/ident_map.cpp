@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "protocol/startup.hpp"
+
 namespace l5pg::daemon {
 namespace {
 
@@ -37,6 +39,11 @@ IdentMap IdentMap::parse(std::string_view text, const std::string& origin) {
             throw std::runtime_error(
                 fmt::format("{}: line {}: expected \"OS-USER ROLE\", got {} fields", origin,
                             line_no, words.size()));
+        // Such a role is refused before the map is read (Postgres would cut its name).
+        if (words[1].size() > protocol::kMaxNameBytes)
+            throw std::runtime_error(
+                fmt::format("{}: line {}: role name longer than {} bytes can never be used", origin,
+                            line_no, protocol::kMaxNameBytes));
         map.rules_.emplace(words[0], words[1]);
     }
     return map;

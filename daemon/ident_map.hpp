@@ -2,8 +2,8 @@
 // which database roles besides their own name, like pg_ident.conf with a single map.
 // File format, one rule per line, '#' starts a comment:
 //     OS-USER  ROLE          e.g.  "deploy  app_owner"
-// OS-USER is a user name or a numeric uid. A rule grants exactly that pair; there are no
-// wildcards or patterns.
+// OS-USER is a user name or a numeric uid: all digits is a uid, never a user name of those
+// digits. A rule grants exactly that pair; there are no wildcards or patterns.
 #pragma once
 
 #include <set>

@@ -64,6 +64,20 @@ TEST_CASE("peer: the ident map may name a numeric uid (clients in other containe
     CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("", "postgres")).allowed());
 }
 
+TEST_CASE("ident map: a role name beyond 63 bytes is an error, not a rule that never matches") {
+    CHECK_NOTHROW(IdentMap::parse("alice " + std::string(63, 'r') + "\n", "t"));
+    CHECK_THROWS_WITH(IdentMap::parse("\nalice " + std::string(64, 'r') + "\n", "t"),
+                      "t: line 2: role name longer than 63 bytes can never be used");
+}
+
+TEST_CASE("peer: a numeric OS-USER is a uid, never a user name of those digits") {
+    const IdentMap ident = IdentMap::parse("2000 app\n", "t");
+    // uid 1000 whose user name is "2000" (useradd refuses such names; other tools do not).
+    CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("2000", "app")).allowed());
+    // Its own name as a role stays Postgres's peer rule.
+    CHECK(check_client(AuthConfig{}, ident, local_request("2000", "2000")).allowed());
+}
+
 TEST_CASE("peer: a uid without a name is refused") {
     const auto verdict = check_client(AuthConfig{}, {}, local_request("", "postgres"));
     CHECK(verdict.failure == AuthFailure::UnknownOsUser);
@@ -73,10 +87,11 @@ TEST_CASE("peer: a uid without a name is refused") {
 TEST_CASE("peer: a role name Postgres would cut to 63 bytes is refused, even its own OS user's") {
     const std::string long_name(64, 'a');
     const std::string cut = long_name.substr(0, 63);
-    const IdentMap ident = IdentMap::parse("alice " + long_name + "\n", "t");
+    const IdentMap ident = IdentMap::parse("alice " + cut + "\n", "t");
     const auto own = check_client(AuthConfig{}, {}, local_request(long_name, long_name));
     CHECK(own.failure == AuthFailure::PeerMismatch);
     CHECK_THAT(own.message, Contains("longer than 63 bytes"));
+    // Not the rule's role either, as Postgres would cut it to.
     CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("alice", long_name)).allowed());
     CHECK(check_client(AuthConfig{}, {}, local_request(cut, cut)).allowed());
 }
