@@ -18,13 +18,14 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psql.py test_rdma.py \
-  test_admin_console.py test_pool.py
+  test_admin_console.py test_pool.py test_upstream_lookup.py
 # TSan's unit tests: the ring stress test (two processes, each with its waits), the soft RDMA
 # device (a thread per queue pair), the wait primitive, the metrics server thread, the daemon's
 # queues. A test binary exits non-zero when TSan reported anything.
 TSAN_UNIT := shm_test rdma_test wait_test metrics_test daemon_test shim_channel_test
 TSAN_IT := test_startup.py test_tls.py test_connection_burst.py test_psql.py test_auth.py \
-  test_shutdown_fatal.py test_admin_console.py test_reload.py test_notify.py test_pool.py
+  test_shutdown_fatal.py test_admin_console.py test_reload.py test_notify.py test_pool.py \
+  test_upstream_lookup.py
 # -O1 -g1: the sanitizer builds compile about twice as fast as at -O2 -g and keep file:line
 # in reports (-O0 compiles faster still but runs the sanitized tests twice as long). Unity
 # builds (CMake joins each target's sources into batches of 8) parse and instrument the

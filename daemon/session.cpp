@@ -168,7 +168,7 @@ void Session::upstream_write_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     self->worker_.note_activity();
     if (self->state_ == SessionState::Connecting)
-        self->on_upstream_connected();
+        self->finish_connect_attempt();  // only a connect in progress watches for writing
     else
         self->on_upstream_writable();
     self->continue_departure();

@@ -158,6 +158,7 @@ class Session final : public ClientEndHost {
     void connect_upstream();
     void on_upstream_lookup(UpstreamResolver::Answer addresses);
     void connect_to_address();  // dial_'s current address, or the next if it fails at once
+    void finish_connect_attempt();
     // The current address failed (err 0: timed out): the next one, or the client is told.
     void next_upstream_address(int err);
     void watch_upstream();  // the upstream socket's events, once upstream_ is set
@@ -322,7 +323,6 @@ class Session final : public ClientEndHost {
         UpstreamResolver::Waiter lookup;     // while upstream.host is looked up
         UpstreamResolver::Answer addresses;  // once known
         size_t current = 0;                  // the address tried now
-        int last_error = 0;                  // of the previous address (0: timeout)
         // upstream.connect_timeout_ms for the lookup, and again for each address
         std::chrono::steady_clock::time_point deadline;
         std::chrono::milliseconds retry_delay{};  // next EAGAIN retry (a Unix socket)

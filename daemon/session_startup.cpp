@@ -639,7 +639,7 @@ void Session::on_upstream_lookup(UpstreamResolver::Answer addresses) {
     }
     dial_.addresses = std::move(addresses);
     dial_.current = 0;
-    dial_.last_error = 0;
+    dial_.deadline = connect_deadline(worker_.config().upstream);  // the lookup's time is over
     dial_.retry_delay = kFirstConnectRetry;
     connect_to_address();
 }
@@ -669,22 +669,32 @@ void Session::connect_to_address() {
     on_upstream_connected();
 }
 
+// A pending TCP connect became writable: connected, or refused (or its time ran out:
+// timer_cb) and the next address is tried.
+void Session::finish_connect_attempt() {
+    if (const int err = finish_upstream_connect(upstream_.get()); err != 0) {
+        next_upstream_address(err);
+        return;
+    }
+    on_upstream_connected();
+}
+
 // As libpq, each address in turn until one connects: "localhost" may be ::1 where
-// Postgres listens on 127.0.0.1 only, and a name may list a host that is down.
+// Postgres listens on 127.0.0.1 only, and a name may list a host that is down. Each
+// failure is logged: a dead first address costs every new connection its timeout.
 void Session::next_upstream_address(int err) {
     drop_upstream();
-    const size_t count = dial_.addresses->list.size();
-    if (dial_.current + 1 >= count) {
+    if (!dial_.addresses || dial_.current + 1 >= dial_.addresses->list.size()) {
         fail_upstream_connect(err);
         return;
     }
     const config::UpstreamConfig& cfg = worker_.config().upstream;
-    spdlog::debug("session {}: upstream connect to {} ({}) failed: {}; trying the next address",
-                  id_, describe_upstream(cfg),
-                  describe_address(dial_.addresses->list[dial_.current]),
-                  err == 0 ? "timeout expired" : std::strerror(err));
+    client_logs().upstream_failed.log(
+        spdlog::level::warn,
+        "session {}: upstream connect to {} ({}) failed: {}; trying the next address", id_,
+        describe_upstream(cfg), describe_address(dial_.addresses->list[dial_.current]),
+        err == 0 ? "timeout expired" : std::strerror(err));
     ++dial_.current;
-    dial_.last_error = err;
     dial_.deadline = connect_deadline(cfg);
     dial_.retry_delay = kFirstConnectRetry;
     connect_to_address();
@@ -719,7 +729,7 @@ void Session::watch_upstream() {
 
 void Session::on_upstream_connected() {
     if (const int err = finish_upstream_connect(upstream_.get()); err != 0) {
-        next_upstream_address(err);
+        fail_upstream_connect(err);  // a kept backend, or the console's socket pair
         return;
     }
     evtimer_del(timer_.get());
@@ -752,13 +762,17 @@ void Session::fail_upstream_connect(int err, std::string_view lookup_failure) {
             ? fmt::format("could not translate the host name to an address: {}", lookup_failure)
         : err == 0 ? "timeout expired"
                    : std::strerror(err);
+    // Which of a name's addresses (an address or a socket path says it already).
+    const config::UpstreamConfig& cfg = worker_.config().upstream;
+    const bool named = dial_.addresses && dial_.current < dial_.addresses->list.size() &&
+                       !cfg.host.empty() &&
+                       describe_address(dial_.addresses->list[dial_.current]) != cfg.host;
     const std::string where =
-        dial_.addresses && dial_.current < dial_.addresses->list.size() && !admin_
-            ? fmt::format(" ({})", describe_address(dial_.addresses->list[dial_.current]))
-            : std::string();
+        named ? fmt::format(" ({})", describe_address(dial_.addresses->list[dial_.current]))
+              : std::string();
     client_logs().upstream_failed.log(spdlog::level::warn,
                                       "session {}: upstream connect to {}{} failed: {}", id_,
-                                      describe_upstream(worker_.config().upstream), where, why);
+                                      describe_upstream(cfg), where, why);
     fail_startup(protocol::kSqlstateConnectionFailure,
                  fmt::format("l5pgd: could not connect to the PostgreSQL server: {}", why),
                  "upstream connect failed");
@@ -774,6 +788,10 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
     }
     const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
     session_place_.release();  // not served: its place is free while the FATAL goes out
+    // A client that does not take its FATAL does not keep the session (timer_cb): the
+    // startup timer still runs, unless connecting to Postgres used the timer and ended it.
+    if (evtimer_pending(timer_.get(), nullptr) == 0)
+        arm_timer(worker_.config().limits.startup_timeout_ms);
     enter(SessionState::Refusing);
     drop_upstream();
     finish_after_client_flush(std::string(reason));

@@ -15,12 +15,17 @@ namespace {
 // getaddrinfo()'s words (glibc's, as libpq shows them) for evdns's failure codes.
 std::string lookup_failure_text(int evutil_error) {
     static constexpr std::pair<int, int> kCodes[] = {
-        {EVUTIL_EAI_NONAME, EAI_NONAME},     {EVUTIL_EAI_AGAIN, EAI_AGAIN},
-        {EVUTIL_EAI_FAIL, EAI_FAIL},         {EVUTIL_EAI_NODATA, EAI_NODATA},
-        {EVUTIL_EAI_MEMORY, EAI_MEMORY},     {EVUTIL_EAI_SERVICE, EAI_SERVICE},
-        {EVUTIL_EAI_FAMILY, EAI_FAMILY},     {EVUTIL_EAI_SOCKTYPE, EAI_SOCKTYPE},
-        {EVUTIL_EAI_BADFLAGS, EAI_BADFLAGS}, {EVUTIL_EAI_ADDRFAMILY, EAI_ADDRFAMILY},
+        {EVUTIL_EAI_NONAME, EAI_NONAME},         {EVUTIL_EAI_AGAIN, EAI_AGAIN},
+        {EVUTIL_EAI_NODATA, EAI_NODATA},         {EVUTIL_EAI_MEMORY, EAI_MEMORY},
+        {EVUTIL_EAI_SERVICE, EAI_SERVICE},       {EVUTIL_EAI_FAMILY, EAI_FAMILY},
+        {EVUTIL_EAI_SOCKTYPE, EAI_SOCKTYPE},     {EVUTIL_EAI_BADFLAGS, EAI_BADFLAGS},
+        {EVUTIL_EAI_ADDRFAMILY, EAI_ADDRFAMILY},
     };
+    // evdns reports every failure but NXDOMAIN so (libevent 2.1): timeouts, SERVFAIL, and
+    // a name without an A or AAAA record.
+    if (evutil_error == EVUTIL_EAI_FAIL)
+        return "no address from the DNS servers (no answer, a server failure, or no A or AAAA "
+               "record)";
     for (const auto& [evutil_code, glibc_code] : kCodes)
         if (evutil_code == evutil_error)
             return ::gai_strerror(glibc_code);
@@ -33,7 +38,8 @@ struct UpstreamResolver::Pending {
     UpstreamResolver* resolver;
     std::string key;
     std::chrono::milliseconds keep;
-    std::vector<uint64_t> waiters;  // Waiter ids, some perhaps gone
+    std::vector<uint64_t> waiters;               // Waiter ids, some perhaps gone
+    evdns_getaddrinfo_request* query = nullptr;  // until its callback ran
 };
 
 void UpstreamResolver::Waiter::reset() noexcept {
@@ -44,15 +50,17 @@ void UpstreamResolver::Waiter::reset() noexcept {
 
 UpstreamResolver::UpstreamResolver(event_base* base) noexcept : base_(base) {}
 
-UpstreamResolver::~UpstreamResolver() {
-    // Freeing the evdns base answers its pending queries with a cancellation, now, while
-    // the maps answered() would otherwise use still exist.
-    closing_ = true;
-    dns_.reset();
-}
+UpstreamResolver::~UpstreamResolver() = default;
 
 void UpstreamResolver::free_dns(evdns_base* dns) noexcept {
-    evdns_base_free(dns, /*fail_requests=*/1);
+    evdns_base_free(dns, /*fail_requests=*/0);
+}
+
+void UpstreamResolver::cancel_pending() noexcept {
+    closing_ = true;
+    for (auto& [key, pending] : pending_)
+        if (pending->query != nullptr)
+            evdns_getaddrinfo_cancel(std::exchange(pending->query, nullptr));
 }
 
 UpstreamResolver::Answer UpstreamResolver::lookup(const std::string& host, uint16_t port,
@@ -97,10 +105,13 @@ UpstreamResolver::Answer UpstreamResolver::ask_dns(const std::string& key, const
     hints.ai_protocol = IPPROTO_TCP;
     hints.ai_flags = EVUTIL_AI_NUMERICSERV;
     // Answered at once (the callback ran, pending_ no longer holds the key), or later.
-    (void)evdns_getaddrinfo(dns_base, host.c_str(), service.c_str(), &hints, answered_cb,
-                            pending.get());
-    if (pending_.count(key) != 0)
+    Pending* asked = pending.get();
+    evdns_getaddrinfo_request* query =
+        evdns_getaddrinfo(dns_base, host.c_str(), service.c_str(), &hints, answered_cb, asked);
+    if (pending_.count(key) != 0) {
+        asked->query = query;
         return nullptr;
+    }
     const auto it = cache_.find(key);
     return it != cache_.end() ? it->second.answer : nullptr;
 }
@@ -112,13 +123,17 @@ void UpstreamResolver::reread_configuration() noexcept {
 
 evdns_base* UpstreamResolver::dns() {
     if (stale_ && pending_.empty()) {
-        dns_.reset();  // nothing pending: no callback runs
+        // Not freed in this pass of the loop: a query cancelled for being late (A answered,
+        // AAAA not) still has a deferred callback into it.
+        retired_.push_back(std::move(dns_));
         stale_ = false;
     }
     if (!dns_) {
-        // Lookups only keep the worker's loop running while they are pending.
-        dns_.reset(evdns_base_new(
-            base_, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE));
+        dns_.reset(evdns_base_new(base_, EVDNS_BASE_INITIALIZE_NAMESERVERS));
+        // Queries as glibc sends them: a resolver or middlebox that changes the case of a
+        // name would have its answers dropped.
+        if (dns_)
+            (void)evdns_base_set_option(dns_.get(), "randomize-case:", "0");
     }
     return dns_.get();
 }
@@ -130,6 +145,7 @@ void UpstreamResolver::answered_cb(int result, evutil_addrinfo* found, void* arg
 
 void UpstreamResolver::answered(Pending& pending, int result, evutil_addrinfo* found) {
     std::unique_ptr<addrinfo, decltype(&evutil_freeaddrinfo)> guard(found, &evutil_freeaddrinfo);
+    pending.query = nullptr;  // evdns frees it after this call
     if (closing_)
         return;
     UpstreamAddresses addresses;

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/c_handle.hpp"
 #include "daemon/upstream.hpp"
@@ -54,6 +55,12 @@ class UpstreamResolver {
     // Forgets the answers kept, and reads /etc/resolv.conf and /etc/hosts again for the next
     // query (evdns reads them once; l5pgd's reload is the moment to read them again).
     void reread_configuration() noexcept;
+    // Between two passes of the event loop: frees the resolver a reload replaced. evdns
+    // finishes a cancelled query in a deferred callback, run before the pass ends.
+    void free_retired() noexcept { retired_.clear(); }
+    // Before the worker's loop stops: cancels the queries still pending. Their callbacks
+    // run (and evdns frees them) in the next pass of the loop, which the caller runs.
+    void cancel_pending() noexcept;
 
   private:
     using clock = std::chrono::steady_clock;
@@ -70,8 +77,11 @@ class UpstreamResolver {
     void forget_expired(clock::time_point now);
 
     event_base* const base_;
+    // Frees a base no query uses any more (evdns_base_free's fail_requests would only
+    // schedule callbacks for a loop pass that may never come).
     static void free_dns(evdns_base* dns) noexcept;
-    CHandle<evdns_base, free_dns> dns_;  // created for the first name
+    CHandle<evdns_base, free_dns> dns_;                   // created for the first name
+    std::vector<CHandle<evdns_base, free_dns>> retired_;  // see free_retired()
     std::map<std::string, Cached> cache_;
     std::map<std::string, std::unique_ptr<Pending>> pending_;
     struct Waiting {
@@ -80,8 +90,8 @@ class UpstreamResolver {
     };
     std::map<uint64_t, Waiting> waiting_;  // by Waiter::id_
     uint64_t next_waiter_ = 1;
-    bool closing_ = false;
-    bool stale_ = false;  // dns_ read an older resolv.conf: replaced once nothing is pending
+    bool closing_ = false;  // cancel_pending() ran: answers are of no use
+    bool stale_ = false;    // dns_ read an older resolv.conf: replaced once nothing is pending
 };
 
 }  // namespace l5pg::daemon

@@ -503,6 +503,7 @@ void Worker::run() {
         if (polled_.empty()) {
             event_base_loop(base_.get(), EVLOOP_ONCE);
             reap();
+            resolver_.free_retired();
             idle_ = IdleStretch{};
             continue;
         }
@@ -515,6 +516,7 @@ void Worker::run() {
             ++idle_.rounds % kSocketCheckInterval == 0)
             event_base_loop(base_.get(), EVLOOP_NONBLOCK);
         reap();
+        resolver_.free_retired();
         if (progress || activity_)
             end_idle_stretch();
         else
@@ -562,6 +564,10 @@ void Worker::close_all(std::string_view reason) {
         if (!lingering_.empty())
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // Lookups nobody waits for any more: evdns finishes their cancellation in one more pass.
+    resolver_.cancel_pending();
+    event_base_loop(base_.get(), EVLOOP_NONBLOCK);
+    resolver_.free_retired();
 }
 
 }  // namespace l5pg::daemon
