@@ -167,6 +167,30 @@ def test_lookup_timeout(workdir, cluster):
 
 
 @pytest.mark.timeout(60)
+def test_client_leaves_during_a_lookup(workdir, cluster):
+    """A client that leaves while the name is looked up: its session ends once the answer
+    came (it forwards what the client sent, as any departure), the answer is kept for the
+    next client, which connects without a query."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        dns.hold()
+        with L5pgdBehindDns(workdir / "l5pgd-dns-leave", cluster, dns,
+                            ["upstream.connect_timeout_ms=60000"]) as d:
+            client = popen(psql_cmd("-c", "select 1"), unix_target(d), text=True)
+            wait_for(lambda: dns.count(NAME) >= 1, "no query for the name")
+            client.kill()
+            client.wait()
+
+            def others():
+                return [r for r in show_sessions(d) if r.split("|")[3] == "postgres"]
+            assert len(others()) == 1
+            dns.release()
+            wait_for(lambda: not others(), "the session of the client that left stayed")
+            assert psql(unix_target(d), "select 2") == "2"
+            assert dns.count(NAME) == 1, dns.queries
+            assert d.alive()
+
+
+@pytest.mark.timeout(60)
 def test_stop_during_a_lookup(workdir, cluster):
     """SIGTERM while a lookup is pending: l5pgd ends at once and cleanly (the query is
     cancelled and freed: the sanitizer builds report no leak), the client is told."""
