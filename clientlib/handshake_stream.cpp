@@ -142,7 +142,7 @@ bool HandshakeStream::connect_tls() noexcept {
         if (named)
             (void)SSL_set_tlsext_host_name(ssl_.get(), s.ssl_host);
     }
-    const UpgradeDeadline deadline(s.upgrade_timeout_ms);
+    const wait::Deadline deadline = upgrade_deadline(s.upgrade_timeout_ms);
     if (tls_call([&] { return SSL_connect(ssl_.get()); }, deadline) != 1) {
         const long verify = SSL_get_verify_result(ssl_.get());
         (void)fail(verify != X509_V_OK ? X509_verify_cert_error_string(verify)
@@ -153,7 +153,7 @@ bool HandshakeStream::connect_tls() noexcept {
 }
 
 template <class Op>
-int HandshakeStream::tls_call(Op op, const UpgradeDeadline& deadline) noexcept {
+int HandshakeStream::tls_call(Op op, const wait::Deadline& deadline) noexcept {
     for (;;) {
         ERR_clear_error();
         const int r = op();
@@ -162,11 +162,11 @@ int HandshakeStream::tls_call(Op op, const UpgradeDeadline& deadline) noexcept {
         const int saved = errno;
         switch (SSL_get_error(ssl_.get(), r)) {
             case SSL_ERROR_WANT_READ:
-                if (!wait_for(fd_, POLLIN, deadline))
+                if (wait::wait_ready(fd_, POLLIN, deadline) <= 0)
                     return -1;
                 continue;
             case SSL_ERROR_WANT_WRITE:
-                if (!wait_for(fd_, POLLOUT, deadline))
+                if (wait::wait_ready(fd_, POLLOUT, deadline) <= 0)
                     return -1;
                 continue;
             case SSL_ERROR_SYSCALL:
@@ -183,7 +183,7 @@ int HandshakeStream::tls_call(Op op, const UpgradeDeadline& deadline) noexcept {
 // bytes moved, waiting for `events` on EAGAIN, within L5PG_UPGRADE_TIMEOUT_MS.
 template <class Step>
 bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
-    const UpgradeDeadline deadline(settings().upgrade_timeout_ms);
+    const wait::Deadline deadline = upgrade_deadline(settings().upgrade_timeout_ms);
     size_t done = 0;
     while (done < len) {
         const ssize_t n = step(done, deadline);
@@ -195,14 +195,14 @@ bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
             errno = ECONNRESET;
             return false;
         }
-        if (errno != EINTR && (errno != EAGAIN || !wait_for(fd_, events, deadline)))
+        if (errno != EINTR && (errno != EAGAIN || wait::wait_ready(fd_, events, deadline) <= 0))
             return false;
     }
     return true;
 }
 
 bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
-    return move_all(len, POLLOUT, [&](size_t done, const UpgradeDeadline& deadline) -> ssize_t {
+    return move_all(len, POLLOUT, [&](size_t done, const wait::Deadline& deadline) -> ssize_t {
         if (!ssl_)
             return real().send(fd_, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
         const int n = tls_call(
@@ -213,7 +213,7 @@ bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
 }
 
 bool HandshakeStream::recv_exact(std::byte* out, size_t len) noexcept {
-    return move_all(len, POLLIN, [&](size_t done, const UpgradeDeadline& deadline) -> ssize_t {
+    return move_all(len, POLLIN, [&](size_t done, const wait::Deadline& deadline) -> ssize_t {
         if (!ssl_)
             return real().recv(fd_, out + done, len - done, MSG_DONTWAIT);
         const int n =

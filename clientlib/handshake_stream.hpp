@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <memory>
 
-namespace l5pg::shim {
+#include "transport/wait/deadline.hpp"
 
-class UpgradeDeadline;  // clientlib/upgrade_common.hpp
+namespace l5pg::shim {
 
 class HandshakeStream {
   public:
@@ -58,7 +58,7 @@ class HandshakeStream {
     // Runs `op` (an SSL call) until it succeeds, waiting for the socket as OpenSSL asks;
     // its result, or -1 with errno set.
     template <class Op>
-    int tls_call(Op op, const UpgradeDeadline& deadline) noexcept;
+    int tls_call(Op op, const wait::Deadline& deadline) noexcept;
     template <class Step>
     [[nodiscard]] bool move_all(size_t len, short events, Step step) noexcept;
     Tls fail(const char* why) noexcept;

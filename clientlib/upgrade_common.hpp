@@ -7,6 +7,7 @@
 
 #include "clientlib/debug_log.hpp"
 #include "clientlib/upgrade.hpp"
+#include "transport/wait/deadline.hpp"
 
 namespace l5pg::shim {
 
@@ -17,27 +18,11 @@ namespace l5pg::shim {
 // Whether the application made the socket non-blocking (the channel keeps that up).
 [[nodiscard]] bool socket_nonblocking(int fd) noexcept;
 
-// The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS) as a deadline: a loop of
-// short reads or writes, EINTR (an application's interval timer) or spurious wake-ups all
-// draw on the same budget, and none shrinks what is left of it.
-class UpgradeDeadline {
-  public:
-    explicit UpgradeDeadline(int budget_ms) noexcept
-        : at_(clock::now() + std::chrono::milliseconds(budget_ms)) {}
-    // Milliseconds left, rounded up; 0 once the deadline passed.
-    [[nodiscard]] int remaining_ms() const noexcept {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(at_ - clock::now());
-        return left.count() <= 0 ? 0 : static_cast<int>(left.count());
-    }
-
-  private:
-    using clock = std::chrono::steady_clock;
-    clock::time_point at_;
-};
-
-// Waits for `events` on fd until the deadline. False with errno set once it passed
-// (ETIMEDOUT) or on a poll error; true on readiness or EINTR (the caller tries again).
-[[nodiscard]] bool wait_for(int fd, short events, const UpgradeDeadline& deadline) noexcept;
+// The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS): a loop of short reads
+// or writes within it draws on the one deadline (transport/wait/deadline.hpp).
+[[nodiscard]] inline wait::Deadline upgrade_deadline(int budget_ms) noexcept {
+    return wait::Deadline::after(std::chrono::milliseconds(budget_ms));
+}
 
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for a non-blocking connect() in progress on
 // fd to finish; false with errno set (ETIMEDOUT, or the connect's error).

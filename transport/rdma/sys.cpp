@@ -23,17 +23,6 @@ ssize_t recv_raw(int fd, void* buf, size_t len, int flags) noexcept {
     return ::syscall(SYS_recvfrom, fd, buf, len, flags, nullptr, nullptr);
 }
 
-int poll_raw(pollfd* fds, nfds_t n, int timeout_ms) noexcept {
-    timespec ts{};
-    timespec* tsp = nullptr;
-    if (timeout_ms >= 0) {
-        ts.tv_sec = timeout_ms / 1000;
-        ts.tv_nsec = static_cast<long>(timeout_ms % 1000) * 1000000L;
-        tsp = &ts;
-    }
-    return static_cast<int>(::syscall(SYS_ppoll, fds, n, tsp, nullptr, 0));
-}
-
 int epoll_ctl_raw(int epfd, int op, int fd, epoll_event* event) noexcept {
     return static_cast<int>(::syscall(SYS_epoll_ctl, epfd, op, fd, event));
 }

@@ -22,8 +22,7 @@ using UniqueFd = l5pg::UniqueFd;
 
 [[nodiscard]] ssize_t send_raw(int fd, const void* buf, size_t len, int flags) noexcept;
 [[nodiscard]] ssize_t recv_raw(int fd, void* buf, size_t len, int flags) noexcept;
-// poll(2) through ppoll; timeout_ms < 0 waits forever.
-[[nodiscard]] int poll_raw(pollfd* fds, nfds_t n, int timeout_ms) noexcept;
+// poll(2): wait::poll_raw (transport/wait/deadline.hpp).
 // epoll_ctl(2) and epoll_wait(2) (through epoll_pwait), past the shim's wrappers.
 [[nodiscard]] int epoll_ctl_raw(int epfd, int op, int fd, epoll_event* event) noexcept;
 [[nodiscard]] int epoll_wait_raw(int epfd, epoll_event* events, int max, int timeout_ms) noexcept;

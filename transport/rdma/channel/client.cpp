@@ -10,6 +10,7 @@
 #include "transport/rdma/buffer.hpp"
 #include "transport/rdma/sys.hpp"
 #include "transport/wait/block.hpp"
+#include "transport/wait/deadline.hpp"
 
 namespace l5pg::rdma {
 
@@ -173,9 +174,8 @@ namespace {
 // deadline (then ready() decides).
 class DeadlineWaiter {
   public:
-    using Clock = std::chrono::steady_clock;
     DeadlineWaiter(ClientChannel& channel, bool for_write, const wait::WaitPolicy& policy,
-                   Clock::time_point deadline) noexcept
+                   wait::Deadline deadline) noexcept
         : c_(channel), for_write_(for_write), policy_(policy), deadline_(deadline) {}
 
     bool ready() { return for_write_ ? c_.writable() : c_.readable(); }
@@ -183,12 +183,11 @@ class DeadlineWaiter {
     bool arm() { return for_write_ ? c_.arm_write() : c_.arm_read(); }
     void disarm() noexcept {}  // a flag the server finds set costs one spurious doorbell
     wait::Woken sleep() {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
-        if (left.count() <= 0)
+        const int ms = deadline_.poll_ms();
+        if (ms == 0)
             return ready() ? wait::Woken::Look : wait::Woken::Stop;
         pollfd p{c_.session_fd(), POLLIN, 0};
-        const int rc = sys::poll_raw(&p, 1, static_cast<int>(left.count()) + 1);
+        const int rc = wait::poll_raw(&p, 1, ms);
         if (rc > 0)
             c_.on_socket_readable();
         else if (rc < 0 && errno != EINTR)
@@ -200,14 +199,13 @@ class DeadlineWaiter {
     ClientChannel& c_;
     bool for_write_;
     wait::WaitPolicy policy_;
-    Clock::time_point deadline_;
+    wait::Deadline deadline_;
 };
 
 }  // namespace
 
 bool ClientChannel::wait_until(bool for_write, std::chrono::milliseconds timeout) {
-    DeadlineWaiter waiter(*this, for_write, options_.budget,
-                          DeadlineWaiter::Clock::now() + timeout);
+    DeadlineWaiter waiter(*this, for_write, options_.budget, wait::Deadline::after(timeout));
     return wait::block_until_ready(waiter);
 }
 

@@ -7,30 +7,19 @@
 #include <cerrno>
 
 #include "transport/rdma/sys.hpp"
+#include "transport/wait/deadline.hpp"
 
 namespace l5pg::rdma {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Waits for `events` on fd until the deadline. False with `error` on timeout/failure.
-bool wait_for(int fd, short events, Clock::time_point deadline, std::string& error) {
-    for (;;) {
-        const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) {
-            error = "timed out exchanging RDMA connection data";
-            return false;
-        }
-        pollfd p{fd, events, 0};
-        const int rc = sys::poll_raw(&p, 1, static_cast<int>(left.count()));
-        if (rc > 0)
-            return true;
-        if (rc < 0 && errno != EINTR) {
-            error = sys::errno_text("poll", errno);
-            return false;
-        }
-    }
+bool wait_for(int fd, short events, const wait::Deadline& deadline, std::string& error) {
+    const int rc = wait::wait_ready(fd, events, deadline);
+    if (rc == 0)
+        error = "timed out exchanging RDMA connection data";
+    else if (rc < 0)
+        error = sys::errno_text("poll", errno);
+    return rc > 0;
 }
 
 }  // namespace
@@ -38,7 +27,7 @@ bool wait_for(int fd, short events, Clock::time_point deadline, std::string& err
 bool send_hello(int fd, const Hello& hello, std::chrono::milliseconds timeout, std::string& error) {
     std::array<std::byte, kHelloSize> bytes;
     encode_hello(hello, bytes);
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = wait::Deadline::after(timeout);
     size_t sent = 0;
     while (sent < bytes.size()) {
         const ssize_t n = sys::send_raw(fd, bytes.data() + sent, bytes.size() - sent,
@@ -58,7 +47,7 @@ bool send_hello(int fd, const Hello& hello, std::chrono::milliseconds timeout, s
 
 bool recv_hello(int fd, Hello& hello, std::chrono::milliseconds timeout, std::string& error) {
     std::array<std::byte, kHelloSize> bytes;
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = wait::Deadline::after(timeout);
     size_t got = 0;
     while (got < bytes.size()) {
         const ssize_t n = sys::recv_raw(fd, bytes.data() + got, bytes.size() - got, MSG_DONTWAIT);

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "transport/rdma/atomic_bytes.hpp"
+#include "transport/wait/deadline.hpp"
 
 namespace l5pg::rdma::soft {
 namespace {
@@ -219,18 +220,17 @@ bool SoftQueuePair::wait(std::chrono::nanoseconds timeout) {
 
 // No device thread: run the device ourselves until our completion arrives.
 bool SoftQueuePair::wait_driving(std::chrono::nanoseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = wait::Deadline::after(timeout);
     for (;;) {
         {
             std::lock_guard lock(mutex_);
             if (!completions_.empty() || state_ == State::Error)
                 return true;
         }
-        const auto left = deadline - Clock::now();
-        if (left <= Clock::duration::zero())
+        const int ms = deadline.poll_ms();
+        if (ms == 0)
             return false;
-        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-        config_.engine->drive(static_cast<int>(std::min<int64_t>(ms, 60'000)));
+        config_.engine->drive(std::min(ms, 60'000));
     }
 }
 
