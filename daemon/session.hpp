@@ -184,6 +184,7 @@ class Session final : public ClientEndHost {
     void read_login_check_answer();
     void finish_start_check(std::span<const std::byte> rest);
     void abandon_upstream_before_greeting();
+    [[nodiscard]] bool client_left_unserved();
     // The kept connection failed its login check (or did not answer): closed, and a new one
     // opened for the client.
     void refuse_reuse(std::string_view why);

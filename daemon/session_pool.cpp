@@ -156,6 +156,10 @@ void Session::read_login_check_answer() {
             finish_start_check(rest);
         } else if (!passed) {
             refuse_reuse(pool_.login_check->failure());
+        } else if (client_left_unserved()) {
+            // The backend, checked and untouched, goes back to the pool.
+            pool_.login_check.reset();
+            return_to_pool();
         } else {
             pool_.login_check.reset();
             metrics_.pool_reused();
@@ -165,6 +169,19 @@ void Session::read_login_check_answer() {
         }
         return;
     }
+}
+
+// Whether the client closed its connection before it was greeted, having sent nothing
+// after its StartupMessage. Its socket is not watched while the session connects: a peek
+// looks for the EOF, which its end then reads as any departure (and finds any bytes before).
+bool Session::client_left_unserved() {
+    std::byte byte;
+    if (!client_gone_ && ::recv(client_.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        end_->on_socket_readable();
+        std::span<const std::byte> staged;
+        (void)end_->peek(staged);  // takes in what came before the EOF, then the EOF
+    }
+    return client_gone_ && !pool_.client_sent && end_->input_exhausted();
 }
 
 // The client, not greeted yet, gets a FATAL, as for a Postgres that cannot be reached; the

@@ -552,6 +552,30 @@ def test_killed_client_gives_nothing_back(l5pgd, cluster):
     assert backend_pid(target, app=app) != first
 
 
+@pytest.mark.timeout(60)
+def test_client_leaving_during_the_reuse_check_gives_the_backend_back(l5pgd, cluster):
+    """A client that leaves while its kept backend is being checked before reuse, having sent
+    nothing but its StartupMessage, does not cost the pool that backend: it goes back, clean,
+    and the next client gets it."""
+    d = l5pgd.start()
+    app = new_app()
+    pid, _ = kept_backend(d, app)
+    os.kill(pid, signal.SIGSTOP)  # the check's answer waits
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(d.socket_path))
+        s.sendall(pgwire.startup_packet(application_name=app))
+        wait_idle(d, 0)  # taken for the check
+        s.close()  # a Unix socket: l5pgd's end reads EOF from now on
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_idle(d, 1)
+    s, _ = raw_connect(d, app)
+    assert raw_pid(s) == pid
+    pgwire.terminate(s)
+    s.close()
+
+
 # -- who may share ---------------------------------------------------------------------------
 
 # How the second client's startup differs from the first's (libpq environment), and what it
