@@ -78,6 +78,9 @@ void reply_text(evhttp_request* req, int code, const char* reason, const std::st
                 const char* content_type) {
     evkeyvalq* headers = evhttp_request_get_output_headers(req);
     evhttp_add_header(headers, "Content-Type", content_type);
+    // One request per connection: nothing pipelined behind it is read (a scraper opens a
+    // connection per scrape anyway), and no connection lives into the lifetime cut.
+    evhttp_add_header(headers, "Connection", "close");
     evbuffer* buf = evbuffer_new();
     if (buf == nullptr) {
         evhttp_send_error(req, HTTP_INTERNAL, nullptr);
@@ -149,6 +152,10 @@ struct MetricsServer::Impl {
         bufferevent* bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
         if (bev == nullptr)
             return nullptr;  // evhttp tries to make its own, and fails the same way
+        // evhttp keeps the socket reading while it writes a reply, and parses nothing
+        // meanwhile: without a high-water mark a client that sends and never reads grows
+        // the input buffer by gigabytes. Beyond the largest request, reading stops.
+        bufferevent_setwatermark(bev, EV_READ, 0, 2 * kMaxHeadersBytes);
         self->forget_closed();
         auto live =
             static_cast<size_t>(std::count_if(self->connections.begin(), self->connections.end(),

@@ -204,6 +204,32 @@ def test_metrics_refuses_a_huge_header(plain_l5pgd):
     assert d.metrics_text()
 
 
+@pytest.mark.timeout(60)
+def test_metrics_does_not_buffer_what_a_client_sends_while_it_is_answered(plain_l5pgd):
+    """Pipelined GETs and then a stream of bytes, nothing read back: evhttp kept reading
+    while it wrote the first reply and parsed nothing meanwhile (2 GB in 8 s here). Each
+    reply now ends its connection, and reading stops beyond the largest request."""
+    d = plain_l5pgd
+    rss_before = vm_rss(d.proc.pid)
+    sent = 0
+    with socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
+        s.setblocking(False)
+        chunk = b"x" * 65536
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                sent += s.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.001)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+    growth = vm_rss(d.proc.pid) - rss_before
+    print(f"pipelined GETs, then {sent / MiB:.0f} MiB: RSS +{growth / MiB:.1f} MiB")
+    assert growth < 5 * MiB, f"RSS grew by {growth / MiB:.1f} MiB"
+    assert d.metrics_text()
+
+
 def http_request(d, method, path="/metrics"):
     with socket.create_connection(("127.0.0.1", d.metrics_port), timeout=10) as s:
         s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
