@@ -65,7 +65,8 @@ def build_rootfs(rootfs, packages):
 def install_l5pg(rootfs, build_dir):
     """What the Dockerfile's runtime stage does after apt-get."""
     run(["chroot", rootfs, "sh", "-c",
-         "id l5pg >/dev/null 2>&1 || useradd --system --uid 999 l5pg; "
+         "id l5pg >/dev/null 2>&1 || { groupadd --system --gid 999 l5pg && "
+         "useradd --system --uid 999 --gid 999 l5pg; }; "
          "mkdir -p /run/l5pg /opt/l5pg /etc/l5pg /run/postgresql && chown l5pg /run/l5pg"])
     for src, dst in ((build_dir / "bin/l5pgd", "usr/local/bin/l5pgd"),
                      (build_dir / "lib/libl5pg.so", "usr/local/lib/libl5pg.so"),
