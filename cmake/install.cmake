@@ -62,5 +62,10 @@ set(CPACK_DEBIAN_PACKAGE_SECTION database)
 # among them; rdma-core's libibverbs1 (and a provider) is only needed for RDMA NICs.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libibverbs1, rdma-core, postgresql")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/cmake/debian/conffiles)
+# The maintainer scripts stop l5pgd at removal, restart a running one after an upgrade,
+# and let systemd forget the unit (cmake/debian/post*, prerm).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    ${PROJECT_SOURCE_DIR}/cmake/debian/conffiles ${PROJECT_SOURCE_DIR}/cmake/debian/postinst
+    ${PROJECT_SOURCE_DIR}/cmake/debian/prerm ${PROJECT_SOURCE_DIR}/cmake/debian/postrm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

@@ -108,6 +108,47 @@ def test_unpacked_package_runs(deb, tmp_path):
         assert (root / exec_line.lstrip("/")).exists(), exec_line
 
 
+# What each maintainer script asks of systemd, called as dpkg calls it: (arguments, the
+# commands it runs). A first install enables and starts nothing (l5pgd needs configuring).
+SCRIPT_CALLS = [
+    ("postinst", ["configure", ""], ["systemctl --system daemon-reload"]),
+    ("postinst", ["configure", "0.1.0"],
+     ["systemctl --system daemon-reload", "deb-systemd-invoke try-restart l5pgd.service"]),
+    ("prerm", ["remove"], ["deb-systemd-invoke stop l5pgd.service"]),
+    ("prerm", ["upgrade", "9.9.9"], []),
+    ("postrm", ["remove"], ["systemctl --system daemon-reload"]),
+    ("postrm", ["purge"], ["systemctl --system daemon-reload",
+                           "deb-systemd-helper purge l5pgd.service",
+                           "deb-systemd-helper unmask l5pgd.service"]),
+]
+
+
+@pytest.mark.timeout(120)
+def test_maintainer_scripts_drive_systemd(deb, tmp_path):
+    """Run in a mount namespace whose /run has a systemd directory (as on a booted host),
+    with systemctl, deb-systemd-invoke and deb-systemd-helper replaced by recorders."""
+    control = tmp_path / "DEBIAN"
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(control)], check=True)
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    log = tmp_path / "calls"
+    for tool in ("systemctl", "deb-systemd-invoke", "deb-systemd-helper"):
+        (stubs / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
+        (stubs / tool).chmod(0o755)
+    for script, args, expected in SCRIPT_CALLS:
+        path = control / script
+        assert path.stat().st_mode & 0o777 == 0o755, script
+        log.write_text("")
+        r = subprocess.run(
+            ["unshare", "--mount", "--", "sh", "-c",
+             'mount -t tmpfs none /run && mkdir -p /run/systemd/system && exec "$@"', "sh",
+             str(path), *args],
+            capture_output=True, text=True, timeout=30,
+            env={"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin"})
+        assert r.returncode == 0, (script, args, r.stderr)
+        assert log.read_text().splitlines() == expected, (script, args)
+
+
 @pytest.mark.timeout(120)
 def test_cmake_install_keeps_an_edited_config(tmp_path):
     dest = tmp_path / "dest"
