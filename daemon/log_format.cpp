@@ -10,6 +10,9 @@
 
 #include <spdlog/pattern_formatter.h>
 
+#include "daemon/utf8_text.hpp"
+#include "protocol/startup.hpp"
+
 namespace l5pg::daemon {
 namespace {
 
@@ -68,12 +71,14 @@ bool stderr_is_journal() noexcept {
 
 std::string quoted_name(std::string_view name) {
     std::string out = "\"";
-    for (const char c : name) {
+    for (const char c : valid_utf8(name, protocol::kMaxNameBytes)) {
         if (c == '"' || c == '\\')
             out += '\\';
         out += c;
     }
     out += '"';
+    if (name.size() > protocol::kMaxNameBytes)
+        out += "...";
     return out;
 }
 

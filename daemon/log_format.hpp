@@ -24,8 +24,10 @@ enum class LogDestination { Terminal, Journal, Plain };
 void apply_log_format(spdlog::logger& logger, LogDestination destination);
 
 // A name a client chose (role, database), in double quotes for a log line, with `"` and `\`
-// escaped: a database named `x" from uid 0` must not forge the fields after it. (Control
-// characters are escaped for the whole line by the format.)
+// escaped: a database named `x" from uid 0` must not forge the fields after it. As valid
+// UTF-8 (journald shows a line that is not as "[blob data]"), and at most the 63 bytes
+// Postgres keeps of a name, then "...". (Control characters are escaped for the whole line
+// by the format.)
 [[nodiscard]] std::string quoted_name(std::string_view name);
 
 }  // namespace l5pg::daemon

@@ -18,6 +18,7 @@
 #include "daemon/log_format.hpp"
 #include "daemon/session.hpp"
 #include "daemon/upstream.hpp"
+#include "daemon/utf8_text.hpp"
 #include "daemon/worker.hpp"
 #include "protocol/version_negotiation.hpp"
 #include "protocol/wire.hpp"
@@ -446,7 +447,7 @@ AuthVerdict Session::admit_to_console(std::string_view role) {
         return AuthVerdict{AuthFailure::AdminConsole,
                            fmt::format("l5pgd: role \"{}\" may not use the admin console (rule "
                                        "admin.users, admin.stats_users)",
-                                       role)};
+                                       valid_utf8(role, protocol::kMaxNameBytes))};
     admin_ = true;
     console_place_ = worker_.consoles().try_take(1, std::numeric_limits<uint64_t>::max());
     admin_may_reload_ = listed(admin.users);

@@ -115,6 +115,25 @@ def test_a_role_not_in_admin_users_is_refused(workdir, cluster):
         assert psql(unix_target(d), "select 1") == "1"
 
 
+def test_a_refused_role_is_shown_as_valid_utf8_and_cut(workdir, cluster):
+    """A TCP client (auth.tcp=trust) asks for the console with a role of 5000 bytes, invalid
+    UTF-8 and a newline: the FATAL (and the log line it goes into) shows at most 63 bytes of
+    it, as valid UTF-8, instead of all of it as sent."""
+    with L5pgd(workdir / "l5pgd-admin-hostile", cluster,
+               extra_overrides=["admin.users=[monitor]"]) as d:
+        role = b"r\xff\nforged " + b"x" * 5000
+        body = struct.pack("!I", 196608) + b"user\0" + role + b"\0database\0l5pgd\0\0"
+        with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
+            s.sendall(struct.pack("!I", len(body) + 4) + body)
+            t, msg = pgwire.read_message(s)
+        assert t == "E"
+        text = msg.split(b"\0M", 1)[1].split(b"\0", 1)[0]
+        text.decode("utf-8")  # valid
+        assert b"may not use the admin console" in text and len(text) < 200, text
+        assert b"x" * 64 not in text
+        assert "x" * 64 not in d.log_text()
+
+
 def test_stats_users_may_read_but_not_reload(workdir, cluster):
     """admin.stats_users (PgBouncer's stats_users): the SHOW commands, but RELOAD is refused
     with 42501 and reloads nothing; a role in admin.users may."""
