@@ -130,15 +130,20 @@ void AdminConsole::on_readable(Connection& c) {
     flush(c);
 }
 
-// Answers every whole message in `in`, as long as the answers do not pile up.
+// Answers every whole message in `in`, as long as the answers do not pile up. What was
+// answered leaves `in` once, at the end: a read of many small messages costs no more than
+// one pass over it.
 bool AdminConsole::process(Connection& c) {
     if (!c.started && !process_startup(c))
         return false;
-    while (c.started && c.in.size() >= protocol::kMessageHeaderSize &&
+    size_t done = 0;
+    bool go_on = true;
+    while (go_on && c.started && c.in.size() - done >= protocol::kMessageHeaderSize &&
            c.out.size() < kMaxPendingOutput) {
-        const char type = static_cast<char>(c.in[0]);
+        const std::span<const std::byte> rest = std::span<const std::byte>(c.in).subspan(done);
+        const char type = static_cast<char>(rest[0]);
         const protocol::MessageHeaderParse header =
-            protocol::parse_message_header(c.in, kMaxConsoleMessage);
+            protocol::parse_message_header(rest, kMaxConsoleMessage);
         if (header.status != protocol::ParseStatus::Ok) {
             protocol::BackendWriter out;
             out.error("FATAL", protocol::kSqlstateProtocolViolation,
@@ -147,15 +152,15 @@ bool AdminConsole::process(Connection& c) {
             return false;
         }
         const size_t total = 1 + header.header.length;
-        if (c.in.size() < total)
+        if (rest.size() < total)
             break;
-        const std::vector<std::byte> body(c.in.begin() + protocol::kMessageHeaderSize,
-                                          c.in.begin() + static_cast<ptrdiff_t>(total));
-        c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(total));
-        if (!process_message(c, type, body))
-            return false;
+        go_on = process_message(
+            c, type,
+            rest.subspan(protocol::kMessageHeaderSize, total - protocol::kMessageHeaderSize));
+        done += total;
     }
-    return true;
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(done));
+    return go_on;
 }
 
 // The session sends the client's StartupMessage first, as it would to Postgres.
