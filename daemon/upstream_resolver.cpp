@@ -2,6 +2,7 @@
 
 #include <event2/util.h>
 #include <netdb.h>
+#include <sys/stat.h>
 
 #include <utility>
 #include <vector>
@@ -121,7 +122,23 @@ void UpstreamResolver::reread_configuration() noexcept {
     stale_ = dns_ != nullptr;
 }
 
+// What a file looked like when evdns read it: glibc reads /etc/hosts at every lookup and
+// resolv.conf again once it changed; evdns reads both once, so a lookup that goes to DNS
+// looks whether either changed since (a DHCP or VPN client rewrote them).
+UpstreamResolver::FileStamps UpstreamResolver::stamps_now() noexcept {
+    FileStamps stamps{};
+    const char* const paths[] = {"/etc/resolv.conf", "/etc/hosts"};
+    for (size_t i = 0; i < stamps.size(); ++i) {
+        struct stat st {};
+        if (::stat(paths[i], &st) == 0)
+            stamps[i] = {st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+    }
+    return stamps;
+}
+
 evdns_base* UpstreamResolver::dns() {
+    if (dns_ && !stale_ && stamps_now() != read_stamps_)
+        stale_ = true;
     if (stale_ && pending_.empty()) {
         // Not freed in this pass of the loop: a query cancelled for being late (A answered,
         // AAAA not) still has a deferred callback into it.
@@ -129,11 +146,11 @@ evdns_base* UpstreamResolver::dns() {
         stale_ = false;
     }
     if (!dns_) {
+        // evdns's defaults stay, 0x20 case randomisation included: its queries leave from
+        // one UDP port per server, so the query id and the name's case are what an
+        // off-path forger has to guess.
+        read_stamps_ = stamps_now();
         dns_.reset(evdns_base_new(base_, EVDNS_BASE_INITIALIZE_NAMESERVERS));
-        // Queries as glibc sends them: a resolver or middlebox that changes the case of a
-        // name would have its answers dropped.
-        if (dns_)
-            (void)evdns_base_set_option(dns_.get(), "randomize-case:", "0");
     }
     return dns_.get();
 }

@@ -1,12 +1,15 @@
 // Looking up upstream.host without stopping the worker: libevent's evdns (resolv.conf and
-// /etc/hosts, as getaddrinfo reads them; not nsswitch.conf), one query per name however
-// many sessions wait for it, and the answer kept for upstream.dns_max_ttl_ms, as PgBouncer's
-// dns_max_ttl (the record's own TTL is not known here). A failed lookup is not kept: the
-// next connection asks again.
+// /etc/hosts, as getaddrinfo reads them, again whenever either changed; not nsswitch.conf),
+// one query per name however many sessions wait for it, and the answer kept for
+// upstream.dns_max_ttl_ms, as PgBouncer's dns_max_ttl (the record's own TTL is not known
+// here). A failed lookup is not kept: the next connection asks again.
 #pragma once
 
 #include <event2/dns.h>
 
+#include <sys/types.h>
+
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -74,6 +77,16 @@ class UpstreamResolver {
     [[nodiscard]] Answer ask_dns(const std::string& key, const std::string& host,
                                  const std::string& service, std::chrono::milliseconds keep);
     [[nodiscard]] evdns_base* dns();
+    struct FileStamp {
+        dev_t device = 0;
+        ino_t inode = 0;
+        off_t size = 0;
+        time_t mtime = 0;
+        long mtime_ns = 0;
+        bool operator==(const FileStamp&) const = default;
+    };
+    using FileStamps = std::array<FileStamp, 2>;  // /etc/resolv.conf, /etc/hosts
+    [[nodiscard]] static FileStamps stamps_now() noexcept;
     void forget_expired(clock::time_point now);
 
     event_base* const base_;
@@ -90,8 +103,9 @@ class UpstreamResolver {
     };
     std::map<uint64_t, Waiting> waiting_;  // by Waiter::id_
     uint64_t next_waiter_ = 1;
-    bool closing_ = false;  // cancel_pending() ran: answers are of no use
-    bool stale_ = false;    // dns_ read an older resolv.conf: replaced once nothing is pending
+    bool closing_ = false;      // cancel_pending() ran: answers are of no use
+    bool stale_ = false;        // dns_ read an older resolv.conf: replaced once nothing is pending
+    FileStamps read_stamps_{};  // the files as dns_ read them
 };
 
 }  // namespace l5pg::daemon

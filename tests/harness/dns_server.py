@@ -1,11 +1,14 @@
 """A DNS server for one test: answers A and AAAA queries for the names it is given (NXDOMAIN
-for the rest) on UDP port 53 of a loopback address of its own, counts the queries, and can
-hold its answers until released. `isolated_resolver()` runs a command in a mount namespace
-whose /etc/resolv.conf names this server alone and whose /etc/hosts knows only localhost."""
+for the rest) on a UDP port of a loopback address of its own (a free port, not 53: a host's
+own DNS daemon may hold that on every address), counts the queries, and can hold its answers
+until released. `isolated_resolver()` runs a command in a mount namespace whose
+/etc/resolv.conf names this server alone ("nameserver ADDRESS:PORT", which libevent's
+resolver reads and glibc's does not) and whose /etc/hosts knows only localhost."""
 import ipaddress
 import random
 import socket
 import struct
+import subprocess
 import threading
 from pathlib import Path
 
@@ -32,7 +35,8 @@ class DnsServer:
         self.queries = []  # (name, qtype) as received
         self.address = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sock.bind((self.address, 53))
+        self._sock.bind((self.address, 0))
+        self.port = self._sock.getsockname()[1]
         self._sock.settimeout(0.1)
         self._released = threading.Event()
         self._released.set()
@@ -105,15 +109,26 @@ class DnsServer:
     def __exit__(self, *exc):
         self.close()
 
+    @staticmethod
+    def can_isolate():
+        """Whether this process may make mount namespaces (root with CAP_SYS_ADMIN)."""
+        try:
+            return subprocess.run(["unshare", "--mount", "true"], capture_output=True,
+                                  timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
     def isolated_resolver(self, workdir, command):
         """`command` wrapped to run (exec'd: same pid) with this server as its only DNS
         server, waiting up to 30 s for it, and an /etc/hosts of localhost alone."""
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         resolv = workdir / "resolv.conf"
-        resolv.write_text(f"nameserver {self.address}\noptions timeout:30 attempts:1\n")
+        resolv.write_text(f"nameserver {self.address}:{self.port}\n"
+                          "options timeout:30 attempts:1\n")
         hosts = workdir / "hosts"
         hosts.write_text("127.0.0.1 localhost\n")
-        script = (f"mount --bind {resolv} /etc/resolv.conf && "
+        # Over a symlink (resolvconf's) the bind mount needs a file to cover: the target.
+        script = (f"mount --bind {resolv} \"$(readlink -f /etc/resolv.conf)\" && "
                   f"mount --bind {hosts} /etc/hosts && exec \"$@\"")
         return ["unshare", "--mount", "--", "sh", "-c", script, "sh"] + list(command)
