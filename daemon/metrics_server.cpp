@@ -78,8 +78,8 @@ void reply_text(evhttp_request* req, int code, const char* reason, const std::st
                 const char* content_type) {
     evkeyvalq* headers = evhttp_request_get_output_headers(req);
     evhttp_add_header(headers, "Content-Type", content_type);
-    // One request per connection: nothing pipelined behind it is read (a scraper opens a
-    // connection per scrape anyway), and no connection lives into the lifetime cut.
+    // One request per connection: nothing pipelined behind it is read, and no connection
+    // lives into the lifetime cut (Prometheus then opens a connection per scrape).
     evhttp_add_header(headers, "Connection", "close");
     evbuffer* buf = evbuffer_new();
     if (buf == nullptr) {

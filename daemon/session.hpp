@@ -40,6 +40,7 @@
 #include "protocol/startup.hpp"
 #include "transport/rdma/channel/hello.hpp"
 #include "transport/rdma/channel/offer.hpp"
+#include "transport/wait/deadline.hpp"
 
 namespace l5pg::daemon {
 
@@ -325,7 +326,7 @@ class Session final : public ClientEndHost {
         UpstreamResolver::Answer addresses;  // once known
         size_t current = 0;                  // the address tried now
         // upstream.connect_timeout_ms for the lookup, and again for each address
-        std::chrono::steady_clock::time_point deadline;
+        wait::Deadline deadline = wait::Deadline::never();
         std::chrono::milliseconds retry_delay{};  // next EAGAIN retry (a Unix socket)
     };
     UpstreamDial dial_;

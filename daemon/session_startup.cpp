@@ -18,7 +18,6 @@
 #include "daemon/log_format.hpp"
 #include "daemon/session.hpp"
 #include "daemon/upstream.hpp"
-#include "daemon/utf8_text.hpp"
 #include "daemon/worker.hpp"
 #include "protocol/version_negotiation.hpp"
 #include "protocol/wire.hpp"
@@ -445,9 +444,9 @@ AuthVerdict Session::admit_to_console(std::string_view role) {
                            "(rule auth.local/auth.tcp=passthrough)"};
     if (!listed(admin.users) && !listed(admin.stats_users))
         return AuthVerdict{AuthFailure::AdminConsole,
-                           fmt::format("l5pgd: role \"{}\" may not use the admin console (rule "
+                           fmt::format("l5pgd: role {} may not use the admin console (rule "
                                        "admin.users, admin.stats_users)",
-                                       valid_utf8(role, protocol::kMaxNameBytes))};
+                                       quoted_name(role))};
     admin_ = true;
     console_place_ = worker_.consoles().try_take(1, std::numeric_limits<uint64_t>::max());
     admin_may_reload_ = listed(admin.users);
@@ -595,14 +594,8 @@ void Session::open_upstream(std::span<const std::byte> startup) {
 
 namespace {
 
-std::chrono::steady_clock::time_point connect_deadline(const config::UpstreamConfig& cfg) {
-    return std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.connect_timeout_ms);
-}
-
-uint32_t ms_until(std::chrono::steady_clock::time_point deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    return static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
+wait::Deadline connect_deadline(const config::UpstreamConfig& cfg) {
+    return wait::Deadline::after(std::chrono::milliseconds(cfg.connect_timeout_ms));
 }
 
 }  // namespace
@@ -630,7 +623,7 @@ void Session::connect_upstream() {
     if (known)
         on_upstream_lookup(std::move(known));
     else
-        arm_timer(ms_until(dial_.deadline));
+        arm_timer(static_cast<uint32_t>(std::max(dial_.deadline.poll_ms(), 1)));
 }
 
 void Session::on_upstream_lookup(UpstreamResolver::Answer addresses) {
@@ -651,8 +644,7 @@ void Session::on_upstream_lookup(UpstreamResolver::Answer addresses) {
 void Session::connect_to_address() {
     UpstreamConnect attempt = start_upstream_connect(dial_.addresses->list.at(dial_.current));
     if (!attempt.fd.valid()) {
-        const auto now = std::chrono::steady_clock::now();
-        if (attempt.error == EAGAIN && now + dial_.retry_delay < dial_.deadline) {
+        if (attempt.error == EAGAIN && dial_.retry_delay.count() < dial_.deadline.poll_ms()) {
             arm_timer(static_cast<uint32_t>(dial_.retry_delay.count()));
             dial_.retry_delay = std::min(dial_.retry_delay * 2, kMaxConnectRetry);
             return;
@@ -663,7 +655,7 @@ void Session::connect_to_address() {
     upstream_ = std::move(attempt.fd);
     watch_upstream();
     if (attempt.in_progress) {
-        arm_timer(ms_until(dial_.deadline));
+        arm_timer(static_cast<uint32_t>(std::max(dial_.deadline.poll_ms(), 1)));
         set_event(upstream_write_.get(), true);
         return;
     }
@@ -790,8 +782,8 @@ void Session::fail_startup(std::string_view sqlstate, std::string_view message,
     const std::vector<std::byte> error = protocol::build_fatal(sqlstate, message);
     session_place_.release();  // not served: its place is free while the FATAL goes out
     // A client that does not take its FATAL does not keep the session (timer_cb): the
-    // startup timer still runs, unless connecting to Postgres used the timer and ended it.
-    if (evtimer_pending(timer_.get(), nullptr) == 0)
+    // startup timer still runs before Postgres is asked; connecting to it used the timer.
+    if (state_ == SessionState::Connecting)
         arm_timer(worker_.config().limits.startup_timeout_ms);
     enter(SessionState::Refusing);
     drop_upstream();

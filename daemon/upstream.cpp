@@ -56,7 +56,7 @@ UpstreamAddresses tcp_addresses_of(const addrinfo* found) {
 }
 
 // A socket connecting (or connected) to `address`, or the errno of its immediate failure.
-// A Unix socket whose listen queue is full fails with EAGAIN: Session::connect_upstream()
+// A Unix socket whose listen queue is full fails with EAGAIN: Session::connect_to_address()
 // retries.
 UpstreamConnect start_upstream_connect(const UpstreamAddress& address) {
     UpstreamConnect result;

@@ -23,7 +23,7 @@ struct UpstreamAddress {
 // one Unix socket. Empty with `lookup_failure` when the name could not be looked up.
 struct UpstreamAddresses {
     std::vector<UpstreamAddress> list;
-    std::string lookup_failure;  // getaddrinfo's words
+    std::string lookup_failure;  // why the name could not be looked up
 };
 
 struct UpstreamConnect {
