@@ -1,5 +1,6 @@
 #include "daemon/ident_map.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,15 @@ std::vector<std::string> words_of(std::string_view line) {
     return words;
 }
 
+// A uid as std::to_string() writes it ("0123" is uid 123); a name as it is.
+std::string canonical_os_user(const std::string& word) {
+    if (word.empty() ||
+        !std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return word;
+    const size_t first = word.find_first_not_of('0');
+    return first == std::string::npos ? "0" : word.substr(first);
+}
+
 }  // namespace
 
 IdentMap IdentMap::parse(std::string_view text, const std::string& origin) {
@@ -39,12 +49,15 @@ IdentMap IdentMap::parse(std::string_view text, const std::string& origin) {
             throw std::runtime_error(
                 fmt::format("{}: line {}: expected \"OS-USER ROLE\", got {} fields", origin,
                             line_no, words.size()));
-        // Such a role is refused before the map is read (Postgres would cut its name).
-        if (words[1].size() > protocol::kMaxNameBytes)
-            throw std::runtime_error(
-                fmt::format("{}: line {}: role name longer than {} bytes can never be used", origin,
-                            line_no, protocol::kMaxNameBytes));
-        map.rules_.emplace(words[0], words[1]);
+        // Such a role is refused before the map is read (Postgres would cut its name). A
+        // warning, not an error: a file l5pgd ran with before must not stop it now.
+        if (words[1].size() > protocol::kMaxNameBytes) {
+            map.warnings_.push_back(fmt::format(
+                "{}: line {}: role name longer than {} bytes: the rule can never be used", origin,
+                line_no, protocol::kMaxNameBytes));
+            continue;
+        }
+        map.rules_.emplace(canonical_os_user(words[0]), words[1]);
     }
     return map;
 }

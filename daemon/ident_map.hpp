@@ -2,14 +2,16 @@
 // which database roles besides their own name, like pg_ident.conf with a single map.
 // File format, one rule per line, '#' starts a comment:
 //     OS-USER  ROLE          e.g.  "deploy  app_owner"
-// OS-USER is a user name or a numeric uid: all digits is a uid, never a user name of those
-// digits. A rule grants exactly that pair; there are no wildcards or patterns.
+// OS-USER is a user name or a numeric uid: all digits is a uid ("0123" is 123), never a
+// user name of those digits. A rule grants exactly that pair; there are no wildcards or
+// patterns.
 #pragma once
 
 #include <set>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace l5pg::daemon {
 
@@ -22,9 +24,12 @@ class IdentMap {
 
     [[nodiscard]] bool allows(std::string_view os_user, std::string_view role) const;
     [[nodiscard]] size_t size() const noexcept { return rules_.size(); }
+    // Rules loaded but of no use (a role beyond 63 bytes), to log at start and reload.
+    [[nodiscard]] const std::vector<std::string>& warnings() const noexcept { return warnings_; }
 
   private:
     std::set<std::pair<std::string, std::string>> rules_;
+    std::vector<std::string> warnings_;
 };
 
 }  // namespace l5pg::daemon

@@ -140,8 +140,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "l5pgd: invalid configuration: %s\n", e.what());
         return 2;
     }
-    const std::vector<std::string> idle_keys =
-        l5pg::config::settings_without_effect(settings->config);
+    const std::vector<std::string> idle_keys = settings->warnings();
     if (options->check_only) {
         for (const std::string& line : idle_keys)
             std::fprintf(stderr, "l5pgd: warning: %s\n", line.c_str());

@@ -53,7 +53,7 @@ SettingsPtr reload_settings(const ConfigSource& source, const Settings& running)
     }
     if (!log_changes(changes))
         spdlog::info("reload: no key to apply; ident map and TLS files read again");
-    for (const std::string& line : config::settings_without_effect(settings->config))
+    for (const std::string& line : settings->warnings())
         spdlog::warn("reload: {}", line);
     return settings;
 }

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "config/config.hpp"
 #include "daemon/admission.hpp"
@@ -22,6 +24,15 @@ struct Settings {
     explicit Settings(config::Config c) : config(std::move(c)), admission(config) {}
     Settings(const Settings&) = delete;
     Settings& operator=(const Settings&) = delete;
+
+    // What start, --check and every reload warn of: settings without effect as the rest is
+    // set, and ident rules that can never be used.
+    [[nodiscard]] std::vector<std::string> warnings() const {
+        std::vector<std::string> lines = config::settings_without_effect(config);
+        const auto& ident = admission.ident.warnings();
+        lines.insert(lines.end(), ident.begin(), ident.end());
+        return lines;
+    }
 
     const config::Config config;
     const Admission admission;  // refers to config: declared after it

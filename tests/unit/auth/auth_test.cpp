@@ -64,10 +64,20 @@ TEST_CASE("peer: the ident map may name a numeric uid (clients in other containe
     CHECK_FALSE(check_client(AuthConfig{}, ident, local_request("", "postgres")).allowed());
 }
 
-TEST_CASE("ident map: a role name beyond 63 bytes is an error, not a rule that never matches") {
-    CHECK_NOTHROW(IdentMap::parse("alice " + std::string(63, 'r') + "\n", "t"));
-    CHECK_THROWS_WITH(IdentMap::parse("\nalice " + std::string(64, 'r') + "\n", "t"),
-                      "t: line 2: role name longer than 63 bytes can never be used");
+TEST_CASE("ident map: a role beyond 63 bytes is warned of and skipped, not an error") {
+    const IdentMap ok = IdentMap::parse("alice " + std::string(63, 'r') + "\n", "t");
+    CHECK(ok.size() == 1);
+    CHECK(ok.warnings().empty());
+    const IdentMap map = IdentMap::parse("\nalice " + std::string(64, 'r') + "\nbob app\n", "t");
+    CHECK(map.size() == 1);
+    REQUIRE(map.warnings().size() == 1);
+    CHECK(map.warnings()[0] ==
+          "t: line 2: role name longer than 63 bytes: the rule can never be used");
+}
+
+TEST_CASE("ident map: a uid with leading zeros is that uid") {
+    const IdentMap ident = IdentMap::parse("01000 app\n", "t");
+    CHECK(check_client(AuthConfig{}, ident, local_request("", "app")).allowed());  // uid 1000
 }
 
 TEST_CASE("peer: a numeric OS-USER is a uid, never a user name of those digits") {
