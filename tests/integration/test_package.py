@@ -108,8 +108,9 @@ def test_unpacked_package_runs(deb, tmp_path):
         assert (root / exec_line.lstrip("/")).exists(), exec_line
 
 
-# What each maintainer script asks of systemd, called as dpkg calls it: (arguments, the
-# commands it runs). A first install enables and starts nothing (l5pgd needs configuring).
+# What each maintainer script asks of a running systemd, called as dpkg calls it:
+# (arguments, the commands it runs). A first install enables and starts nothing (l5pgd
+# needs configuring first).
 SCRIPT_CALLS = [
     ("postinst", ["configure", ""], ["systemctl --system daemon-reload"]),
     ("postinst", ["configure", "0.1.0"],
@@ -117,36 +118,50 @@ SCRIPT_CALLS = [
     ("prerm", ["remove"], ["deb-systemd-invoke stop l5pgd.service"]),
     ("prerm", ["upgrade", "9.9.9"], []),
     ("postrm", ["remove"], ["systemctl --system daemon-reload"]),
-    ("postrm", ["purge"], ["systemctl --system daemon-reload",
-                           "deb-systemd-helper purge l5pgd.service",
-                           "deb-systemd-helper unmask l5pgd.service"]),
 ]
+WANTS_LINK = "etc/systemd/system/multi-user.target.wants/l5pgd.service"
+
+
+def run_script(path, args, root, stubs):
+    """`path args` in a mount namespace whose /run has a systemd directory (as on a booted
+    host), systemctl and deb-systemd-invoke replaced by recorders, and the real
+    deb-systemd-helper working on `root` (DPKG_ROOT)."""
+    return subprocess.run(
+        ["unshare", "--mount", "--", "sh", "-c",
+         'mount -t tmpfs none /run && mkdir -p /run/systemd/system && exec "$@"', "sh",
+         str(path), *args],
+        capture_output=True, text=True, timeout=30,
+        env={"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin", "DPKG_ROOT": str(root),
+             "DPKG_MAINTSCRIPT_PACKAGE": "l5pg", "DPKG_MAINTSCRIPT_NAME": path.name})
 
 
 @pytest.mark.timeout(120)
 def test_maintainer_scripts_drive_systemd(deb, tmp_path):
-    """Run in a mount namespace whose /run has a systemd directory (as on a booted host),
-    with systemctl, deb-systemd-invoke and deb-systemd-helper replaced by recorders."""
     control = tmp_path / "DEBIAN"
     subprocess.run(["dpkg-deb", "-e", str(deb), str(control)], check=True)
+    root = tmp_path / "root"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     log = tmp_path / "calls"
-    for tool in ("systemctl", "deb-systemd-invoke", "deb-systemd-helper"):
+    for tool in ("systemctl", "deb-systemd-invoke"):
         (stubs / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
         (stubs / tool).chmod(0o755)
     for script, args, expected in SCRIPT_CALLS:
         path = control / script
         assert path.stat().st_mode & 0o777 == 0o755, script
         log.write_text("")
-        r = subprocess.run(
-            ["unshare", "--mount", "--", "sh", "-c",
-             'mount -t tmpfs none /run && mkdir -p /run/systemd/system && exec "$@"', "sh",
-             str(path), *args],
-            capture_output=True, text=True, timeout=30,
-            env={"PATH": f"{stubs}:/usr/sbin:/usr/bin:/sbin:/bin"})
+        r = run_script(path, args, root, stubs)
         assert r.returncode == 0, (script, args, r.stderr)
         assert log.read_text().splitlines() == expected, (script, args)
+    # The operator enables it (`systemctl enable l5pgd`); a purge removes that link, so that
+    # a later install does not come back enabled.
+    assert not (root / WANTS_LINK).exists()  # configure enabled nothing
+    (root / WANTS_LINK).parent.mkdir(parents=True, exist_ok=True)
+    (root / WANTS_LINK).symlink_to("/usr/lib/systemd/system/l5pgd.service")
+    r = run_script(control / "postrm", ["purge"], root, stubs)
+    assert r.returncode == 0, r.stderr
+    assert not (root / WANTS_LINK).is_symlink(), "the purge left the service enabled"
 
 
 @pytest.mark.timeout(120)
