@@ -131,7 +131,9 @@ UpstreamResolver::FileStamps UpstreamResolver::stamps_now() noexcept {
     for (size_t i = 0; i < stamps.size(); ++i) {
         struct stat st {};
         if (::stat(paths[i], &st) == 0)
-            stamps[i] = {st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+            stamps[i] = {st.st_dev,         st.st_ino,          st.st_size,
+                         st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ctim.tv_sec,
+                         st.st_ctim.tv_nsec};
     }
     return stamps;
 }

@@ -83,6 +83,8 @@ class UpstreamResolver {
         off_t size = 0;
         time_t mtime = 0;
         long mtime_ns = 0;
+        time_t ctime = 0;  // also changes when a copy puts the old mtime back (cp -p)
+        long ctime_ns = 0;
         bool operator==(const FileStamp&) const = default;
     };
     using FileStamps = std::array<FileStamp, 2>;  // /etc/resolv.conf, /etc/hosts

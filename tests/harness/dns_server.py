@@ -5,6 +5,7 @@ until released. `isolated_resolver()` runs a command in a mount namespace whose
 /etc/resolv.conf names this server alone ("nameserver ADDRESS:PORT", which libevent's
 resolver reads and glibc's does not) and whose /etc/hosts knows only localhost."""
 import ipaddress
+import os
 import random
 import socket
 import struct
@@ -111,7 +112,10 @@ class DnsServer:
 
     @staticmethod
     def can_isolate():
-        """Whether this process may make mount namespaces (root with CAP_SYS_ADMIN)."""
+        """Whether this process may make mount namespaces (root with CAP_SYS_ADMIN), and
+        there is a resolv.conf to cover (not missing, not a dangling link)."""
+        if not os.path.exists(os.path.realpath("/etc/resolv.conf")):
+            return False
         try:
             return subprocess.run(["unshare", "--mount", "true"], capture_output=True,
                                   timeout=10).returncode == 0
