@@ -25,7 +25,7 @@ ASAN_IT := test_startup.py test_hostile_shm.py test_auth.py test_tls.py test_psq
 TSAN_UNIT := shm_test rdma_test wait_test metrics_test daemon_test shim_channel_test
 TSAN_IT := test_startup.py test_tls.py test_connection_burst.py test_psql.py test_auth.py \
   test_shutdown_fatal.py test_admin_console.py test_reload.py test_notify.py test_pool.py \
-  test_upstream_lookup.py
+  test_upstream_lookup.py test_health.py
 # -O1 -g1: the sanitizer builds compile about twice as fast as at -O2 -g and keep file:line
 # in reports (-O0 compiles faster still but runs the sanitized tests twice as long). Unity
 # builds (CMake joins each target's sources into batches of 8) parse and instrument the

@@ -104,15 +104,16 @@ int run(l5pg::daemon::SettingsPtr settings, l5pg::daemon::ConfigSource source) {
     ::signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(config);
     Metrics metrics;
+    Health health;
     metrics.databases().configure(config.metrics.labels, config.metrics.label_limit);
     std::unique_ptr<MetricsServer> metrics_server;
     if (!config.metrics.listen.empty()) {
         const auto [host, port] =
             l5pg::config::parse_host_port("metrics.listen", config.metrics.listen);
-        metrics_server = std::make_unique<MetricsServer>(host, port, metrics);
+        metrics_server = std::make_unique<MetricsServer>(host, port, metrics, health);
         spdlog::info("metrics on http://{}:{}/metrics", host, metrics_server->port());
     }
-    Server server(std::move(settings), std::move(source), metrics);
+    Server server(std::move(settings), std::move(source), metrics, health);
     return server.run();
 }
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -45,6 +46,7 @@ constexpr ev_uint16_t kParsedMethods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP
                                        EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                        EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH;
 constexpr timeval kSweepInterval{0, 100 * 1000};
+constexpr const char* kPlainText = "text/plain; charset=utf-8";
 
 // Must run before the first event_base is created so bases get locks and a notify pipe,
 // which is what makes event_active() from the destructor's thread safe.
@@ -95,6 +97,7 @@ void reply_text(evhttp_request* req, int code, const char* reason, const std::st
 
 struct MetricsServer::Impl {
     const Metrics& metrics;
+    const Health& health;
     event_base* base = nullptr;
     evhttp* http = nullptr;
     event* stop = nullptr;
@@ -111,7 +114,7 @@ struct MetricsServer::Impl {
     uint16_t port = 0;
     std::thread thread;
 
-    explicit Impl(const Metrics& m) : metrics(m) {}
+    Impl(const Metrics& m, const Health& h) : metrics(m), health(h) {}
 
     ~Impl() {
         if (thread.joinable()) {
@@ -245,21 +248,29 @@ struct MetricsServer::Impl {
     static void on_request(evhttp_request* req, void* arg) {
         const auto* self = static_cast<Impl*>(arg);
         const char* path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-        if (path == nullptr || std::strcmp(path, "/metrics") != 0) {
-            reply_text(req, HTTP_NOTFOUND, "Not Found", "not found; try /metrics\n",
-                       "text/plain; charset=utf-8");
+        const std::string_view route = path != nullptr ? path : "";
+        if (route != "/metrics" && route != "/healthz" && route != "/readyz") {
+            reply_text(req, HTTP_NOTFOUND, "Not Found",
+                       "not found; try /metrics, /healthz or /readyz\n", kPlainText);
             return;
         }
         const auto cmd = evhttp_request_get_command(req);
         if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
-            reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "use GET\n",
-                       "text/plain; charset=utf-8");
+            reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "use GET\n", kPlainText);
             return;
         }
         try {
-            reply_text(req, HTTP_OK, "OK", self->metrics.render(),
-                       "text/plain; version=0.0.4; charset=utf-8");
+            if (route == "/metrics") {
+                reply_text(req, HTTP_OK, "OK", self->metrics.render(),
+                           "text/plain; version=0.0.4; charset=utf-8");
+                return;
+            }
+            const auto now = Health::clock::now();
+            const Health::Verdict verdict =
+                route == "/healthz" ? self->health.liveness(now) : self->health.readiness(now);
+            reply_text(req, verdict.ok ? HTTP_OK : HTTP_SERVUNAVAIL,
+                       verdict.ok ? "OK" : "Service Unavailable", verdict.text + "\n", kPlainText);
         } catch (const std::exception&) {
             evhttp_send_error(req, HTTP_INTERNAL, nullptr);
         }
@@ -303,8 +314,9 @@ struct MetricsServer::Impl {
     }
 };
 
-MetricsServer::MetricsServer(const std::string& host, uint16_t port, const Metrics& metrics)
-    : impl_(std::make_unique<Impl>(metrics)) {
+MetricsServer::MetricsServer(const std::string& host, uint16_t port, const Metrics& metrics,
+                             const Health& health)
+    : impl_(std::make_unique<Impl>(metrics, health)) {
     impl_->start(host, port);
 }
 

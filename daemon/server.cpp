@@ -53,11 +53,12 @@ struct Server::Acceptor {
     }
 };
 
-Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics)
+Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics, Health& health)
     : source_(std::move(source)),
       settings_(std::move(settings)),
       store_(settings_),
       metrics_(metrics),
+      health_(health),
       admission_(config().limits),
       base_(make_main_base()),
       service_(
@@ -145,7 +146,13 @@ int Server::run() {
                  : rdma_ready           ? "enabled"
                                         : "unavailable");
     service_.ready();
+    health_.started(Health::clock::now());
+    heartbeat_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, heartbeat_cb, this));
+    const timeval every =
+        to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(Health::kBeatInterval));
+    event_add(heartbeat_timer_.get(), &every);
     event_base_dispatch(base_.get());
+    health_.draining();
     service_.stopping();
     stop_accepting();
     stop_workers();
@@ -312,22 +319,33 @@ void Server::reload() {
 }
 
 // For the systemd watchdog: whether every worker went round its loop since the last call
-// (half a WatchdogSec ago). Each is woken now, so an idle one goes round too; one that does
-// not is stuck in a callback, and l5pgd should be restarted rather than pinged for.
+// (half a WatchdogSec ago). One that did not is stuck in a callback, and l5pgd should be
+// restarted rather than pinged for.
 bool Server::workers_responsive() {
-    // No worker has gone round UINT64_MAX times: the first call only takes the baseline.
-    watchdog_rounds_.resize(workers_.size(), std::numeric_limits<uint64_t>::max());
-    bool all = true;
-    for (size_t i = 0; i < workers_.size(); ++i) {
-        const uint64_t rounds = workers_[i]->loop_rounds();
-        if (rounds == watchdog_rounds_[i]) {
-            spdlog::error("worker {} has not gone round its loop since the last watchdog check", i);
-            all = false;
-        }
-        watchdog_rounds_[i] = rounds;
-        workers_[i]->wake();
-    }
-    return all;
+    const std::vector<size_t> stuck = watchdog_rounds_.stalled(workers_);
+    for (const size_t i : stuck)
+        spdlog::error("worker {} has not gone round its loop since the last watchdog check", i);
+    return stuck.empty();
+}
+
+void Server::heartbeat_cb(int, short, void* arg) {
+    static_cast<Server*>(arg)->heartbeat();
+}
+
+// What /healthz reports (daemon/health.hpp): when each worker was last seen going round,
+// as of this beat; the beat itself shows the main loop goes round.
+void Server::heartbeat() {
+    const Health::clock::time_point now = Health::clock::now();
+    worker_seen_.resize(workers_.size(), now);
+    const std::vector<size_t> stuck = heartbeat_rounds_.stalled(workers_);
+    for (size_t i = 0; i < worker_seen_.size(); ++i)
+        if (std::find(stuck.begin(), stuck.end(), i) == stuck.end())
+            worker_seen_[i] = now;
+    const auto laggard = std::min_element(worker_seen_.begin(), worker_seen_.end());
+    if (laggard == worker_seen_.end())
+        health_.beat(now, now, -1);
+    else
+        health_.beat(now, *laggard, static_cast<int>(laggard - worker_seen_.begin()));
 }
 
 // For systemd's STATUS=: what `systemctl status l5pgd` shows.
@@ -343,6 +361,7 @@ std::string Server::status() const {
 // a new client learns why it is refused (57P03) instead of finding no socket.
 void Server::begin_graceful_shutdown() {
     admission_.draining.store(true, std::memory_order_relaxed);
+    health_.draining();
     spdlog::info(
         "SIGINT: new sessions refused; waiting for {} sessions to end "
         "(send SIGTERM or SIGINT again to stop now)",

@@ -13,8 +13,10 @@
 #include "daemon/admission.hpp"
 #include "daemon/event_ptr.hpp"
 #include "daemon/fd_reserve.hpp"
+#include "daemon/health.hpp"
 #include "daemon/listener.hpp"
 #include "daemon/log_limiter.hpp"
+#include "daemon/loop_rounds.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/rdma_wire.hpp"
 #include "daemon/reload.hpp"
@@ -29,8 +31,8 @@ namespace l5pg::daemon {
 class Server {
   public:
     // Binds the listeners and starts the workers; throws std::runtime_error on failure.
-    // `source` is read again on SIGHUP.
-    Server(SettingsPtr settings, ConfigSource source, Metrics& metrics);
+    // `source` is read again on SIGHUP; `health` is kept up to date for /healthz.
+    Server(SettingsPtr settings, ConfigSource source, Metrics& metrics, Health& health);
     ~Server();
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
@@ -45,6 +47,8 @@ class Server {
     static void drain_cb(int fd, short what, void* arg);
     static void accept_error_cb(evconnlistener* listener, void* arg);
     static void accept_resume_cb(int fd, short what, void* arg);
+    static void heartbeat_cb(int fd, short what, void* arg);
+    void heartbeat();
     void on_accept_error(int err);
     void pause_accepting();
     void log_accept_recovered();
@@ -67,6 +71,7 @@ class Server {
     SettingsPtr settings_;  // the main thread's snapshot, the one last published
     SettingsStore store_;   // where the workers take theirs
     Metrics& metrics_;
+    Health& health_;
     AdmissionState admission_;
     LogLimiter accept_error_log_;
     LogLimiter accept_recovered_log_;
@@ -83,8 +88,11 @@ class Server {
     std::vector<std::unique_ptr<Worker>> workers_;
     std::vector<EventPtr> signal_events_;
     EventPtr drain_timer_;
-    EventPtr accept_resume_;                 // re-enables the listeners after an accept() failure
-    std::vector<uint64_t> watchdog_rounds_;  // workers' loop_rounds() at the last check
+    EventPtr accept_resume_;  // re-enables the listeners after an accept() failure
+    LoopRounds watchdog_rounds_;
+    LoopRounds heartbeat_rounds_;
+    std::vector<Health::clock::time_point> worker_seen_;  // last seen going round, by a beat
+    EventPtr heartbeat_timer_;
 };
 
 }  // namespace l5pg::daemon

@@ -14,6 +14,7 @@ compose example's app container) runs a query through the shim over shared memor
 Needs root, debootstrap and the Debian mirror. Exit status 0 when every check passed.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -50,6 +51,14 @@ def runtime_packages(dockerfile):
     if not m:
         raise SystemExit("cannot find the runtime stage's apt-get install in docker/Dockerfile")
     return m.group(1).replace("\\", " ").split()
+
+
+def healthcheck_command(dockerfile, metrics_port):
+    """The Dockerfile's HEALTHCHECK CMD (exec form), on the port l5pgd serves metrics on here."""
+    m = re.search(r"^HEALTHCHECK .*?CMD (\[.*\])$", dockerfile.read_text(), re.M)
+    if not m:
+        raise SystemExit("cannot find the HEALTHCHECK CMD [...] in docker/Dockerfile")
+    return [arg.replace("6439", str(metrics_port)) for arg in json.loads(m.group(1))]
 
 
 def build_rootfs(rootfs, packages):
@@ -113,10 +122,10 @@ def main():
         for src, dst in ((cluster.socket_dir, rootfs / "run/postgresql"), ("/proc", rootfs / "proc")):
             run(["mount", "--bind", src, dst])
             mounts.append(dst)
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         conf = ["-c", "/etc/l5pg/l5pgd.yaml", "-o", f"upstream.port={cluster.port}",
                 "-o", f"listen.port={port}", "-o", "listen.tcp_address=127.0.0.1",
-                "-o", "metrics.listen=127.0.0.1:0"]
+                "-o", f"metrics.listen=127.0.0.1:{metrics_port}"]
         chroot_l5pg = ["chroot", "--userspec=l5pg:l5pg", rootfs, "/usr/local/bin/l5pgd"]
         r = run(chroot_l5pg + ["--check"] + conf, capture_output=True, text=True, check=False)
         if r.returncode != 0:
@@ -140,6 +149,12 @@ def main():
         if "upgraded to shm" not in r.stderr:
             raise SystemExit(f"psql was not upgraded to shared memory:\n{r.stderr}")
         log("psql (postgresql-client-15) through the image's shim: upgraded to shm, query answered")
+        health = healthcheck_command(ROOT / "docker/Dockerfile", metrics_port)
+        r = run(["chroot", "--userspec=l5pg:l5pg", rootfs] + health, env=env, capture_output=True,
+                text=True, check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"the Dockerfile's HEALTHCHECK failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        log("the Dockerfile's HEALTHCHECK passes against l5pgd (GET /healthz)")
         log("PASS")
     finally:
         if l5pgd is not None and l5pgd.poll() is None:

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <string>
 
+#include "daemon/health.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
 #include "l5pg_version.hpp"
@@ -16,6 +17,7 @@
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using l5pg::daemon::Direction;
+using l5pg::daemon::Health;
 using l5pg::daemon::Metrics;
 using l5pg::daemon::MetricsServer;
 using l5pg::daemon::Transport;
@@ -146,8 +148,9 @@ TEST_CASE("to_string names") {
 
 TEST_CASE("MetricsServer serves /metrics and 404s elsewhere") {
     Metrics m;
+    const Health health;
     m.doorbell_sent();
-    MetricsServer server("127.0.0.1", 0, m);
+    MetricsServer server("127.0.0.1", 0, m, health);
     REQUIRE(server.port() != 0);
 
     const std::string ok = http_get(server.port(), "/metrics");
@@ -162,20 +165,76 @@ TEST_CASE("MetricsServer serves /metrics and 404s elsewhere") {
     CHECK_THAT(missing, StartsWith("HTTP/1.0 404") || StartsWith("HTTP/1.1 404"));
 }
 
+TEST_CASE("MetricsServer answers /healthz and /readyz from Health") {
+    const Metrics m;
+    Health health;
+    MetricsServer server("127.0.0.1", 0, m, health);
+    const std::string starting = http_get(server.port(), "/readyz");
+    CHECK_THAT(starting, Contains(" 503 "));
+    CHECK(body_of(starting) == "starting\n");
+    CHECK_THAT(http_get(server.port(), "/healthz"), Contains(" 200 "));
+    health.started(Health::clock::now());
+    const std::string ready = http_get(server.port(), "/readyz");
+    CHECK_THAT(ready, Contains(" 200 "));
+    CHECK(body_of(ready) == "ok\n");
+    // A worker last seen long ago: not alive, so not ready either.
+    const auto now = Health::clock::now();
+    health.beat(now, now - Health::kStallLimit - std::chrono::seconds(2), 3);
+    for (const char* path : {"/healthz", "/readyz"}) {
+        const std::string stuck = http_get(server.port(), path);
+        CHECK_THAT(stuck, Contains(" 503 "));
+        CHECK_THAT(body_of(stuck), StartsWith("worker 3 has not gone round its event loop for "));
+    }
+    CHECK_THAT(http_get(server.port(), "/nothing"), Contains("try /metrics, /healthz or /readyz"));
+}
+
+TEST_CASE("Health: starting, beating, stalled, draining") {
+    using namespace std::chrono_literals;
+    Health health;
+    const Health::clock::time_point t0 = Health::clock::now();
+    CHECK(health.liveness(t0).ok);  // before the listeners accept: alive, not ready
+    CHECK(health.liveness(t0).text == "ok (starting)");
+    CHECK_FALSE(health.readiness(t0).ok);
+
+    health.started(t0);
+    CHECK(health.readiness(t0 + 1s).ok);
+    // No beat for longer than the limit: the main thread's loop is stuck.
+    const Health::Verdict main_stuck = health.liveness(t0 + Health::kStallLimit + 1s);
+    CHECK_FALSE(main_stuck.ok);
+    CHECK_THAT(main_stuck.text, StartsWith("the main thread has not gone round"));
+    CHECK_FALSE(health.readiness(t0 + Health::kStallLimit + 1s).ok);
+
+    // Beats go on, but worker 1 was last seen at t0.
+    health.beat(t0 + 6s, t0, 1);
+    CHECK_FALSE(health.liveness(t0 + 6s).ok);
+    CHECK_THAT(health.liveness(t0 + 6s).text, Contains("worker 1") && Contains("for 6 s"));
+    health.beat(t0 + 7s, t0 + 7s, 0);  // it went round again
+    CHECK(health.liveness(t0 + 7s).ok);
+    CHECK(health.liveness(t0 + 7s + Health::kStallLimit).ok);  // exactly the limit: still alive
+
+    health.draining();
+    CHECK(health.liveness(t0 + 7s).ok);
+    CHECK(health.liveness(t0 + 7s).text == "ok (draining)");
+    CHECK_FALSE(health.readiness(t0 + 7s).ok);
+    CHECK_THAT(health.readiness(t0 + 7s).text, StartsWith("draining"));
+}
+
 TEST_CASE("MetricsServer reports bind conflicts") {
     const Metrics m;
-    MetricsServer first("127.0.0.1", 0, m);
+    const Health health;
+    MetricsServer first("127.0.0.1", 0, m, health);
     const std::string where = "127.0.0.1:" + std::to_string(first.port());
     CHECK_THROWS_WITH(
-        MetricsServer("127.0.0.1", first.port(), m),
+        MetricsServer("127.0.0.1", first.port(), m, health),
         StartsWith("cannot listen for metrics on " + where + ": ") && Contains("in use"));
 }
 
 TEST_CASE("MetricsServer starts and stops quickly, repeatedly") {
     const Metrics m;
+    const Health health;
     for (int i = 0; i < 20; ++i) {
-        MetricsServer server("127.0.0.1", 0, m);  // destroyed right away: must not hang
-        if (i % 5 == 0)                           // and each one serves while it lives
+        MetricsServer server("127.0.0.1", 0, m, health);  // destroyed right away: must not hang
+        if (i % 5 == 0)                                   // and each one serves while it lives
             CHECK_THAT(http_get(server.port(), "/metrics"), Contains(" 200 "));
     }
 }

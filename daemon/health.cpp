@@ -1,0 +1,60 @@
+#include "daemon/health.hpp"
+
+#include <fmt/format.h>
+
+namespace l5pg::daemon {
+
+namespace {
+
+std::string stalled(std::string_view what, Health::clock::duration idle) {
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(idle).count();
+    return fmt::format("{} has not gone round its event loop for {} s (limit {} s)", what, seconds,
+                       std::chrono::duration_cast<std::chrono::seconds>(Health::kStallLimit).count());
+}
+
+}  // namespace
+
+void Health::started(clock::time_point now) noexcept {
+    main_seen_.store(ticks(now), std::memory_order_relaxed);
+    laggard_seen_.store(ticks(now), std::memory_order_relaxed);
+    started_.store(true, std::memory_order_release);
+}
+
+void Health::beat(clock::time_point now, clock::time_point laggard_seen, int laggard) noexcept {
+    laggard_seen_.store(ticks(laggard_seen), std::memory_order_relaxed);
+    laggard_.store(laggard, std::memory_order_relaxed);
+    main_seen_.store(ticks(now), std::memory_order_relaxed);
+}
+
+void Health::draining() noexcept {
+    draining_.store(true, std::memory_order_relaxed);
+}
+
+Health::Verdict Health::liveness(clock::time_point now) const {
+    if (!started_.load(std::memory_order_acquire))
+        return {true, "ok (starting)"};
+    const clock::duration main_idle =
+        now - clock::time_point(clock::duration(main_seen_.load(std::memory_order_relaxed)));
+    if (main_idle > kStallLimit)
+        return {false, stalled("the main thread", main_idle)};
+    const clock::duration worker_idle =
+        now - clock::time_point(clock::duration(laggard_seen_.load(std::memory_order_relaxed)));
+    if (worker_idle > kStallLimit)
+        return {false,
+                stalled(fmt::format("worker {}", laggard_.load(std::memory_order_relaxed)),
+                        worker_idle)};
+    return {true, draining_.load(std::memory_order_relaxed) ? "ok (draining)" : "ok"};
+}
+
+Health::Verdict Health::readiness(clock::time_point now) const {
+    Verdict live = liveness(now);
+    if (!live.ok)
+        return live;
+    if (!started_.load(std::memory_order_acquire))
+        return {false, "starting"};
+    if (draining_.load(std::memory_order_relaxed))
+        return {false, "draining: new sessions are refused (SIGINT)"};
+    return {true, "ok"};
+}
+
+}  // namespace l5pg::daemon

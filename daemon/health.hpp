@@ -1,0 +1,52 @@
+// Whether l5pgd is alive and ready, for GET /healthz and /readyz (metrics_server.hpp): the
+// main thread's heartbeat (Server::heartbeat_cb, every kBeatInterval) wakes each worker and
+// notes when each was last seen going round its event loop (daemon/loop_rounds.hpp); the
+// metrics thread reads what it noted. A loop stuck in one callback serves none of its
+// sessions: beyond kStallLimit l5pgd is not alive, and a supervisor should restart it
+// (the systemd watchdog does the same with WatchdogSec, daemon/service_manager.hpp).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace l5pg::daemon {
+
+class Health {
+  public:
+    using clock = std::chrono::steady_clock;
+    static constexpr clock::duration kBeatInterval = std::chrono::seconds(1);
+    static constexpr clock::duration kStallLimit = std::chrono::seconds(5);
+
+    struct Verdict {
+        bool ok = false;
+        std::string text;  // one line: "ok", or what is wrong
+    };
+
+    // Main thread. `started` once the listeners accept; `beat` at each heartbeat with the
+    // time the least recently seen worker was last seen going round (`now` with none);
+    // `draining` at SIGINT (the listeners stay open and refuse with 57P03).
+    void started(clock::time_point now) noexcept;
+    void beat(clock::time_point now, clock::time_point laggard_seen, int laggard) noexcept;
+    void draining() noexcept;
+
+    // Any thread. Alive: every loop went round within kStallLimit (also while starting and
+    // draining). Ready: alive, started and not draining, i.e. a new client would be served.
+    [[nodiscard]] Verdict liveness(clock::time_point now) const;
+    [[nodiscard]] Verdict readiness(clock::time_point now) const;
+
+  private:
+    [[nodiscard]] static int64_t ticks(clock::time_point t) noexcept {
+        return t.time_since_epoch().count();
+    }
+
+    // Read one by one, not as a whole: a verdict is as of some instant within a beat.
+    std::atomic<bool> started_{false};
+    std::atomic<bool> draining_{false};
+    std::atomic<int64_t> main_seen_{0};     // the last heartbeat
+    std::atomic<int64_t> laggard_seen_{0};  // the least recently seen worker, then
+    std::atomic<int> laggard_{-1};          // its index
+};
+
+}  // namespace l5pg::daemon
