@@ -8,8 +8,9 @@ namespace {
 
 std::string stalled(std::string_view what, Health::clock::duration idle) {
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(idle).count();
-    return fmt::format("{} has not gone round its event loop for {} s (limit {} s)", what, seconds,
-                       std::chrono::duration_cast<std::chrono::seconds>(Health::kStallLimit).count());
+    return fmt::format(
+        "{} has not gone round its event loop for {} s (limit {} s)", what, seconds,
+        std::chrono::duration_cast<std::chrono::seconds>(Health::kStallLimit).count());
 }
 
 }  // namespace
@@ -40,9 +41,8 @@ Health::Verdict Health::liveness(clock::time_point now) const {
     const clock::duration worker_idle =
         now - clock::time_point(clock::duration(laggard_seen_.load(std::memory_order_relaxed)));
     if (worker_idle > kStallLimit)
-        return {false,
-                stalled(fmt::format("worker {}", laggard_.load(std::memory_order_relaxed)),
-                        worker_idle)};
+        return {false, stalled(fmt::format("worker {}", laggard_.load(std::memory_order_relaxed)),
+                               worker_idle)};
     return {true, draining_.load(std::memory_order_relaxed) ? "ok (draining)" : "ok"};
 }
 
