@@ -35,7 +35,7 @@ void CancelKeys::Handle::release() noexcept {
     keys_ = nullptr;
 }
 
-CancelKeys::Lease CancelKeys::issue(protocol::CancelKey backend) {
+CancelKeys::Lease CancelKeys::issue(const Backend& backend) {
     for (;;) {
         const uint64_t bits = secure_random64();
         // libpq reads the pid as a signed int32: keep it positive and non-zero.
@@ -47,11 +47,11 @@ CancelKeys::Lease CancelKeys::issue(protocol::CancelKey backend) {
     }
 }
 
-CancelKeys::Lease CancelKeys::serve(protocol::CancelKey backend) {
+CancelKeys::Lease CancelKeys::serve(const Backend& backend) {
     const std::lock_guard lock(mutex_);
-    if (!backends_.emplace(pack(backend), backend).second)
+    if (!backends_.emplace(pack(backend.key), backend).second)
         return Lease();
-    return Lease(this, backend);
+    return Lease(this, backend.key);
 }
 
 std::optional<CancelKeys::Translation> CancelKeys::backend_for(protocol::CancelKey client_key) {
@@ -63,8 +63,8 @@ std::optional<CancelKeys::Translation> CancelKeys::backend_for(protocol::CancelK
     std::erase_if(cancelled_, [now](const auto& e) {
         return e.second.in_flight == 0 && now - e.second.settled > kCancelMemory;
     });
-    ++cancelled_[pack(found->second)].in_flight;
-    return Translation{found->second, InFlight(this, found->second)};
+    ++cancelled_[pack(found->second.key)].in_flight;
+    return Translation{found->second, InFlight(this, found->second.key)};
 }
 
 bool CancelKeys::cancelled_within(protocol::CancelKey backend, clock::duration window) const {

@@ -5,7 +5,10 @@
 // l5pgd's own instead (issue()): a backend outlives its clients there, so its own key must
 // never reach one, or a client that kept it could cancel the queries of every later client
 // of the same backend, through l5pgd or directly. A key stands for its backend only while
-// the client's session lasts.
+// the client's session lasts. A cancel goes to the server its backend runs on, wherever
+// upstream.* points now: a reload, or upstream.host's name answering with another address
+// (a failover, DNS round robin), must not send it to another server, whose backend with
+// that process id is someone else's or none.
 //
 // One per l5pgd, shared by the workers: a CancelRequest comes on a connection of its own,
 // to any worker.
@@ -17,6 +20,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "daemon/upstream_address.hpp"
 #include "protocol/startup.hpp"
 
 namespace l5pg::daemon {
@@ -72,17 +76,23 @@ class CancelKeys {
             : Handle(keys, &CancelKeys::settle, pack(backend)) {}
     };
 
+    // A backend: its own key, and the address l5pgd reached its server at.
+    struct Backend {
+        protocol::CancelKey key;
+        UpstreamAddress address;
+    };
+
     struct Translation {
-        protocol::CancelKey backend;
+        Backend backend;
         InFlight in_flight;
     };
 
     // A fresh key (its pid positive as an int32, both parts random, unique among the keys
     // out now) standing for `backend` until the lease ends.
-    [[nodiscard]] Lease issue(protocol::CancelKey backend);
+    [[nodiscard]] Lease issue(const Backend& backend);
     // The backend's own key, standing for itself until the lease ends (an empty lease in the
     // unlikely case that one of issue()'s keys is the same).
-    [[nodiscard]] Lease serve(protocol::CancelKey backend);
+    [[nodiscard]] Lease serve(const Backend& backend);
     // The backend `client_key` stands for, if it is a key l5pgd gave out and still holds,
     // with the cancel counted as on its way to that backend while `in_flight` lasts.
     [[nodiscard]] std::optional<Translation> backend_for(protocol::CancelKey client_key);
@@ -109,9 +119,9 @@ class CancelKeys {
     };
 
     mutable std::mutex mutex_;
-    std::unordered_map<uint64_t, protocol::CancelKey> backends_;  // client key -> backend key
-    // Backend key -> its cancels; settled entries older than a minute are dropped as new
-    // cancels come.
+    std::unordered_map<uint64_t, Backend> backends_;  // by client key
+    // Backend key -> its cancels (on whichever server: the same key on two is conservative);
+    // settled entries older than a minute are dropped as new cancels come.
     std::unordered_map<uint64_t, Cancels> cancelled_;
 };
 

@@ -328,6 +328,9 @@ class Session final : public ClientEndHost {
         // upstream.connect_timeout_ms for the lookup, and again for each address
         wait::Deadline deadline = wait::Deadline::never();
         std::chrono::milliseconds retry_delay{};  // next EAGAIN retry (a Unix socket)
+        // A CancelRequest's: where its backend's server was reached, dialled instead of what
+        // upstream.* names now (cancel_keys.hpp).
+        std::optional<UpstreamAddress> pinned;
     };
     UpstreamDial dial_;
 
@@ -346,7 +349,8 @@ class Session final : public ClientEndHost {
     ClientStream stream_;             // client_'s bytes, through TLS once started (socket clients)
     std::unique_ptr<ClientEnd> end_;  // the socket's, then the one the client upgraded to
     UniqueFd upstream_;
-    UniqueFd passed_fd_;  // memfd received with an upgrade request
+    UpstreamAddress upstream_address_;  // where upstream_'s server was reached
+    UniqueFd passed_fd_;                // memfd received with an upgrade request
 
     EventPtr client_read_;
     EventPtr client_write_;

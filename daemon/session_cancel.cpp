@@ -22,8 +22,9 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
         worker_.cancel_keys().backend_for(packet.cancel);
     if (!translation || startup_.size() < protocol::kCancelRequestLength)
         return false;
-    protocol::write_be32(startup_.data() + 8, translation->backend.backend_pid);
-    protocol::write_be32(startup_.data() + 12, translation->backend.secret);
+    protocol::write_be32(startup_.data() + 8, translation->backend.key.backend_pid);
+    protocol::write_be32(startup_.data() + 12, translation->backend.key.secret);
+    dial_.pinned = translation->backend.address;
     cancel_in_flight_ = std::move(translation->in_flight);
     return true;
 }
@@ -70,7 +71,7 @@ bool Session::watch_for_key(std::span<const std::byte> copy) {
     if (key_watcher_->logged_in())
         note_logged_in();
     if (const std::optional<protocol::CancelKey> key = key_watcher_->key())
-        cancel_lease_ = worker_.cancel_keys().serve(*key);
+        cancel_lease_ = worker_.cancel_keys().serve({*key, upstream_address_});
     else
         spdlog::debug("session {}: Postgres sent no cancel key l5pgd can use", id_);
     key_watcher_.reset();

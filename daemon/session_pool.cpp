@@ -80,6 +80,7 @@ bool Session::adopt_idle_upstream() {
     upstream_ = std::move(idle->fd);
     pool_.greeting = std::move(idle->greeting);
     pool_.upstream_born = idle->born;
+    upstream_address_ = idle->address;
     if (!send_login_check(protocol::PoolLoginCheck::Purpose::BeforeReuse,
                           std::move(idle->role_settings))) {
         upstream_.reset();
@@ -267,7 +268,7 @@ void Session::greet_client_then(std::span<const std::byte> rest) {
 
 void Session::greet_client() {
     note_logged_in();  // a new backend's complete greeting, or a kept backend's
-    cancel_lease_ = worker_.cancel_keys().issue(pool_.greeting.key);
+    cancel_lease_ = worker_.cancel_keys().issue({pool_.greeting.key, upstream_address_});
     const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());
     from_upstream_.feed(greeting);  // its ReadyForQuery answers no request of the client's
     send_to_client(greeting);
@@ -483,7 +484,7 @@ void Session::return_to_pool() {
     const bool kept = worker_.upstream_pool().park(
         std::move(pool_.key), {record_->database, record_->role},
         UpstreamPool::Idle{std::move(upstream_), std::move(pool_.greeting), pool_.upstream_born,
-                           std::move(*pool_.role_settings)},
+                           std::move(*pool_.role_settings), upstream_address_},
         worker_.pool_limits());
     if (kept)
         metrics_.pool_returned();

@@ -609,6 +609,11 @@ void Session::connect_upstream() {
     }
     const config::UpstreamConfig& cfg = worker_.config().upstream;
     dial_.deadline = connect_deadline(cfg);
+    if (dial_.pinned && dial_.pinned->length > 0) {
+        on_upstream_lookup(
+            std::make_shared<const UpstreamAddresses>(UpstreamAddresses{{*dial_.pinned}, {}}));
+        return;
+    }
     if (cfg.host.empty()) {
         on_upstream_lookup(std::make_shared<const UpstreamAddresses>(unix_upstream(cfg)));
         return;
@@ -727,6 +732,8 @@ void Session::on_upstream_connected() {
     }
     evtimer_del(timer_.get());
     set_event(upstream_write_.get(), false);
+    if (dial_.addresses)  // not for a kept backend (its own) or the console's socket pair
+        upstream_address_ = dial_.addresses->list.at(dial_.current);
     enter(SessionState::Forwarding);
     if (!cancel_request_) {
         counted_ = true;

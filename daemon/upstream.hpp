@@ -10,14 +10,9 @@
 
 #include "config/config.hpp"
 #include "daemon/unique_fd.hpp"
+#include "daemon/upstream_address.hpp"
 
 namespace l5pg::daemon {
-
-// One place Postgres may listen: a Unix socket, or one of upstream.host's addresses.
-struct UpstreamAddress {
-    sockaddr_storage storage{};
-    socklen_t length = 0;
-};
 
 // Where to connect, in the order to try: upstream.host's addresses as looked up, or the
 // one Unix socket. Empty with `lookup_failure` when the name could not be looked up.

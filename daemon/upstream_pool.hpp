@@ -27,6 +27,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/unique_fd.hpp"
+#include "daemon/upstream_address.hpp"
 #include "protocol/server_greeting.hpp"
 
 namespace l5pg::daemon {
@@ -39,6 +40,7 @@ class UpstreamPool {
         protocol::ServerGreeting greeting;
         clock::time_point born;     // when the backend was started (pool.server_lifetime_ms)
         std::string role_settings;  // PoolLoginCheck::settings() at its start
+        UpstreamAddress address;    // where its server was reached (its cancels go there)
     };
     struct Limits {
         size_t max_idle = 0;  // this pool's share of pool.max_idle; 0 keeps none

@@ -1,6 +1,6 @@
 """Helpers for tests that cancel or kill a client in the middle of a query: find the backend
-that runs it, stop a client process whatever state it is in, and a psycopg2 script that
-cancels its own query with PQcancel."""
+that runs it, stop a client process whatever state it is in, a psycopg2 script that
+cancels its own query with PQcancel, and a psycopg one that cancels when told to."""
 import time
 
 
@@ -71,3 +71,23 @@ cur.execute("select 5")
 out["after"] = cur.fetchone()[0]
 print(json.dumps(out))
 '''
+
+
+# Runs a long statement; on "cancel" from stdin cancels it from a new connection (a
+# CancelRequest), then prints how the statement ended.
+LONG_QUERY_CANCELLED_ON_REQUEST = r"""
+import sys
+import psycopg
+c = psycopg.connect(autocommit=True, application_name=sys.argv[1])
+c.pgconn.send_query(b"select pg_sleep(60)")
+while c.pgconn.flush() == 1:
+    pass
+print("started", flush=True)
+sys.stdin.readline()
+c.cancel()
+r = c.pgconn.get_result()  # blocks until the statement ends
+print((r.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or b"none").decode(), flush=True)
+while r is not None:
+    r = c.pgconn.get_result()
+c.close()
+"""

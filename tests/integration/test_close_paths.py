@@ -10,6 +10,7 @@ import pytest
 from tests.harness import paths, pgwire
 from tests.harness.client import (PYTHON, popen, psql_cmd, run, run_python, shm_target,
                                   unix_target)
+from tests.harness.cancel import LONG_QUERY_CANCELLED_ON_REQUEST
 from tests.harness.l5pgd import L5pgd
 
 HELPER = paths.BUILD_DIR / "bin" / "l5pg-send-then-close"
@@ -74,26 +75,6 @@ def test_sigint_waits_for_departing_sessions(workdir, cluster, l5pgd_binary, shi
         assert cluster.sql(f"select count(*) from {table}") == str(BIG_ROWS), d.log_tail()
     finally:
         d.stop()
-
-
-# Runs a long statement; on "cancel" from stdin cancels it from a new connection (a
-# CancelRequest), then prints how the statement ended.
-LONG_QUERY_CANCELLED_ON_REQUEST = r"""
-import sys
-import psycopg
-c = psycopg.connect(autocommit=True, application_name=sys.argv[1])
-c.pgconn.send_query(b"select pg_sleep(60)")
-while c.pgconn.flush() == 1:
-    pass
-print("started", flush=True)
-sys.stdin.readline()
-c.cancel()
-r = c.pgconn.get_result()  # blocks until the statement ends
-print((r.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or b"none").decode(), flush=True)
-while r is not None:
-    r = c.pgconn.get_result()
-c.close()
-"""
 
 
 @pytest.mark.timeout(90)

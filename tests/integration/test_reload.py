@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.client import (Target, pgbench, popen, psql, psql_cmd, run, shm_target,
+from tests.harness.cancel import LONG_QUERY_CANCELLED_ON_REQUEST, stop_process, wait_for_backend
+from tests.harness.client import (PYTHON, Target, pgbench, popen, psql, psql_cmd, run, shm_target,
                                   unix_target)
 from tests.harness.l5pgd import L5pgd
 from tests.harness.waiting import wait_for
@@ -247,3 +248,36 @@ def test_tls_certificate_swapped_for_new_sessions(configured, cluster):
     assert r.returncode == 0, r.stderr
     r = verify_full(d, old_root)
     assert r.returncode != 0 and "certificate verify failed" in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("pool", ["none", "session"])
+def test_cancel_reaches_the_backends_server_after_upstream_moved(workdir, cluster, pool):
+    """A reload points upstream.* at another server (a failover) while a statement runs:
+    its cancel still goes where its backend is, not to the new server (there a refused
+    connect, or a backend with that pid that is someone else's). Also for a pooled session,
+    whose client holds a key of l5pgd's."""
+    base = Path(tempfile.mkdtemp(prefix="cancel-", dir=workdir))
+    config = base / "l5pgd.yaml"
+    config.write_text(f"pool:\n  mode: {pool}\n")
+    d = L5pgd(base, cluster, config_file=config)
+    d.start()
+    app = f"l5pg-moved-{pool}"
+    p = popen([PYTHON, "-c", LONG_QUERY_CANCELLED_ON_REQUEST, app], unix_target(d),
+              stdin=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "started", p.stderr.read()
+        wait_for_backend(cluster, app)
+        # Nothing listens on 127.0.0.3 (Postgres listens on 127.0.0.1 and its socket).
+        config.write_text(f"pool:\n  mode: {pool}\nupstream:\n  host: 127.0.0.3\n")
+        d.reload()
+        r = run(psql_cmd("-c", "select 1"), unix_target(d), check=False, timeout=30)
+        assert r.returncode != 0 and "could not connect" in r.stderr, r.stderr  # the move took
+        p.stdin.write("cancel\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "57014", d.log_tail()  # query_canceled
+        assert p.wait(timeout=20) == 0
+        assert d.metric("l5pg_cancel_requests_total", result="forwarded") == 1
+    finally:
+        stop_process(p)
+        d.stop()

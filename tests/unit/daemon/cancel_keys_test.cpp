@@ -5,6 +5,11 @@
 #include <set>
 #include <utility>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
+
 #include "daemon/cancel_keys.hpp"
 
 using l5pg::daemon::CancelKeys;
@@ -15,7 +20,7 @@ namespace {
 // The backend `client` stands for; the cancel counts as delivered at once.
 std::optional<CancelKey> backend_of(CancelKeys& keys, CancelKey client) {
     const auto translation = keys.backend_for(client);
-    return translation ? std::optional(translation->backend) : std::nullopt;
+    return translation ? std::optional(translation->backend.key) : std::nullopt;
 }
 
 }  // namespace
@@ -25,7 +30,7 @@ TEST_CASE("CancelKeys: a client's key stands for its backend while the lease las
     const CancelKey backend{4242, 0xdeadbeef};
     CancelKey client{};
     {
-        CancelKeys::Lease lease = keys.issue(backend);
+        CancelKeys::Lease lease = keys.issue({backend, {}});
         client = lease.key();
         CHECK(client != backend);
         CHECK(static_cast<int32_t>(client.backend_pid) > 0);
@@ -42,7 +47,7 @@ TEST_CASE("CancelKeys: a client's key stands for its backend while the lease las
 TEST_CASE("CancelKeys: a cancel let through is remembered for its backend") {
     CancelKeys keys;
     const CancelKey backend{4242, 0xdeadbeef};
-    CancelKeys::Lease lease = keys.issue(backend);
+    CancelKeys::Lease lease = keys.issue({backend, {}});
     CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(5)));
     CHECK_FALSE(backend_of(keys, {lease.key().backend_pid, lease.key().secret + 1}).has_value());
     CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(5)));  // a wrong key
@@ -55,7 +60,7 @@ TEST_CASE("CancelKeys: a cancel let through is remembered for its backend") {
 TEST_CASE("CancelKeys: a cancel counts as on its way until its session lets it go") {
     CancelKeys keys;
     const CancelKey backend{4242, 0xdeadbeef};
-    CancelKeys::Lease lease = keys.issue(backend);
+    CancelKeys::Lease lease = keys.issue({backend, {}});
     const CancelKey client = lease.key();
     auto first = keys.backend_for(client);
     REQUIRE(first.has_value());
@@ -80,12 +85,12 @@ TEST_CASE("CancelKeys: every key out is different, and assigning a lease withdra
     std::set<std::pair<uint32_t, uint32_t>> seen;
     std::vector<CancelKeys::Lease> leases;
     for (int i = 0; i < 1000; ++i) {
-        leases.push_back(keys.issue({1, 2}));
+        leases.push_back(keys.issue({{1, 2}, {}}));
         seen.emplace(leases.back().key().backend_pid, leases.back().key().secret);
     }
     CHECK(seen.size() == 1000);
     const CancelKey first = leases.front().key();
-    leases.front() = keys.issue({3, 4});
+    leases.front() = keys.issue({{3, 4}, {}});
     CHECK_FALSE(backend_of(keys, first).has_value());
     CHECK(keys.size() == 1000);
     leases.front() = CancelKeys::Lease();
@@ -96,13 +101,32 @@ TEST_CASE("CancelKeys: a plain session's client holds the backend's own key") {
     CancelKeys keys;
     const CancelKey backend{4242, 0xdeadbeef};
     {
-        const CancelKeys::Lease lease = keys.serve(backend);
+        const CancelKeys::Lease lease = keys.serve({backend, {}});
         CHECK(lease.key() == backend);
         CHECK(backend_of(keys, backend) == backend);
         CHECK_FALSE(backend_of(keys, {4242, 0xdeadbeee}).has_value());
-        CHECK(keys.serve(backend).key() == CancelKey{});  // the same key twice: not served
-        CHECK(backend_of(keys, backend) == backend);      // ...and the first still is
+        CHECK(keys.serve({backend, {}}).key() == CancelKey{});  // the same key twice: not served
+        CHECK(backend_of(keys, backend) == backend);            // ...and the first still is
     }
     CHECK_FALSE(backend_of(keys, backend).has_value());
     CHECK(keys.size() == 0);
+}
+
+TEST_CASE("CancelKeys: a key leads to its backend's server, as it was reached") {
+    CancelKeys keys;
+    l5pg::daemon::UpstreamAddress where;
+    auto* in = reinterpret_cast<sockaddr_in*>(&where.storage);
+    in->sin_family = AF_INET;
+    in->sin_port = htons(5432);
+    REQUIRE(inet_pton(AF_INET, "10.0.0.7", &in->sin_addr) == 1);
+    where.length = sizeof(sockaddr_in);
+    for (const bool pooled : {true, false}) {
+        const CancelKeys::Lease lease =
+            pooled ? keys.issue({{4242, 7}, where}) : keys.serve({{4242, 7}, where});
+        const auto translation = keys.backend_for(lease.key());
+        REQUIRE(translation.has_value());
+        CHECK(translation->backend.address.length == where.length);
+        CHECK(std::memcmp(&translation->backend.address.storage, &where.storage, where.length) ==
+              0);
+    }
 }

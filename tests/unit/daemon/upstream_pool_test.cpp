@@ -41,13 +41,14 @@ TEST_CASE("UpstreamPool: a connection past its deadline is not handed out, timer
     const UpstreamPool::Limits lasting{2, 1h, 1h};
     Pair stale = socket_pair();
     Pair fresh = socket_pair();
-    REQUIRE(pool.park("a", {"db", "alice"},
-                      UpstreamPool::Idle{std::move(stale.kept), {}, UpstreamPool::clock::now(), ""},
-                      limits));
+    REQUIRE(pool.park(
+        "a", {"db", "alice"},
+        UpstreamPool::Idle{std::move(stale.kept), {}, UpstreamPool::clock::now(), "", {}}, limits));
     std::this_thread::sleep_for(60ms);  // the loop does not run: no timer fires
-    REQUIRE(pool.park("b", {"db", "bob"},
-                      UpstreamPool::Idle{std::move(fresh.kept), {}, UpstreamPool::clock::now(), ""},
-                      lasting));
+    REQUIRE(
+        pool.park("b", {"db", "bob"},
+                  UpstreamPool::Idle{std::move(fresh.kept), {}, UpstreamPool::clock::now(), "", {}},
+                  lasting));
     CHECK_FALSE(pool.take("a").has_value());
     CHECK(pool.size() == 1);
     CHECK(pool.take("b").has_value());
