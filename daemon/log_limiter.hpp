@@ -1,8 +1,9 @@
 // Rate limit for a repeated log line: at most `burst` lines per interval, and the first
-// line written after some were suppressed says how many (so a flood of refused connections
-// cannot fill the disk, and nothing is silently lost). A burst lets a few distinct events in
-// a row all be seen, as printk_ratelimit does. Thread-safe: one limiter per kind of message
-// may be shared by the acceptor and every worker.
+// line written after some were suppressed says how many, or, when none comes, a line of its
+// own once the interval is over (take_unreported(), from the main thread's heartbeat): a
+// flood of refused connections cannot fill the disk, and nothing is silently lost. A burst lets a
+// few distinct events in a row all be seen, as printk_ratelimit does. Thread-safe: one limiter per
+// kind of message may be shared by the acceptor and every worker.
 #pragma once
 
 #include <chrono>
@@ -41,6 +42,15 @@ class LogLimiter {
         return std::exchange(suppressed_, 0);
     }
 
+    // How many were suppressed in an interval that is over, which no line has reported yet
+    // (then reported: the next line says 0 more); nullopt if none or the interval runs on.
+    [[nodiscard]] std::optional<uint64_t> take_unreported(clock::time_point now) noexcept {
+        std::lock_guard lock(mutex_);
+        if (suppressed_ == 0 || now - window_start_ < interval_)
+            return std::nullopt;
+        return std::exchange(suppressed_, 0);
+    }
+
     // Logs the formatted line at `level` if admit() lets it through (formatting only then),
     // followed by " (N similar messages not logged)" when some were suppressed.
     template <class... Args>
@@ -76,6 +86,25 @@ struct ClientLogLimits {
     LogLimiter session_error;       // sessions closed for an error (timeouts, violations)
     LogLimiter soft_wire;           // soft RDMA wire connections dropped
     LogLimiter cancel_refused;      // CancelRequests not forwarded
+
+    // Logs, for each kind, the count suppressed in an interval now over that no line of
+    // its kind reported: the tail of a flood.
+    void report_unlogged(LogLimiter::clock::time_point now) {
+        const std::pair<LogLimiter*, const char*> kinds[] = {
+            {&refused_connection, "connections refused before their startup"},
+            {&startup_rejected, "invalid startup packets"},
+            {&auth_refused, "logins refused"},
+            {&upgrade_declined, "upgrades declined"},
+            {&upstream_failed, "upstream connect failures"},
+            {&session_error, "sessions closed for an error"},
+            {&soft_wire, "soft RDMA wire connections dropped"},
+            {&cancel_refused, "cancel requests not forwarded"},
+        };
+        for (const auto& [limiter, kind] : kinds)
+            if (const std::optional<uint64_t> count = limiter->take_unreported(now))
+                spdlog::warn("{} similar messages not logged since the last one ({})", *count,
+                             kind);
+    }
 };
 
 inline ClientLogLimits& client_logs() {

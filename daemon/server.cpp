@@ -332,10 +332,12 @@ void Server::heartbeat_cb(int, short, void* arg) {
     static_cast<Server*>(arg)->heartbeat();
 }
 
-// What /healthz reports (daemon/health.hpp): when each worker was last seen going round,
-// as of this beat; the beat itself shows the main loop goes round.
+// Every kBeatInterval: the tail of a flood of client-caused log lines, and what /healthz
+// reports (daemon/health.hpp): when each worker was last seen going round, as of this beat;
+// the beat itself shows the main loop goes round.
 void Server::heartbeat() {
     const Health::clock::time_point now = Health::clock::now();
+    client_logs().report_unlogged(now);
     worker_seen_.resize(workers_.size(), now);
     const std::vector<size_t> stuck = heartbeat_rounds_.stalled(workers_);
     for (size_t i = 0; i < worker_seen_.size(); ++i)

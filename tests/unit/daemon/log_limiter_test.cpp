@@ -24,6 +24,20 @@ TEST_CASE("log limiter: a burst per interval, then the suppressed count on the n
     CHECK(limiter.admit(t0 + 5s + 1ms) == 0u);
 }
 
+TEST_CASE("log limiter: what no later line reported is taken once the interval is over") {
+    LogLimiter limiter(5s, 2);
+    const auto t0 = LogLimiter::clock::time_point{} + 1h;
+    CHECK_FALSE(limiter.take_unreported(t0).has_value());  // nothing yet
+    CHECK(limiter.admit(t0) == 0u);
+    CHECK(limiter.admit(t0) == 0u);
+    for (int i = 0; i < 7; ++i)
+        CHECK_FALSE(limiter.admit(t0 + 1s).has_value());
+    CHECK_FALSE(limiter.take_unreported(t0 + 4999ms).has_value());  // the interval runs on
+    CHECK(limiter.take_unreported(t0 + 5s) == 7u);
+    CHECK_FALSE(limiter.take_unreported(t0 + 6s).has_value());  // reported once
+    CHECK(limiter.admit(t0 + 6s) == 0u);                        // and not again by a line
+}
+
 TEST_CASE("log limiter: shared by threads, every event is logged or counted exactly once") {
     LogLimiter limiter(1h, 10);
     constexpr int kThreads = 4;
