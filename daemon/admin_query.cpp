@@ -54,6 +54,10 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
     return buf;
 }
 
+std::optional<std::string> pid_or_null(uint32_t pid) {
+    return pid == 0 ? std::nullopt : std::optional(std::to_string(pid));
+}
+
 // Database and role names are the client's bytes (listed from its StartupMessage on, before
 // Postgres saw them): shown as UTF-8, which the console announces as client_encoding.
 Row session_row(const SessionRecord& r, AdminClock clock) {
@@ -67,14 +71,15 @@ Row session_row(const SessionRecord& r, AdminClock clock) {
             std::to_string(r.bytes_to_client.load(std::memory_order_relaxed)),
             iso_time(r.connected_at),
             seconds_since(r.connected.time_since_epoch().count(), clock.now),
-            seconds_since(r.last_activity_ns.load(std::memory_order_relaxed), clock.now)};
+            seconds_since(r.last_activity_ns.load(std::memory_order_relaxed), clock.now),
+            pid_or_null(r.backend_pid.load(std::memory_order_relaxed))};
 }
 
 void show_sessions(const SessionDirectory& sessions, protocol::BackendWriter& out,
                    AdminClock clock) {
     out.row_description({"id", "transport", "client", "database", "role", "state",
-                         "bytes_from_client", "bytes_to_client", "connected_at", "age_s",
-                         "idle_s"});
+                         "bytes_from_client", "bytes_to_client", "connected_at", "age_s", "idle_s",
+                         "backend_pid"});
     const auto records = sessions.snapshot();
     for (const auto& record : records)
         out.data_row(session_row(*record, clock));

@@ -70,9 +70,11 @@ bool Session::watch_for_key(std::span<const std::byte> copy) {
         return true;
     if (key_watcher_->logged_in())
         note_logged_in();
-    if (const std::optional<protocol::CancelKey> key = key_watcher_->key())
+    if (const std::optional<protocol::CancelKey> key = key_watcher_->key()) {
         cancel_lease_ = worker_.cancel_keys().serve({*key, upstream_address_});
-    else
+        if (record_)
+            record_->backend_pid.store(key->backend_pid, std::memory_order_relaxed);
+    } else
         spdlog::debug("session {}: Postgres sent no cancel key l5pgd can use", id_);
     key_watcher_.reset();
     return true;

@@ -34,6 +34,9 @@ struct SessionRecord {
     std::atomic<uint64_t> bytes_to_client{0};
     std::atomic<bool> active{false};           // Postgres owes an answer (a query runs)
     std::atomic<int64_t> last_activity_ns{0};  // steady clock: last request or answer began
+    // Postgres's process serving it (pg_stat_activity.pid), once its key is known: 0 before,
+    // for the admin console, or if Postgres sent none.
+    std::atomic<uint32_t> backend_pid{0};
 
     void note_activity(clock::time_point now) noexcept {
         last_activity_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);

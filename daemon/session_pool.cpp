@@ -269,6 +269,8 @@ void Session::greet_client_then(std::span<const std::byte> rest) {
 void Session::greet_client() {
     note_logged_in();  // a new backend's complete greeting, or a kept backend's
     cancel_lease_ = worker_.cancel_keys().issue({pool_.greeting.key, upstream_address_});
+    if (record_)
+        record_->backend_pid.store(pool_.greeting.key.backend_pid, std::memory_order_relaxed);
     const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());
     from_upstream_.feed(greeting);  // its ReadyForQuery answers no request of the client's
     send_to_client(greeting);

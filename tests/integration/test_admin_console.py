@@ -13,7 +13,7 @@ from tests.harness.client import popen, psql, psql_cmd, run, shm_target, tcp_tar
 from tests.harness.l5pgd import L5pgd
 
 COLUMNS = ["id", "transport", "client", "database", "role", "state", "bytes_from_client",
-           "bytes_to_client", "connected_at", "age_s", "idle_s"]
+           "bytes_to_client", "connected_at", "age_s", "idle_s", "backend_pid"]
 
 
 def console(target, sql, **kw):
@@ -26,7 +26,7 @@ def show_sessions(target):
 
 
 @pytest.mark.timeout(90)
-def test_show_sessions_lists_shm_unix_and_tcp_sessions(l5pgd, shim):
+def test_show_sessions_lists_shm_unix_and_tcp_sessions(l5pgd, shim, cluster):
     """Three sessions each running a statement; the console sees each with its transport,
     role, database and state, and itself as an idle-free admin session."""
     sleepers = {name: popen(psql_cmd("-c", f"select pg_sleep(30) /* {name} */"), make(l5pgd))
@@ -46,6 +46,9 @@ def test_show_sessions_lists_shm_unix_and_tcp_sessions(l5pgd, shim):
             assert row["role"] == "postgres"
             assert int(row["bytes_from_client"]) > 0 and int(row["bytes_to_client"]) > 0, row
             assert float(row["age_s"]) >= 0
+        for name in busy:  # each session's own backend, as pg_stat_activity shows it
+            assert busy[name]["backend_pid"] == cluster.sql(
+                f"select pid from pg_stat_activity where query like '%/* {name} */'"), busy[name]
         assert busy["tcp"]["client"].startswith("127.0.0.1:")
         assert busy["shm"]["client"].startswith("uid ")
         # The console session itself is listed too, over the Unix socket.

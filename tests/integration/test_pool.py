@@ -326,6 +326,23 @@ def test_metrics_count_returned_and_reused(l5pgd):
         assert f"# HELP {name} " in text and f"# TYPE {name} " in text, name
 
 
+def test_show_sessions_names_the_reused_backend(l5pgd):
+    """The admin console's backend_pid is the kept backend's, which the client never learns
+    (it holds a key of l5pgd's): pg_terminate_backend() ends the right session."""
+    d = l5pgd.start()
+    app = new_app()
+    pid, _ = kept_backend(d, app)
+    s, key = raw_connect(d, app)
+    try:
+        assert raw_pid(s) == pid
+        assert int.from_bytes(key[:4], "big") != pid
+        out = run(psql_cmd("-d", "l5pgd", "-F", "\t", "-c", "SHOW SESSIONS"), unix_target(d)).stdout
+        rows = [line.split("\t") for line in out.splitlines()]
+        assert [r[-1] for r in rows if r[3] == "postgres"] == [str(pid)], out
+    finally:
+        s.close()
+
+
 # Statements that leave session state behind, and what the next client on the same backend
 # must see instead.
 STATE_CASES = {

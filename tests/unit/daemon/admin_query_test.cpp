@@ -48,7 +48,7 @@ std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions,
     return split(out.bytes());
 }
 
-// A DataRow's columns (none of them NULL here).
+// A DataRow's columns; a NULL one as "NULL".
 std::vector<std::string> columns(const Message& row) {
     REQUIRE(row.type == 'D');
     const auto* p = reinterpret_cast<const std::byte*>(row.body.data());
@@ -57,6 +57,11 @@ std::vector<std::string> columns(const Message& row) {
     size_t at = 2;
     for (size_t i = 0; i < n; ++i) {
         const uint32_t len = protocol::read_be32(p + at);
+        if (len == 0xffffffffu) {
+            out.emplace_back("NULL");
+            at += 4;
+            continue;
+        }
         REQUIRE(at + 4 + len <= row.body.size());
         out.push_back(row.body.substr(at + 4, len));
         at += 4 + len;
@@ -83,10 +88,15 @@ TEST_CASE("admin console: SHOW SESSIONS lists the directory's records in id orde
         r->database = "app";
         r->role = "alice";
         r->bytes_from_client = 10 * id;
+        if (id == 3)
+            r->backend_pid = 424242;
         sessions.add(std::move(r));
     }
     const auto m = ask("  show   Sessions ; ", sessions);
     REQUIRE(types(m) == "TDDCZ");
+    CHECK(m[0].body.find(std::string("backend_pid") + '\0') != std::string::npos);
+    CHECK(columns(m[1]).back() == "424242");
+    CHECK(columns(m[2]).back() == "NULL");  // not known yet
     CHECK(m[1].body.find("shm") != std::string::npos);
     CHECK(m[1].body.find("uid 1000 pid 42") != std::string::npos);
     CHECK(m[1].body.find("30") != std::string::npos);
