@@ -31,9 +31,15 @@ void Health::draining() noexcept {
     draining_.store(true, std::memory_order_relaxed);
 }
 
+void Health::stopping() noexcept {
+    stopping_.store(true, std::memory_order_relaxed);
+}
+
 Health::Verdict Health::liveness(clock::time_point now) const {
     if (!started_.load(std::memory_order_acquire))
         return {true, "ok (starting)"};
+    if (stopping_.load(std::memory_order_relaxed))
+        return {true, "ok (stopping)"};
     const clock::duration main_idle =
         now - clock::time_point(clock::duration(main_seen_.load(std::memory_order_relaxed)));
     if (main_idle > kStallLimit)
@@ -52,8 +58,10 @@ Health::Verdict Health::readiness(clock::time_point now) const {
         return live;
     if (!started_.load(std::memory_order_acquire))
         return {false, "starting"};
+    if (stopping_.load(std::memory_order_relaxed))
+        return {false, "stopping"};
     if (draining_.load(std::memory_order_relaxed))
-        return {false, "draining: new sessions are refused (SIGINT)"};
+        return {false, "draining: new sessions are refused"};
     return {true, "ok"};
 }
 

@@ -17,7 +17,9 @@ class Health {
   public:
     using clock = std::chrono::steady_clock;
     static constexpr clock::duration kBeatInterval = std::chrono::seconds(1);
-    static constexpr clock::duration kStallLimit = std::chrono::seconds(5);
+    // Longer than any pass should take, shorter than the systemd watchdog's 30 s; a probe's
+    // own failure threshold decides when a restart is worth the sessions it ends.
+    static constexpr clock::duration kStallLimit = std::chrono::seconds(10);
 
     struct Verdict {
         bool ok = false;
@@ -26,13 +28,16 @@ class Health {
 
     // Main thread. `started` once the listeners accept; `beat` at each heartbeat with the
     // time the least recently seen worker was last seen going round (`now` with none);
-    // `draining` at SIGINT (the listeners stay open and refuse with 57P03).
+    // `draining` at SIGINT (the listeners stay open and refuse with 57P03); `stopping` once
+    // the main loop has ended (no more beats).
     void started(clock::time_point now) noexcept;
     void beat(clock::time_point now, clock::time_point laggard_seen, int laggard) noexcept;
     void draining() noexcept;
+    void stopping() noexcept;
 
-    // Any thread. Alive: every loop went round within kStallLimit (also while starting and
-    // draining). Ready: alive, started and not draining, i.e. a new client would be served.
+    // Any thread. Alive: every loop went round within kStallLimit (also while starting,
+    // draining and stopping). Ready: alive, started, neither draining nor stopping: l5pgd
+    // takes new sessions (whether it has room for one, or Postgres answers, is not asked).
     [[nodiscard]] Verdict liveness(clock::time_point now) const;
     [[nodiscard]] Verdict readiness(clock::time_point now) const;
 
@@ -44,6 +49,7 @@ class Health {
     // Read one by one, not as a whole: a verdict is as of some instant within a beat.
     std::atomic<bool> started_{false};
     std::atomic<bool> draining_{false};
+    std::atomic<bool> stopping_{false};
     std::atomic<int64_t> main_seen_{0};     // the last heartbeat
     std::atomic<int64_t> laggard_seen_{0};  // the least recently seen worker, then
     std::atomic<int> laggard_{-1};          // its index

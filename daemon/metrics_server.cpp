@@ -83,6 +83,12 @@ void reply_text(evhttp_request* req, int code, const char* reason, const std::st
     // One request per connection: nothing pipelined behind it is read, and no connection
     // lives into the lifetime cut (Prometheus then opens a connection per scrape).
     evhttp_add_header(headers, "Connection", "close");
+    // libevent 2.1 writes a HEAD reply's body too: only its length goes out.
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        evhttp_add_header(headers, "Content-Length", std::to_string(body.size()).c_str());
+        evhttp_send_reply(req, code, reason, nullptr);
+        return;
+    }
     evbuffer* buf = evbuffer_new();
     if (buf == nullptr) {
         evhttp_send_error(req, HTTP_INTERNAL, nullptr);

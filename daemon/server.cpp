@@ -137,6 +137,9 @@ int Server::run() {
     for (auto& worker : workers_)
         worker->start();
     const bool rdma_ready = !workers_.empty() && workers_.front()->rdma_endpoint() != nullptr;
+    // Ready for /readyz before the log line and READY=1 say so (tests and scripts wait for
+    // either).
+    health_.started(Health::clock::now());
     spdlog::info("l5pgd ready: unix socket {}, tcp {}, upstream {}, {} workers, shm {}, rdma {}",
                  unix_listener_ ? unix_listener_->path() : "(disabled)",
                  tcp_listener_ ? tcp_listener_->description() : "(disabled)",
@@ -146,13 +149,12 @@ int Server::run() {
                  : rdma_ready           ? "enabled"
                                         : "unavailable");
     service_.ready();
-    health_.started(Health::clock::now());
     heartbeat_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, heartbeat_cb, this));
     const timeval every =
         to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(Health::kBeatInterval));
     event_add(heartbeat_timer_.get(), &every);
     event_base_dispatch(base_.get());
-    health_.draining();
+    health_.stopping();  // no more beats: the workers may take a while to stop
     service_.stopping();
     stop_accepting();
     stop_workers();

@@ -770,9 +770,13 @@ void Session::fail_upstream_connect(int err, std::string_view lookup_failure) {
     const std::string where =
         named ? fmt::format(" ({})", describe_address(dial_.addresses->list[dial_.current]))
               : std::string();
-    client_logs().upstream_failed.log(spdlog::level::warn,
-                                      "session {}: upstream connect to {}{} failed: {}", id_,
-                                      describe_upstream(cfg), where, why);
+    // A cancel dials where its backend is, which upstream.* may no longer name.
+    const std::string target = dial_.pinned
+                                   ? fmt::format("{} (the server of the backend to cancel)",
+                                                 describe_address(*dial_.pinned))
+                                   : describe_upstream(cfg) + where;
+    client_logs().upstream_failed.log(
+        spdlog::level::warn, "session {}: upstream connect to {} failed: {}", id_, target, why);
     fail_startup(protocol::kSqlstateConnectionFailure,
                  fmt::format("l5pgd: could not connect to the PostgreSQL server: {}", why),
                  "upstream connect failed");

@@ -238,7 +238,10 @@ void Worker::adopt_handed_over() {
         sessions_.emplace(raw, std::move(session));
         raw->start();
     }
-    activity_ = true;
+    // A wake with nothing handed over (a reload, the heartbeat behind /healthz) is not
+    // activity: it must not make an idle worker spin before it blocks again.
+    if (!batch.empty())
+        activity_ = true;
 }
 
 AdminConsole& Worker::admin_console() {

@@ -123,6 +123,8 @@ def main():
             run(["mount", "--bind", src, dst])
             mounts.append(dst)
         port, metrics_port = free_port(), free_port()
+        while metrics_port == port:
+            metrics_port = free_port()
         conf = ["-c", "/etc/l5pg/l5pgd.yaml", "-o", f"upstream.port={cluster.port}",
                 "-o", f"listen.port={port}", "-o", "listen.tcp_address=127.0.0.1",
                 "-o", f"metrics.listen=127.0.0.1:{metrics_port}"]

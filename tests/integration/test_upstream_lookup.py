@@ -4,11 +4,13 @@ upstream.dns_max_ttl_ms, and the name's addresses tried in turn until one connec
 runs in a mount namespace whose resolv.conf names a DNS server of the test's own
 (tests/harness/dns_server.py)."""
 import os
+import subprocess
 import time
 
 import pytest
 
-from tests.harness.client import popen, psql, psql_cmd, run, unix_target
+from tests.harness.cancel import LONG_QUERY_CANCELLED_ON_REQUEST, stop_process, wait_for_backend
+from tests.harness.client import PYTHON, popen, psql, psql_cmd, run, run_python, unix_target
 from tests.harness.dns_server import A, DnsServer
 from tests.harness.l5pgd import L5pgd
 
@@ -221,3 +223,31 @@ def test_stop_during_a_lookup(workdir, cluster):
         finally:
             d.stop()
             dns.release()
+
+
+@pytest.mark.timeout(90)
+def test_cancel_on_a_kept_backend_goes_where_it_was_reached(workdir, cluster):
+    """The name moves (a failover by DNS) while l5pgd keeps a backend of the old server: a
+    client served by that backend cancels its statement there, not at the name's new
+    address."""
+    app = "l5pg-dns-kept"
+    connect_once = ("import sys, psycopg\n"
+                    "psycopg.connect(autocommit=True, application_name=sys.argv[1]).close()\n")
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-cancel", cluster, dns,
+                            ["upstream.dns_max_ttl_ms=0", "pool.mode=session"]) as d:
+            run_python(unix_target(d), connect_once, [app])
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, "no backend kept")
+            dns.records[NAME] = ["127.0.0.3"]  # nothing listens there
+            p = popen([PYTHON, "-c", LONG_QUERY_CANCELLED_ON_REQUEST, app], unix_target(d),
+                      stdin=subprocess.PIPE, text=True)
+            try:
+                assert p.stdout.readline().strip() == "started", p.stderr.read()
+                wait_for_backend(cluster, app)
+                assert d.metric("l5pg_pool_reused_total") == 1
+                p.stdin.write("cancel\n")
+                p.stdin.flush()
+                assert p.stdout.readline().strip() == "57014", d.log_tail()
+                assert p.wait(timeout=20) == 0
+            finally:
+                stop_process(p)

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "daemon/health.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_server.hpp"
@@ -30,7 +32,7 @@ bool has_line(const std::string& text, const std::string& line) {
 }
 
 // Minimal HTTP/1.0 client: sends one request, returns everything until the server closes.
-std::string http_get(uint16_t port, const std::string& path) {
+std::string http_request(uint16_t port, const std::string& method, const std::string& path) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
     timeval tv{5, 0};  // never hang the test run
@@ -40,7 +42,7 @@ std::string http_get(uint16_t port, const std::string& path) {
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    const std::string request = method + " " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
     REQUIRE(::send(fd, request.data(), request.size(), 0) == ssize_t(request.size()));
     std::string response;
     char buf[4096];
@@ -50,6 +52,10 @@ std::string http_get(uint16_t port, const std::string& path) {
     }
     ::close(fd);
     return response;
+}
+
+std::string http_get(uint16_t port, const std::string& path) {
+    return http_request(port, "GET", path);
 }
 
 std::string body_of(const std::string& response) {
@@ -188,7 +194,21 @@ TEST_CASE("MetricsServer answers /healthz and /readyz from Health") {
     CHECK_THAT(http_get(server.port(), "/nothing"), Contains("try /metrics, /healthz or /readyz"));
 }
 
-TEST_CASE("Health: starting, beating, stalled, draining") {
+TEST_CASE("MetricsServer answers HEAD with the GET's headers and no body") {
+    Metrics m;
+    Health health;
+    health.started(Health::clock::now());
+    MetricsServer server("127.0.0.1", 0, m, health);
+    for (const char* path : {"/metrics", "/healthz", "/nothing"}) {
+        const std::string get = http_get(server.port(), path);
+        const std::string head = http_request(server.port(), "HEAD", path);
+        CHECK(head.substr(0, head.find("\r\n")) == get.substr(0, get.find("\r\n")));
+        CHECK(body_of(head).empty());
+        CHECK_THAT(head, Contains("Content-Length: " + std::to_string(body_of(get).size())));
+    }
+}
+
+TEST_CASE("Health: starting, beating, stalled, draining, stopping") {
     using namespace std::chrono_literals;
     Health health;
     const Health::clock::time_point t0 = Health::clock::now();
@@ -205,18 +225,27 @@ TEST_CASE("Health: starting, beating, stalled, draining") {
     CHECK_FALSE(health.readiness(t0 + Health::kStallLimit + 1s).ok);
 
     // Beats go on, but worker 1 was last seen at t0.
-    health.beat(t0 + 6s, t0, 1);
-    CHECK_FALSE(health.liveness(t0 + 6s).ok);
-    CHECK_THAT(health.liveness(t0 + 6s).text, Contains("worker 1") && Contains("for 6 s"));
-    health.beat(t0 + 7s, t0 + 7s, 0);  // it went round again
-    CHECK(health.liveness(t0 + 7s).ok);
-    CHECK(health.liveness(t0 + 7s + Health::kStallLimit).ok);  // exactly the limit: still alive
+    const auto late = t0 + Health::kStallLimit + 1s;
+    health.beat(late, t0, 1);
+    CHECK_FALSE(health.liveness(late).ok);
+    CHECK_THAT(health.liveness(late).text, StartsWith("worker 1 has not gone round") &&
+                                               Contains(fmt::format("for {} s", (late - t0) / 1s)));
+    health.beat(late + 1s, late + 1s, 0);  // it went round again
+    const auto now = late + 1s;
+    CHECK(health.liveness(now).ok);
+    CHECK(health.liveness(now + Health::kStallLimit).ok);  // exactly the limit: still alive
 
     health.draining();
-    CHECK(health.liveness(t0 + 7s).ok);
-    CHECK(health.liveness(t0 + 7s).text == "ok (draining)");
-    CHECK_FALSE(health.readiness(t0 + 7s).ok);
-    CHECK_THAT(health.readiness(t0 + 7s).text, StartsWith("draining"));
+    CHECK(health.liveness(now).ok);
+    CHECK(health.liveness(now).text == "ok (draining)");
+    CHECK_FALSE(health.readiness(now).ok);
+    CHECK(health.readiness(now).text == "draining: new sessions are refused");
+
+    // The main loop has ended: no more beats, and nothing to restart.
+    health.stopping();
+    CHECK(health.liveness(now + 10 * Health::kStallLimit).ok);
+    CHECK(health.liveness(now).text == "ok (stopping)");
+    CHECK(health.readiness(now).text == "stopping");
 }
 
 TEST_CASE("MetricsServer reports bind conflicts") {
