@@ -29,17 +29,17 @@ namespace {
 
 std::array<Channel, kMaxChannels> g_pool;
 
-[[nodiscard]] bool would_block(const Channel& ch, int flags) noexcept {
+[[nodiscard]] bool would_block(const Channel& ch, int flags) {
     return (flags & MSG_DONTWAIT) != 0 || ch.nonblocking.load(std::memory_order_relaxed);
 }
 
-ssize_t fail(int err) noexcept {
+ssize_t fail(int err) {
     errno = err;
     return -1;
 }
 
 // The iovec piece holding byte `offset` onwards (empty once past the end).
-std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) noexcept {
+std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) {
     for (int i = 0; i < iovcnt; ++i) {
         if (offset < iov[i].iov_len)
             return {static_cast<std::byte*>(iov[i].iov_base) + offset, iov[i].iov_len - offset};
@@ -49,7 +49,7 @@ std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) noexc
 }
 
 // Says once (under L5PG_DEBUG) that the channel broke or l5pgd closed it.
-void say_gone(Channel& ch, int fd, IoStatus status) noexcept {
+void say_gone(Channel& ch, int fd, IoStatus status) {
     if (ch.said_gone)
         return;
     ch.said_gone = true;
@@ -64,7 +64,7 @@ void say_gone(Channel& ch, int fd, IoStatus status) noexcept {
 
 // Arms the end's flag for an application that may wait for `want` in an epoll set we do
 // not see, and re-checks (Dekker). True when the end turned out ready after all.
-bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
+bool arm_for_foreign_waiter(Channel& ch, Want want) {
     if (!foreign_waiters_possible())
         return false;
     if (!ch.end->arm(want, wait::kUnnamedWait) || ch.end->ready(want)) {
@@ -77,7 +77,7 @@ bool arm_for_foreign_waiter(Channel& ch, Want want) noexcept {
 // After a read, also for another thread of the application still waiting on this
 // connection: data this call left unread arrived when that thread's flag was taken
 // (end_waiters.hpp). A send takes nothing from the receive ring: not after a send.
-void prepare_return(Channel& ch, int fd, bool after_read) noexcept {
+void prepare_return(Channel& ch, int fd, bool after_read) {
     if (foreign_waiters_possible() || (after_read && others_wait(ch, Want::Read)))
         ch.end->prepare_for_foreign_wait(fd);
 }
@@ -87,17 +87,17 @@ void prepare_return(Channel& ch, int fd, bool after_read) noexcept {
 // socket's timeout (EAGAIN).
 class EndWaiter {
   public:
-    EndWaiter(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept
+    EndWaiter(Channel& ch, int fd, Want want, SocketTimeout& timeout)
         : ch_(ch), fd_(fd), want_(want), timeout_(timeout) {}
     ~EndWaiter() { stop_waiting(ch_, counted_); }
     EndWaiter(const EndWaiter&) = delete;
     EndWaiter& operator=(const EndWaiter&) = delete;
 
-    bool ready() noexcept { return ch_.end->ready(want_); }
-    wait::WaitPolicy policy() noexcept { return channel_wait_budget(ch_, true); }
-    bool arm() noexcept { return arm_as_waiter(ch_, want_, wait::kUnnamedWait, counted_); }
-    void disarm() noexcept { disarm_unless_others_wait(ch_, want_, counted_); }
-    wait::Woken sleep() noexcept {
+    bool ready() { return ch_.end->ready(want_); }
+    wait::WaitPolicy policy() { return channel_wait_budget(ch_, true); }
+    bool arm() { return arm_as_waiter(ch_, want_, wait::kUnnamedWait, counted_); }
+    void disarm() { disarm_unless_others_wait(ch_, want_, counted_); }
+    wait::Woken sleep() {
         const int ms = timeout_.poll_ms();
         pollfd p{fd_, POLLIN, 0};
         const int rc = ms == 0 ? 0 : real().poll(&p, 1, ms);
@@ -128,7 +128,7 @@ class EndWaiter {
 
 // False with errno set when poll() failed (see channel_wait()), or EAGAIN when the socket's
 // timeout for this call passed.
-bool wait_for(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept {
+bool wait_for(Channel& ch, int fd, Want want, SocketTimeout& timeout) {
     EndWaiter waiter(ch, fd, want, timeout);
     return channel_wait(ch, waiter);
 }
@@ -136,7 +136,7 @@ bool wait_for(Channel& ch, int fd, Want want, SocketTimeout& timeout) noexcept {
 // recv(2) of zero bytes on a stream socket: 0 once there is something to read or the peer
 // has left (the bytes stay), ECONNRESET on a broken connection, and on an empty socket what
 // any recv() does there: EAGAIN when it must not block, else a wait.
-ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
+ssize_t recv_nothing(Channel& ch, int fd, int flags) {
     SocketTimeout timeout(fd, Want::Read);
     while (!ch.end->ready(Want::Read)) {
         if (would_block(ch, flags))
@@ -152,7 +152,7 @@ ssize_t recv_nothing(Channel& ch, int fd, int flags) noexcept {
 
 }  // namespace
 
-wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept {
+wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) {
     return ch.end->wait_policy(ch.spin, settings().budget, only_session);
 }
 
@@ -162,7 +162,7 @@ namespace {
 
 // Claims a free pool slot and resets it; the caller puts its end in and then publishes
 // the slot (publish()).
-Channel* claim_slot(bool nonblocking) noexcept {
+Channel* claim_slot(bool nonblocking) {
     for (Channel& ch : g_pool) {
         uint32_t expected = 0;
         if (!ch.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
@@ -178,14 +178,14 @@ Channel* claim_slot(bool nonblocking) noexcept {
     return nullptr;
 }
 
-Channel* publish(Channel& ch, transport::ChannelEnd& end, int transport) noexcept {
+Channel* publish(Channel& ch, transport::ChannelEnd& end, int transport) {
     ch.end = &end;
     ch.transport = transport;
     ch.refs.store(1, std::memory_order_release);
     return &ch;
 }
 
-void free_slot(Channel& ch) noexcept {
+void free_slot(Channel& ch) {
     ch.end = nullptr;
     ch.shm.reset();
     ch.rdma.reset();
@@ -194,38 +194,37 @@ void free_slot(Channel& ch) noexcept {
 
 }  // namespace
 
-Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept {
+Channel* channel_acquire(shm::Segment segment, bool nonblocking) {
     Channel* ch = claim_slot(nonblocking);
     if (ch == nullptr)
         return nullptr;
     return publish(*ch, ch->shm.emplace(std::move(segment)), L5PG_TRANSPORT_SHM);
 }
 
-Channel* channel_acquire_rdma(std::unique_ptr<rdma::ClientChannel>& rdma,
-                              bool nonblocking) noexcept {
+Channel* channel_acquire_rdma(std::unique_ptr<rdma::ClientChannel>& rdma, bool nonblocking) {
     Channel* ch = claim_slot(nonblocking);
     if (ch == nullptr)
         return nullptr;
     return publish(*ch, ch->rdma.emplace(std::move(rdma)), L5PG_TRANSPORT_RDMA);
 }
 
-Channel* channel_acquire_end(transport::ChannelEnd& end, int transport, bool nonblocking) noexcept {
+Channel* channel_acquire_end(transport::ChannelEnd& end, int transport, bool nonblocking) {
     Channel* ch = claim_slot(nonblocking);
     if (ch == nullptr)
         return nullptr;
     return publish(*ch, end, transport);
 }
 
-Channel* channel_at(uint32_t index) noexcept {
+Channel* channel_at(uint32_t index) {
     return index < kMaxChannels ? &g_pool[index] : nullptr;
 }
 
-uint32_t channel_index(const Channel& channel) noexcept {
+uint32_t channel_index(const Channel& channel) {
     return static_cast<uint32_t>(&channel - g_pool.data());
 }
 
 // Acquire on success: the holder then sees the end as the one who published it left it.
-bool channel_try_add_ref(Channel& channel) noexcept {
+bool channel_try_add_ref(Channel& channel) {
     uint32_t refs = channel.refs.load(std::memory_order_relaxed);
     while (refs != 0)
         if (channel.refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acquire,
@@ -240,7 +239,7 @@ bool channel_try_add_ref(Channel& channel) noexcept {
 // leave nothing that resets: shut both directions, so no further doorbell can arrive on
 // a Unix socket, then drain what did. l5pgd sees EOF. errno is the caller's afterwards.
 namespace {
-void quiesce_socket(int fd) noexcept {
+void quiesce_socket(int fd) {
     const int saved = errno;
     (void)::shutdown(fd, SHUT_RDWR);
     size_t count = 0;
@@ -249,7 +248,7 @@ void quiesce_socket(int fd) noexcept {
 }
 }  // namespace
 
-void channel_release(Channel& ch, int closing_fd) noexcept {
+void channel_release(Channel& ch, int closing_fd) {
     if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
         return;
     ch.end->close_by_application();
@@ -258,7 +257,7 @@ void channel_release(Channel& ch, int closing_fd) noexcept {
     free_slot(ch);
 }
 
-void channel_forget_all_after_fork() noexcept {
+void channel_forget_all_after_fork() {
     for (Channel& ch : g_pool) {
         if (ch.in_use.load(std::memory_order_relaxed) == 0)
             continue;
@@ -271,15 +270,14 @@ void channel_forget_all_after_fork() noexcept {
 
 // ---------------------------------------------------------------- I/O
 
-size_t iov_total(const iovec* iov, int iovcnt) noexcept {
+size_t iov_total(const iovec* iov, int iovcnt) {
     size_t total = 0;
     for (int i = 0; i < iovcnt; ++i)
         total += iov[i].iov_len;
     return total;
 }
 
-ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
-                     bool nosignal) noexcept {
+ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags, bool nosignal) {
     const size_t total = iov_total(iov, iovcnt);
     size_t sent = 0;
     SocketTimeout timeout(fd, Want::Write);
@@ -327,7 +325,7 @@ struct RecvTarget {
     std::span<std::byte> scratch;  // non-empty: discard
 
     // Where byte `got` onwards goes (empty once `total` are in).
-    [[nodiscard]] std::span<std::byte> piece_at(size_t got) const noexcept {
+    [[nodiscard]] std::span<std::byte> piece_at(size_t got) const {
         if (scratch.empty())
             return l5pg::shim::piece_at(iov, iovcnt, got);
         return scratch.first(std::min(scratch.size(), total - got));
@@ -337,7 +335,7 @@ struct RecvTarget {
 // Reads (or with MSG_PEEK copies without consuming) what the end has into `to` from byte
 // `got` on, until it is full or the end has no more now. The last call's status. (A peek
 // starts again from the first unread byte each call, hence `got` as what to skip.)
-IoResult fill_from_end(Channel& ch, int fd, const RecvTarget& to, bool peek, size_t& got) noexcept {
+IoResult fill_from_end(Channel& ch, int fd, const RecvTarget& to, bool peek, size_t& got) {
     IoResult r{0, IoStatus::Ok};
     for (;;) {
         const std::span<std::byte> piece = to.piece_at(got);
@@ -350,7 +348,7 @@ IoResult fill_from_end(Channel& ch, int fd, const RecvTarget& to, bool peek, siz
     }
 }
 
-ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) noexcept {
+ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) {
     const bool peek = (flags & MSG_PEEK) != 0;
     if (peek && !ch.end->can_peek())
         return fail(EOPNOTSUPP);
@@ -397,22 +395,22 @@ ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) noexcept
 
 }  // namespace
 
-ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) noexcept {
+ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) {
     return recv_into(ch, fd, {iov, iovcnt, iov_total(iov, iovcnt), {}}, flags);
 }
 
-ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept {
+ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) {
     std::byte scratch[4096];
     return recv_into(ch, fd, {nullptr, 0, len, scratch}, flags);
 }
 
 // ---------------------------------------------------------------- poll support
 
-void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept {
+void channel_prepare_for_foreign_wait(Channel& ch, int fd) {
     ch.end->prepare_for_foreign_wait(fd);
 }
 
-short channel_revents(Channel& ch, short events) noexcept {
+short channel_revents(Channel& ch, short events) {
     short revents = 0;
     if ((events & kPollReadable) && ch.end->ready(Want::Read))
         revents |= events & kPollReadable;
@@ -426,21 +424,21 @@ short channel_revents(Channel& ch, short events) noexcept {
 }
 
 // False from arm() means ready already (or broken): the caller's re-check sees it.
-void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& counted) noexcept {
+void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& counted) {
     if (events & kPollReadable)
         (void)arm_as_waiter(ch, Want::Read, wait_id, counted);
     if (events & kPollWritable)
         (void)arm_as_waiter(ch, Want::Write, wait_id, counted);
 }
 
-void channel_disarm(Channel& ch, short events, CountedWants counted) noexcept {
+void channel_disarm(Channel& ch, short events, CountedWants counted) {
     if (events & kPollReadable)
         disarm_unless_others_wait(ch, Want::Read, counted);
     if (events & kPollWritable)
         disarm_unless_others_wait(ch, Want::Write, counted);
 }
 
-void channel_drain(Channel& ch, int fd) noexcept {
+void channel_drain(Channel& ch, int fd) {
     ch.end->on_socket_readable(fd);
 }
 

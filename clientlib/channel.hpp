@@ -53,37 +53,36 @@ struct Channel {
 };
 
 // Pool management (async-signal-safe, lock-free).
-[[nodiscard]] Channel* channel_acquire(shm::Segment segment, bool nonblocking) noexcept;
+[[nodiscard]] Channel* channel_acquire(shm::Segment segment, bool nonblocking);
 // Takes `rdma` over on success; nullptr (and `rdma` still the caller's) when full.
 [[nodiscard]] Channel* channel_acquire_rdma(std::unique_ptr<rdma::ClientChannel>& rdma,
-                                            bool nonblocking) noexcept;
+                                            bool nonblocking);
 // An end the caller owns and keeps alive until the channel is released (unit tests).
 [[nodiscard]] Channel* channel_acquire_end(transport::ChannelEnd& end, int transport,
-                                           bool nonblocking) noexcept;
-[[nodiscard]] Channel* channel_at(uint32_t index) noexcept;
-[[nodiscard]] uint32_t channel_index(const Channel& channel) noexcept;
+                                           bool nonblocking);
+[[nodiscard]] Channel* channel_at(uint32_t index);
+[[nodiscard]] uint32_t channel_index(const Channel& channel);
 // Takes a reference if the channel still has one (it is not being freed); false otherwise.
 // (dup() of its fd, a call in flight: channel_ref.hpp.)
-[[nodiscard]] bool channel_try_add_ref(Channel& channel) noexcept;
+[[nodiscard]] bool channel_try_add_ref(Channel& channel);
 // Drops one reference; the last one tells l5pgd we are gone (client_closed), destroys
 // the end (unmaps, tears the queue pair down) and frees the slot. Call before closing the socket
 // itself; `closing_fd` is that socket when the caller is about to close it (see quiesce_socket() in
 // channel.cpp).
-void channel_release(Channel& channel, int closing_fd = -1) noexcept;
+void channel_release(Channel& channel, int closing_fd = -1);
 // In a forked child: unmap every channel (the child's copy only) and free the pool.
-void channel_forget_all_after_fork() noexcept;
+void channel_forget_all_after_fork();
 
 // Byte-stream I/O. `flags` are MSG_* flags; results and errno as send(2)/recv(2).
 // `nosignal` false means a write to a closed peer raises SIGPIPE, as the socket would.
 // The bytes `iov` names in all (valid_iov in interpose_io.cpp has bounded the sum).
-[[nodiscard]] size_t iov_total(const iovec* iov, int iovcnt) noexcept;
+[[nodiscard]] size_t iov_total(const iovec* iov, int iovcnt);
 [[nodiscard]] ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags,
-                                   bool nosignal) noexcept;
-[[nodiscard]] ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt,
-                                   int flags) noexcept;
+                                   bool nosignal);
+[[nodiscard]] ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags);
 // recv(MSG_TRUNC) as TCP answers it (tcp(7)): reads `len` bytes as channel_recv would, the
 // other flags included, and discards them.
-[[nodiscard]] ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) noexcept;
+[[nodiscard]] ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags);
 
 // How long to spin and yield before blocking on this channel: the budget its recent waits
 // earned (wait::AdaptiveSpin), or, for SHM, none when it is the `only_session` waited on and
@@ -91,7 +90,7 @@ void channel_forget_all_after_fork() noexcept;
 // Publishes our own placement hint on the way. With several sessions in flight on that one CPU,
 // yielding hands the CPU to their backends and some answer comes soon: spinning there measured 10 %
 // faster than blocking at 8 clients, blocking 80 % faster at 1 (docs/performance.md).
-[[nodiscard]] wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session) noexcept;
+[[nodiscard]] wait::WaitPolicy channel_wait_budget(Channel& ch, bool only_session);
 
 // What a socket reports, as Linux's unix_poll() does: readable is POLLIN | POLLRDNORM,
 // writable POLLOUT | POLLWRNORM | POLLWRBAND. poll() keeps those the caller asked for.
@@ -100,15 +99,15 @@ inline constexpr short kPollWritable = POLLOUT | POLLWRNORM | POLLWRBAND;
 
 // poll() support: readiness from ring state, those of `events` that hold (kPollReadable,
 // kPollWritable, POLLRDHUP), and POLLHUP / POLLERR whatever was asked.
-[[nodiscard]] short channel_revents(Channel& ch, short events) noexcept;
+[[nodiscard]] short channel_revents(Channel& ch, short events);
 // Arms `events` under the name of the caller's wait (transport/wait/wait_id.hpp), counted
 // as a waiter (end_waiters.hpp: stop_waiting() when the wait is over), and takes them back
 // unless another thread waits too.
-void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& counted) noexcept;
-void channel_disarm(Channel& ch, short events, CountedWants counted) noexcept;
+void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& counted);
+void channel_disarm(Channel& ch, short events, CountedWants counted);
 // Establishes the readiness invariant now (the application just started using epoll).
-void channel_prepare_for_foreign_wait(Channel& ch, int fd) noexcept;
+void channel_prepare_for_foreign_wait(Channel& ch, int fd);
 // The socket itself polled readable: consume doorbell bytes, notice EOF.
-void channel_drain(Channel& ch, int fd) noexcept;
+void channel_drain(Channel& ch, int fd);
 
 }  // namespace l5pg::shim

@@ -18,9 +18,9 @@ namespace l5pg::shim {
 
 class ChannelRef {
   public:
-    ChannelRef() noexcept = default;
-    ChannelRef(ChannelRef&& other) noexcept : ch_(std::exchange(other.ch_, nullptr)) {}
-    ChannelRef& operator=(ChannelRef&& other) noexcept {
+    ChannelRef() = default;
+    ChannelRef(ChannelRef&& other) : ch_(std::exchange(other.ch_, nullptr)) {}
+    ChannelRef& operator=(ChannelRef&& other) {
         if (this != &other) {
             reset();
             ch_ = std::exchange(other.ch_, nullptr);
@@ -33,7 +33,7 @@ class ChannelRef {
 
     // The channel `fd` is upgraded to, or none (not upgraded, or closed by another thread
     // meanwhile). Async-signal-safe and lock-free, like fd_lookup().
-    [[nodiscard]] static ChannelRef of(int fd) noexcept {
+    [[nodiscard]] static ChannelRef of(int fd) {
         // An fd names a channel only while it holds a reference to it (close() forgets the
         // fd before it releases), so a second look settles it; a few more for fds that
         // other threads close and reuse meanwhile.
@@ -53,15 +53,15 @@ class ChannelRef {
         return {};
     }
 
-    [[nodiscard]] Channel* get() const noexcept { return ch_; }
-    [[nodiscard]] Channel& operator*() const noexcept { return *ch_; }
-    [[nodiscard]] Channel* operator->() const noexcept { return ch_; }
-    explicit operator bool() const noexcept { return ch_ != nullptr; }
+    [[nodiscard]] Channel* get() const { return ch_; }
+    [[nodiscard]] Channel& operator*() const { return *ch_; }
+    [[nodiscard]] Channel* operator->() const { return ch_; }
+    explicit operator bool() const { return ch_ != nullptr; }
 
   private:
-    explicit ChannelRef(Channel* ch) noexcept : ch_(ch) {}
+    explicit ChannelRef(Channel* ch) : ch_(ch) {}
     // The last reference may go here, after the call set errno: unmapping must not change it.
-    void reset() noexcept {
+    void reset() {
         if (ch_ == nullptr)
             return;
         const int saved = errno;

@@ -14,7 +14,7 @@ namespace l5pg::shim {
 // False with errno set when the waiter's poll() failed (EINTR: a signal, as a blocking
 // recv/send would report it).
 template <wait::Waiter W>
-[[nodiscard]] bool channel_wait(Channel& ch, W& waiter) noexcept {
+[[nodiscard]] bool channel_wait(Channel& ch, W& waiter) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     const bool ok = wait::block_until_ready(waiter);

@@ -11,32 +11,32 @@ namespace {
 std::atomic<bool> g_debug{false};
 }
 
-void set_debug_enabled(bool on) noexcept {
+void set_debug_enabled(bool on) {
     g_debug.store(on, std::memory_order_relaxed);
 }
-bool debug_enabled() noexcept {
+bool debug_enabled() {
     return g_debug.load(std::memory_order_relaxed);
 }
 
-DebugLine::DebugLine(bool enabled) noexcept : enabled_(enabled) {
+DebugLine::DebugLine(bool enabled) : enabled_(enabled) {
     if (!enabled_)
         return;
     str("l5pg[").num(static_cast<uint64_t>(::syscall(SYS_getpid))).str("]: ");
 }
 
-void DebugLine::put(char c) noexcept {
+void DebugLine::put(char c) {
     if (len_ < sizeof buf_ - 1)
         buf_[len_++] = c;
 }
 
-DebugLine& DebugLine::str(const char* s) noexcept {
+DebugLine& DebugLine::str(const char* s) {
     if (enabled_)
         while (s && *s)
             put(*s++);
     return *this;
 }
 
-DebugLine& DebugLine::num(uint64_t v) noexcept {
+DebugLine& DebugLine::num(uint64_t v) {
     if (!enabled_)
         return *this;
     char digits[20];
@@ -50,7 +50,7 @@ DebugLine& DebugLine::num(uint64_t v) noexcept {
     return *this;
 }
 
-DebugLine& DebugLine::inum(int64_t v) noexcept {
+DebugLine& DebugLine::inum(int64_t v) {
     if (v < 0) {
         str("-");
         return num(static_cast<uint64_t>(-(v + 1)) + 1);
@@ -58,7 +58,7 @@ DebugLine& DebugLine::inum(int64_t v) noexcept {
     return num(static_cast<uint64_t>(v));
 }
 
-void DebugLine::end() noexcept {
+void DebugLine::end() {
     if (!enabled_)
         return;
     buf_[len_++] = '\n';

@@ -8,25 +8,25 @@
 
 namespace l5pg::shim {
 
-void set_debug_enabled(bool on) noexcept;
-[[nodiscard]] bool debug_enabled() noexcept;
+void set_debug_enabled(bool on);
+[[nodiscard]] bool debug_enabled();
 
 class DebugLine {
   public:
-    explicit DebugLine(bool enabled) noexcept;
-    DebugLine& str(const char* s) noexcept;
-    DebugLine& num(uint64_t v) noexcept;
-    DebugLine& inum(int64_t v) noexcept;
-    void end() noexcept;  // appends '\n' and writes the line
+    explicit DebugLine(bool enabled);
+    DebugLine& str(const char* s);
+    DebugLine& num(uint64_t v);
+    DebugLine& inum(int64_t v);
+    void end();  // appends '\n' and writes the line
 
   private:
-    void put(char c) noexcept;
+    void put(char c);
     bool enabled_;
     size_t len_ = 0;
     char buf_[512];
 };
 
-[[nodiscard]] inline DebugLine debug_log() noexcept {
+[[nodiscard]] inline DebugLine debug_log() {
     return DebugLine(debug_enabled());
 }
 

@@ -25,11 +25,11 @@ constexpr uint32_t kRelaxRoundsPerYield = 64;
 // back's compare-and-swap and cleared after its end, so no instant escapes it.
 thread_local std::atomic<const std::atomic<uint32_t>*> t_taking_back{nullptr};
 
-std::atomic<uint32_t>& count_word(Channel& ch, Want want) noexcept {
+std::atomic<uint32_t>& count_word(Channel& ch, Want want) {
     return ch.waiters[want == Want::Read ? 0 : 1];
 }
 
-CountedWants bit(Want want) noexcept {
+CountedWants bit(Want want) {
     return want == Want::Read ? 1 : 2;
 }
 
@@ -37,7 +37,7 @@ CountedWants bit(Want want) noexcept {
 // in its few instructions: yield to it); returns how many were counted before it.
 // Sequentially consistent, as are the taking back and the re-read in arm_as_waiter(): the
 // flag's clearing happens before our arming, and our count is seen by a later arming.
-uint32_t count_in(std::atomic<uint32_t>& word) noexcept {
+uint32_t count_in(std::atomic<uint32_t>& word) {
     uint32_t seen = word.load(std::memory_order_seq_cst);
     for (uint32_t rounds = 1;; ++rounds) {
         if ((seen & kTakingBack) != 0 && t_taking_back.load(std::memory_order_relaxed) != &word) {
@@ -55,7 +55,7 @@ uint32_t count_in(std::atomic<uint32_t>& word) noexcept {
 
 }  // namespace
 
-bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& counted) noexcept {
+bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& counted) {
     std::atomic<uint32_t>& word = count_word(ch, want);
     uint32_t others = 0;
     if ((counted & bit(want)) == 0) {
@@ -74,7 +74,7 @@ bool arm_as_waiter(Channel& ch, Want want, uint64_t wait_id, CountedWants& count
     return armed;
 }
 
-void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) noexcept {
+void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) {
     std::atomic<uint32_t>& word = count_word(ch, want);
     uint32_t alone = (counted & bit(want)) != 0 ? 1 : 0;
     // A signal handler's wait runs this too: put back the marker of what it interrupted.
@@ -89,7 +89,7 @@ void disarm_unless_others_wait(Channel& ch, Want want, CountedWants counted) noe
     t_taking_back.store(interrupted, std::memory_order_relaxed);
 }
 
-bool others_wait(Channel& ch, Want want) noexcept {
+bool others_wait(Channel& ch, Want want) {
     return (count_word(ch, want).load(std::memory_order_seq_cst) & kCountMask) != 0;
 }
 
@@ -98,7 +98,7 @@ bool others_wait(Channel& ch, Want want) noexcept {
 // arm again for those still counted. Data already waiting is most likely the leaver's own,
 // which it reads next; what it leaves unread gets the others a doorbell then (the caller's
 // prepare_return(), channel.cpp, with others_wait()).
-void stop_waiting(Channel& ch, CountedWants& counted) noexcept {
+void stop_waiting(Channel& ch, CountedWants& counted) {
     for (const Want want : {Want::Read, Want::Write}) {
         if ((counted & bit(want)) == 0)
             continue;

@@ -33,14 +33,13 @@ using CountedWants = uint8_t;
 
 // Arms `want`, counting the caller in on its wait's first arming. The end's arm() result:
 // false means ready already (the caller's re-check sees it).
-bool arm_as_waiter(Channel& ch, transport::Want want, uint64_t wait_id,
-                   CountedWants& counted) noexcept;
+bool arm_as_waiter(Channel& ch, transport::Want want, uint64_t wait_id, CountedWants& counted);
 // Takes the flag back unless another thread is counted as waiting.
-void disarm_unless_others_wait(Channel& ch, transport::Want want, CountedWants counted) noexcept;
+void disarm_unless_others_wait(Channel& ch, transport::Want want, CountedWants counted);
 // The wait is over: counts the caller out of every direction it was counted in, re-arming
 // for the threads still waiting.
-void stop_waiting(Channel& ch, CountedWants& counted) noexcept;
+void stop_waiting(Channel& ch, CountedWants& counted);
 // Whether some thread is counted as waiting for `want` (the caller, done, is not).
-[[nodiscard]] bool others_wait(Channel& ch, transport::Want want) noexcept;
+[[nodiscard]] bool others_wait(Channel& ch, transport::Want want);
 
 }  // namespace l5pg::shim

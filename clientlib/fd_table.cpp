@@ -31,26 +31,26 @@ std::array<std::atomic<uint32_t>, kMaxTrackedFd> g_table;
 // constructor has not run yet (another library's constructor connects): ours.
 std::atomic<pid_t> g_owner{0};
 
-bool owned_here() noexcept {
+bool owned_here() {
     const pid_t owner = g_owner.load(std::memory_order_relaxed);
     return owner == 0 || ::getpid() == owner;
 }
 
-bool in_range(int fd) noexcept {
+bool in_range(int fd) {
     return fd >= 0 && fd < kMaxTrackedFd;
 }
 
-bool tracked(int fd) noexcept {
+bool tracked(int fd) {
     return in_range(fd) && g_table[fd].load(std::memory_order_relaxed) != kUntracked;
 }
 
-int64_t monotonic_ns() noexcept {  // clock_gettime is async-signal-safe
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
     timespec now{};
     ::clock_gettime(CLOCK_MONOTONIC, &now);
     return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
 }
 
-FdEntry decode(uint32_t raw) noexcept {
+FdEntry decode(uint32_t raw) {
     switch (raw) {
         case kUntracked:
             return {};
@@ -71,27 +71,27 @@ FdEntry decode(uint32_t raw) noexcept {
 
 }  // namespace
 
-FdEntry fd_lookup(int fd) noexcept {
+FdEntry fd_lookup(int fd) {
     if (!in_range(fd))
         return {};
     return decode(g_table[fd].load(std::memory_order_acquire));
 }
 
-void fd_table_take_ownership() noexcept {
+void fd_table_take_ownership() {
     g_owner.store(::getpid(), std::memory_order_relaxed);
 }
 
-void fd_set_candidate(int fd) noexcept {
+void fd_set_candidate(int fd) {
     if (in_range(fd) && owned_here())
         g_table[fd].store(kCandidate, std::memory_order_release);
 }
 
-void fd_set_rdma_candidate(int fd) noexcept {
+void fd_set_rdma_candidate(int fd) {
     if (in_range(fd) && owned_here())
         g_table[fd].store(kRdmaCandidate, std::memory_order_release);
 }
 
-bool fd_claim_for_upgrade(int fd) noexcept {
+bool fd_claim_for_upgrade(int fd) {
     if (!in_range(fd))
         return false;
     uint32_t expected = g_table[fd].load(std::memory_order_acquire);
@@ -100,7 +100,7 @@ bool fd_claim_for_upgrade(int fd) noexcept {
     return g_table[fd].compare_exchange_strong(expected, kUpgrading, std::memory_order_acq_rel);
 }
 
-bool fd_attach_channel(int fd, Channel& channel) noexcept {
+bool fd_attach_channel(int fd, Channel& channel) {
     if (!in_range(fd))
         return false;
     uint32_t expected = kUpgrading;
@@ -108,7 +108,7 @@ bool fd_attach_channel(int fd, Channel& channel) noexcept {
                                                std::memory_order_acq_rel);
 }
 
-void fd_abandon_upgrade(int fd) noexcept {
+void fd_abandon_upgrade(int fd) {
     if (!in_range(fd))
         return;
     uint32_t expected = kUpgrading;
@@ -118,7 +118,7 @@ void fd_abandon_upgrade(int fd) noexcept {
 // An upgrade waits for l5pgd's answer for up to upgrade_timeout_ms per step (RDMA's take a
 // few): four of them bound a wait that a signal handler interrupting the upgrading thread
 // itself would otherwise never end.
-bool fd_await_upgrade(int fd) noexcept {
+bool fd_await_upgrade(int fd) {
     if (!in_range(fd))
         return true;
     const int64_t deadline =
@@ -132,13 +132,13 @@ bool fd_await_upgrade(int fd) noexcept {
     return true;
 }
 
-FdEntry fd_forget(int fd) noexcept {
+FdEntry fd_forget(int fd) {
     if (!tracked(fd) || !owned_here())
         return {};
     return decode(g_table[fd].exchange(kUntracked, std::memory_order_acq_rel));
 }
 
-void fd_duplicate(int from, int to) noexcept {
+void fd_duplicate(int from, int to) {
     // Not `tracked() && !owned_here()`: a thread of a vfork() child's parent may make either
     // entry tracked between the two looks.
     if (from == to || !owned_here())
@@ -182,7 +182,7 @@ void fd_duplicate(int from, int to) noexcept {
 
 // A socket another thread was upgrading when the parent forked goes onto the parent's rings
 // (or stays a socket) without the child: the child's copy is the parent's, as upgraded ones.
-void fd_mark_all_forked() noexcept {
+void fd_mark_all_forked() {
     for (auto& entry : g_table) {
         const uint32_t raw = entry.load(std::memory_order_relaxed);
         if (raw >= kChannelBase || raw == kUpgrading)

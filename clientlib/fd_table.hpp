@@ -26,32 +26,32 @@ struct FdEntry {
     Channel* channel = nullptr;  // Upgraded only
 };
 
-[[nodiscard]] FdEntry fd_lookup(int fd) noexcept;
+[[nodiscard]] FdEntry fd_lookup(int fd);
 // At load and in a forked child: this process owns the table. In a process that does not
 // (a vfork() child, in its parent's memory) the calls below leave tracked entries alone and
 // fd_forget() returns Untracked: the child's fds are plain copies of the parent's.
-void fd_table_take_ownership() noexcept;
-void fd_set_candidate(int fd) noexcept;
-void fd_set_rdma_candidate(int fd) noexcept;
+void fd_table_take_ownership();
+void fd_set_candidate(int fd);
+void fd_set_rdma_candidate(int fd);
 // The first send's claim on a candidate: Candidate or RdmaCandidate -> Upgrading. False when
 // another thread got there first (its own first send, a dup(), a close()).
-[[nodiscard]] bool fd_claim_for_upgrade(int fd) noexcept;
+[[nodiscard]] bool fd_claim_for_upgrade(int fd);
 // Upgrading -> Upgraded; false if the entry changed meanwhile (closed by another thread).
-[[nodiscard]] bool fd_attach_channel(int fd, Channel& channel) noexcept;
+[[nodiscard]] bool fd_attach_channel(int fd, Channel& channel);
 // Upgrading -> Untracked: the upgrade was declined or failed; the socket is a socket.
-void fd_abandon_upgrade(int fd) noexcept;
+void fd_abandon_upgrade(int fd);
 // Waits (sleeping, async-signal-safe) while another thread's upgrade of `fd` is under way,
 // at most a few upgrade timeouts. False if it still is.
-[[nodiscard]] bool fd_await_upgrade(int fd) noexcept;
+[[nodiscard]] bool fd_await_upgrade(int fd);
 // Returns the previous entry and leaves the fd Untracked. The caller owns the
 // reference the entry held (see channel_release).
-FdEntry fd_forget(int fd) noexcept;
+FdEntry fd_forget(int fd);
 // `to` becomes a duplicate of `from` (dup/dup2/dup3/F_DUPFD). The previous entry of
 // `to` is released, as the kernel implicitly closed it. A candidate duplicated before its
 // first message is no longer one (both stay plain sockets); one duplicated while its first
 // message asks for the upgrade gets the upgrade's outcome (fd_await_upgrade).
-void fd_duplicate(int from, int to) noexcept;
+void fd_duplicate(int from, int to);
 // In a forked child: every upgraded fd, and every one being upgraded, becomes Forked.
-void fd_mark_all_forked() noexcept;
+void fd_mark_all_forked();
 
 }  // namespace l5pg::shim

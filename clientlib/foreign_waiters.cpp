@@ -26,7 +26,7 @@ std::atomic<bool> g_foreign_waiters{false};
 
 // Conservative: any Unix-domain socket counts (and with L5PG_TRANSPORT=rdma any TCP
 // socket), since a socket may be registered before connect() tells us it leads to l5pgd.
-bool may_become_ours(int fd) noexcept {
+bool may_become_ours(int fd) {
     if (fd_lookup(fd).kind != FdKind::Untracked)
         return true;
     sockaddr_storage addr{};
@@ -39,7 +39,7 @@ bool may_become_ours(int fd) noexcept {
            (addr.ss_family == AF_INET || addr.ss_family == AF_INET6);
 }
 
-void expect_foreign_waiters(const char* why, int fd) noexcept {
+void expect_foreign_waiters(const char* why, int fd) {
     g_foreign_waiters.store(true, std::memory_order_relaxed);
     debug_log().str("fd ").inum(fd).str(why).end();
     // Channels used so far did not keep the invariant: establish it on each of them.
@@ -49,7 +49,7 @@ void expect_foreign_waiters(const char* why, int fd) noexcept {
 }
 
 // Whether /proc/self/fd/<name> is an io_uring instance ("anon_inode:[io_uring]").
-bool is_io_uring(int dir, const char* name) noexcept {
+bool is_io_uring(int dir, const char* name) {
     static constexpr char kTarget[] = "anon_inode:[io_uring]";
     char link[sizeof kTarget];
     const ssize_t n = ::readlinkat(dir, name, link, sizeof link);
@@ -57,7 +57,7 @@ bool is_io_uring(int dir, const char* name) noexcept {
            std::memcmp(link, kTarget, sizeof kTarget - 1) == 0;
 }
 
-int fd_number(const char* name) noexcept {
+int fd_number(const char* name) {
     int fd = 0;
     for (; *name >= '0' && *name <= '9'; ++name)
         fd = fd * 10 + (*name - '0');
@@ -66,7 +66,7 @@ int fd_number(const char* name) noexcept {
 
 // The first io_uring instance among the process's descriptors, or -1. getdents64() rather
 // than readdir(), which allocates.
-int find_io_uring() noexcept {
+int find_io_uring() {
     const int dir = static_cast<int>(::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dir < 0)
         return -1;
@@ -91,7 +91,7 @@ int find_io_uring() noexcept {
 
 }  // namespace
 
-void note_io_uring_instances() noexcept {
+void note_io_uring_instances() {
     if (g_foreign_waiters.load(std::memory_order_relaxed))
         return;
     // A look costs a readlinkat() per open descriptor: at most one a second (event loops make
@@ -110,11 +110,11 @@ void note_io_uring_instances() noexcept {
             ring);
 }
 
-bool foreign_waiters_possible() noexcept {
+bool foreign_waiters_possible() {
     return g_foreign_waiters.load(std::memory_order_relaxed);
 }
 
-void note_epoll_ctl(int op, int fd) noexcept {
+void note_epoll_ctl(int op, int fd) {
     if (op == EPOLL_CTL_DEL || g_foreign_waiters.load(std::memory_order_relaxed) ||
         !may_become_ours(fd))
         return;

@@ -15,11 +15,11 @@
 
 namespace l5pg::shim {
 
-[[nodiscard]] bool foreign_waiters_possible() noexcept;
+[[nodiscard]] bool foreign_waiters_possible();
 // The epoll_ctl() interposer's hook: called before the real call.
-void note_epoll_ctl(int op, int fd) noexcept;
+void note_epoll_ctl(int op, int fd);
 // Before an upgrade: looks for an io_uring instance among the process's descriptors
 // (/proc/self/fd; async-signal-safe, no allocation).
-void note_io_uring_instances() noexcept;
+void note_io_uring_instances();
 
 }  // namespace l5pg::shim

@@ -24,11 +24,11 @@ namespace {
 // OpenSSL's socket BIO would call read()/write(), which are ours: the fd is still an
 // upgrade candidate and its first write would start another upgrade. This BIO goes to
 // libc directly and never blocks (tls_call() waits).
-int fd_of(BIO* bio) noexcept {
+int fd_of(BIO* bio) {
     return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
 }
 
-int bio_write(BIO* bio, const char* data, int len) noexcept {
+int bio_write(BIO* bio, const char* data, int len) {
     BIO_clear_retry_flags(bio);
     const ssize_t n =
         real().send(fd_of(bio), data, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -37,7 +37,7 @@ int bio_write(BIO* bio, const char* data, int len) noexcept {
     return static_cast<int>(n);
 }
 
-int bio_read(BIO* bio, char* out, int len) noexcept {
+int bio_read(BIO* bio, char* out, int len) {
     BIO_clear_retry_flags(bio);
     const ssize_t n = real().recv(fd_of(bio), out, static_cast<size_t>(len), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -45,12 +45,12 @@ int bio_read(BIO* bio, char* out, int len) noexcept {
     return static_cast<int>(n);
 }
 
-long bio_ctrl(BIO*, int cmd, long, void*) noexcept {
+long bio_ctrl(BIO*, int cmd, long, void*) {
     return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is buffered here
 }
 
 // The server's address as text, which verify-full checks when L5PG_SSLHOST is not set.
-bool peer_ip(int fd, char* out, size_t size) noexcept {
+bool peer_ip(int fd, char* out, size_t size) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0)
@@ -64,7 +64,7 @@ bool peer_ip(int fd, char* out, size_t size) noexcept {
 
 }  // namespace
 
-HandshakeStream::Tls HandshakeStream::fail(const char* why) noexcept {
+HandshakeStream::Tls HandshakeStream::fail(const char* why) {
     const unsigned long code = ERR_get_error();
     std::snprintf(error_, sizeof error_, "%s", why);
     if (code != 0) {
@@ -77,7 +77,7 @@ HandshakeStream::Tls HandshakeStream::fail(const char* why) noexcept {
     return Tls::Failed;
 }
 
-bool HandshakeStream::configure(SSL_CTX* ctx) noexcept {
+bool HandshakeStream::configure(SSL_CTX* ctx) {
     const Settings& s = settings();
     if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1)
         return false;
@@ -97,7 +97,7 @@ bool HandshakeStream::configure(SSL_CTX* ctx) noexcept {
     return true;
 }
 
-HandshakeStream::Tls HandshakeStream::start_tls() noexcept {
+HandshakeStream::Tls HandshakeStream::start_tls() {
     std::array<std::byte, 8> request{};
     protocol::write_be32(request.data(), 8);
     protocol::write_be32(request.data() + 4, protocol::kSslRequestCode);
@@ -128,7 +128,7 @@ HandshakeStream::Tls HandshakeStream::start_tls() noexcept {
     return connect_tls() ? Tls::On : Tls::Failed;
 }
 
-bool HandshakeStream::connect_tls() noexcept {
+bool HandshakeStream::connect_tls() {
     const Settings& s = settings();
     if (s.ssl_mode == SslMode::VerifyFull) {
         X509_VERIFY_PARAM* param = SSL_get0_param(ssl_.get());
@@ -153,7 +153,7 @@ bool HandshakeStream::connect_tls() noexcept {
 }
 
 template <class Op>
-int HandshakeStream::tls_call(Op op, const wait::Deadline& deadline) noexcept {
+int HandshakeStream::tls_call(Op op, const wait::Deadline& deadline) {
     for (;;) {
         ERR_clear_error();
         const int r = op();
@@ -182,7 +182,7 @@ int HandshakeStream::tls_call(Op op, const wait::Deadline& deadline) noexcept {
 // Runs `step(done, deadline)` (bytes moved, 0 at EOF, -1 with errno) until `len`
 // bytes moved, waiting for `events` on EAGAIN, within L5PG_UPGRADE_TIMEOUT_MS.
 template <class Step>
-bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
+bool HandshakeStream::move_all(size_t len, short events, Step step) {
     const wait::Deadline deadline = upgrade_deadline(settings().upgrade_timeout_ms);
     size_t done = 0;
     while (done < len) {
@@ -201,7 +201,7 @@ bool HandshakeStream::move_all(size_t len, short events, Step step) noexcept {
     return true;
 }
 
-bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
+bool HandshakeStream::send_all(const std::byte* data, size_t len) {
     return move_all(len, POLLOUT, [&](size_t done, const wait::Deadline& deadline) -> ssize_t {
         if (!ssl_)
             return real().send(fd_, data + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -212,7 +212,7 @@ bool HandshakeStream::send_all(const std::byte* data, size_t len) noexcept {
     });
 }
 
-bool HandshakeStream::recv_exact(std::byte* out, size_t len) noexcept {
+bool HandshakeStream::recv_exact(std::byte* out, size_t len) {
     return move_all(len, POLLIN, [&](size_t done, const wait::Deadline& deadline) -> ssize_t {
         if (!ssl_)
             return real().recv(fd_, out + done, len - done, MSG_DONTWAIT);
@@ -223,14 +223,14 @@ bool HandshakeStream::recv_exact(std::byte* out, size_t len) noexcept {
     });
 }
 
-char HandshakeStream::await_answer() noexcept {
+char HandshakeStream::await_answer() {
     if (!ssl_)
         return shim::await_answer(fd_);
     std::byte answer{};
     return recv_exact(&answer, 1) ? static_cast<char>(answer) : 0;
 }
 
-bool HandshakeStream::drained() const noexcept {
+bool HandshakeStream::drained() const {
     return !ssl_ || SSL_pending(ssl_.get()) == 0;
 }
 

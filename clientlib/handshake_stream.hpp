@@ -20,7 +20,7 @@ namespace l5pg::shim {
 
 class HandshakeStream {
   public:
-    explicit HandshakeStream(int fd) noexcept : fd_(fd) {}
+    explicit HandshakeStream(int fd) : fd_(fd) {}
 
     enum class Tls {
         On,       // the rest of the handshake runs inside TLS
@@ -28,40 +28,40 @@ class HandshakeStream {
         Failed,   // TLS did not come up (error() says why): the socket is unusable
     };
     // SSLRequest, then the TLS handshake with the checks L5PG_SSLMODE asks for.
-    [[nodiscard]] Tls start_tls() noexcept;
-    [[nodiscard]] bool encrypted() const noexcept { return ssl_ != nullptr; }
+    [[nodiscard]] Tls start_tls();
+    [[nodiscard]] bool encrypted() const { return ssl_ != nullptr; }
     // Why start_tls() failed.
-    [[nodiscard]] const char* error() const noexcept { return error_; }
+    [[nodiscard]] const char* error() const { return error_; }
 
     // Bounded by L5PG_UPGRADE_TIMEOUT_MS; false with errno set on timeout, EOF or error.
-    [[nodiscard]] bool send_all(const std::byte* data, size_t len) noexcept;
-    [[nodiscard]] bool recv_exact(std::byte* out, size_t len) noexcept;
+    [[nodiscard]] bool send_all(const std::byte* data, size_t len);
+    [[nodiscard]] bool recv_exact(std::byte* out, size_t len);
     // l5pgd's one-byte answer; 0 with errno set on timeout, EOF or error.
-    [[nodiscard]] char await_answer() noexcept;
+    [[nodiscard]] char await_answer();
     // Inside TLS: nothing l5pgd sent is left unread (anything after its last handshake
     // message would be a protocol error).
-    [[nodiscard]] bool drained() const noexcept;
+    [[nodiscard]] bool drained() const;
 
   private:
     struct SslFree {
-        void operator()(SSL* ssl) const noexcept { SSL_free(ssl); }
+        void operator()(SSL* ssl) const { SSL_free(ssl); }
     };
     struct CtxFree {
-        void operator()(SSL_CTX* ctx) const noexcept { SSL_CTX_free(ctx); }
+        void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
     };
     struct MethodFree {
-        void operator()(BIO_METHOD* m) const noexcept { BIO_meth_free(m); }
+        void operator()(BIO_METHOD* m) const { BIO_meth_free(m); }
     };
 
-    [[nodiscard]] bool configure(SSL_CTX* ctx) noexcept;
-    [[nodiscard]] bool connect_tls() noexcept;
+    [[nodiscard]] bool configure(SSL_CTX* ctx);
+    [[nodiscard]] bool connect_tls();
     // Runs `op` (an SSL call) until it succeeds, waiting for the socket as OpenSSL asks;
     // its result, or -1 with errno set.
     template <class Op>
-    int tls_call(Op op, const wait::Deadline& deadline) noexcept;
+    int tls_call(Op op, const wait::Deadline& deadline);
     template <class Step>
-    [[nodiscard]] bool move_all(size_t len, short events, Step step) noexcept;
-    Tls fail(const char* why) noexcept;
+    [[nodiscard]] bool move_all(size_t len, short events, Step step);
+    Tls fail(const char* why);
 
     int fd_;
     char error_[256] = {};

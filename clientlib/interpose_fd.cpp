@@ -24,7 +24,7 @@ using namespace l5pg::shim;
 namespace {
 
 // `closing_fd`: the fd the caller is about to close, or -1.
-void release_entry(const FdEntry& entry, int closing_fd = -1) noexcept {
+void release_entry(const FdEntry& entry, int closing_fd = -1) {
     if (entry.kind == FdKind::Upgraded)
         channel_release(*entry.channel, closing_fd);
 }
@@ -34,7 +34,7 @@ void release_entry(const FdEntry& entry, int closing_fd = -1) noexcept {
 // last messages are delivered), and no entry stays behind for the numbers the kernel hands
 // out again (a stale one would send a new file's bytes into the old rings). Should the call
 // then fail (ENOSYS before Linux 5.9, a seccomp filter), no dead descriptor is left open.
-void close_tracked_in_range(unsigned first, unsigned last) noexcept {
+void close_tracked_in_range(unsigned first, unsigned last) {
     const unsigned end = std::min<unsigned>(last, kMaxTrackedFd - 1);
     for (unsigned fd = first; fd <= end; ++fd) {
         const FdEntry entry = fd_forget(static_cast<int>(fd));
@@ -45,13 +45,13 @@ void close_tracked_in_range(unsigned first, unsigned last) noexcept {
     }
 }
 
-void track_nonblocking(int fd, bool on) noexcept {
+void track_nonblocking(int fd, bool on) {
     if (const ChannelRef channel = ChannelRef::of(fd))
         channel->nonblocking.store(on, std::memory_order_relaxed);
 }
 
 template <class RealFcntl>
-int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) noexcept {
+int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) {
     const int rc = real_fcntl(fd, cmd, arg);
     if (rc < 0)
         return rc;
@@ -105,7 +105,7 @@ int close(int fd) {
     return real().close(fd);
 }
 
-int close_range(unsigned first, unsigned last, int flags) noexcept {
+int close_range(unsigned first, unsigned last, int flags) {
     // The kernel refuses first > last and unknown flags (EINVAL) and closes nothing then;
     // CLOSE_RANGE_CLOEXEC only marks the fds. CLOSE_RANGE_UNSHARE closes them too: in a
     // private copy of the fd table when other threads share it (rare: it is made for a
@@ -116,26 +116,26 @@ int close_range(unsigned first, unsigned last, int flags) noexcept {
     return real().close_range(first, last, flags);
 }
 
-void closefrom(int lowfd) noexcept {
+void closefrom(int lowfd) {
     close_tracked_in_range(lowfd < 0 ? 0U : static_cast<unsigned>(lowfd), ~0U);  // as glibc
     real().closefrom(lowfd);
 }
 
-int dup(int fd) noexcept {
+int dup(int fd) {
     const int rc = real().dup(fd);
     if (rc >= 0)
         fd_duplicate(fd, rc);
     return rc;
 }
 
-int dup2(int fd, int fd2) noexcept {
+int dup2(int fd, int fd2) {
     const int rc = real().dup2(fd, fd2);
     if (rc >= 0)
         fd_duplicate(fd, rc);
     return rc;
 }
 
-int dup3(int fd, int fd2, int flags) noexcept {
+int dup3(int fd, int fd2, int flags) {
     const int rc = real().dup3(fd, fd2, flags);
     if (rc >= 0)
         fd_duplicate(fd, rc);
@@ -160,7 +160,7 @@ int fcntl64(int fd, int cmd, ...) {
     return fcntl_common(real().fcntl64, fd, cmd, arg);
 }
 
-int ioctl(int fd, unsigned long request, ...) noexcept {
+int ioctl(int fd, unsigned long request, ...) {
     va_list ap;
     va_start(ap, request);
     void* arg = va_arg(ap, void*);

@@ -31,7 +31,7 @@ struct Route {
 };
 
 // An fd another thread closed just now is libc's again (EBADF, or its new use).
-Route via_channel(int fd) noexcept {
+Route via_channel(int fd) {
     ChannelRef channel = ChannelRef::of(fd);
     if (!channel)
         return {RouteKind::Real, {}};
@@ -43,7 +43,7 @@ Route via_channel(int fd) noexcept {
 // invalid addresses only null is caught, here and below), a length that is negative as an
 // ssize_t EINVAL. (A sum beyond SSIZE_MAX, which only invalid buffers reach, is EINVAL here
 // too, as readv(2) says; the kernel caps it and then fails with EFAULT.)
-int iov_refusal(const iovec* iov, int iovcnt) noexcept {
+int iov_refusal(const iovec* iov, int iovcnt) {
     if (iovcnt < 0 || iovcnt > IOV_MAX)
         return EINVAL;
     if (iov == nullptr && iovcnt > 0)
@@ -59,14 +59,14 @@ int iov_refusal(const iovec* iov, int iovcnt) noexcept {
 
 // A null buffer of non-zero length: the kernel's copy from or to it fails with EFAULT; the
 // rings' memcpy would crash the program instead.
-bool null_piece(const iovec* iov, int iovcnt) noexcept {
+bool null_piece(const iovec* iov, int iovcnt) {
     for (int i = 0; i < iovcnt; ++i)
         if (iov[i].iov_base == nullptr && iov[i].iov_len > 0)
             return true;
     return false;
 }
 
-bool refused(int error) noexcept {
+bool refused(int error) {
     if (error == 0)
         return false;
     errno = error;
@@ -74,14 +74,14 @@ bool refused(int error) noexcept {
 }
 
 // sendmsg(2) and recvmsg(2) refuse more than IOV_MAX pieces with EMSGSIZE.
-bool too_many_pieces(int fd, const msghdr* msg) noexcept {
+bool too_many_pieces(int fd, const msghdr* msg) {
     if (fd_lookup(fd).kind != FdKind::Upgraded || msg->msg_iovlen <= IOV_MAX)
         return false;
     errno = EMSGSIZE;
     return true;
 }
 
-size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) noexcept {
+size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) {
     size_t n = 0;
     for (int i = 0; i < iovcnt && n < max; ++i) {
         const size_t take = std::min(iov[i].iov_len, max - n);
@@ -91,14 +91,14 @@ size_t gather_prefix(const iovec* iov, int iovcnt, std::byte* out, size_t max) n
     return n;
 }
 
-Route route_send(int fd, const iovec* iov, int iovcnt) noexcept;
+Route route_send(int fd, const iovec* iov, int iovcnt);
 
 // Another thread's first send is upgrading `fd`: the call waits for the outcome (bytes sent
 // meanwhile on the bare socket would reach l5pgd in the middle of the upgrade, and l5pgd's
 // answer is not the caller's to read), also when non-blocking, as the first send itself
 // does: an EAGAIN now would come with no readiness to wait for (poll() and epoll see the
 // bare socket until the upgrade settles). EAGAIN only if it outlasts fd_await_upgrade().
-bool await_upgrade(int fd) noexcept {
+bool await_upgrade(int fd) {
     if (fd_await_upgrade(fd))
         return true;
     errno = EAGAIN;
@@ -106,7 +106,7 @@ bool await_upgrade(int fd) noexcept {
 }
 
 // The first send on a candidate fd decides its fate (see upgrade.hpp).
-Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept {
+Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) {
     // Arguments the kernel refuses before it sends anything: the bare socket says so, and
     // the fd stays a candidate. A null piece the kernel would find only after sending the
     // pieces before it (part of a StartupMessage on the bare socket): EFAULT from us.
@@ -140,7 +140,7 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) noexcept
     return {RouteKind::Real, {}};
 }
 
-Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
+Route route_send(int fd, const iovec* iov, int iovcnt) {
     switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
             return {RouteKind::Real, {}};
@@ -161,7 +161,7 @@ Route route_send(int fd, const iovec* iov, int iovcnt) noexcept {
     return {RouteKind::Real, {}};
 }
 
-Route route_recv(int fd) noexcept {
+Route route_recv(int fd) {
     switch (fd_lookup(fd).kind) {
         case FdKind::Untracked:
         case FdKind::Candidate:
@@ -187,7 +187,7 @@ Route route_recv(int fd) noexcept {
 
 // send(MSG_OOB): urgent data cannot travel through the rings; EOPNOTSUPP is what a socket
 // family without it answers (AF_UNIX before Linux 5.15).
-bool refuse_send_flags(int flags) noexcept {
+bool refuse_send_flags(int flags) {
     if ((flags & MSG_OOB) == 0)
         return false;
     errno = EOPNOTSUPP;
@@ -197,7 +197,7 @@ bool refuse_send_flags(int flags) noexcept {
 // recv(MSG_OOB) with no urgent data is EINVAL (TCP and AF_UNIX alike); MSG_ERRQUEUE reads an
 // empty error queue: EAGAIN (TCP; AF_UNIX would hand out stream bytes, which no caller
 // asking for errors wants).
-bool refuse_recv_flags(int flags) noexcept {
+bool refuse_recv_flags(int flags) {
     if ((flags & (MSG_OOB | MSG_ERRQUEUE)) == 0)
         return false;
     errno = (flags & MSG_OOB) != 0 ? EINVAL : EAGAIN;
@@ -208,7 +208,7 @@ bool refuse_recv_flags(int flags) noexcept {
 // real socket, by a send of nothing to it (TCP ignores the address; AF_UNIX says EISCONN; a
 // bad address is EFAULT or EINVAL on both). Only those answers count: the connection's own
 // failures are the channel's to report.
-bool refuse_address(int fd, const sockaddr* addr, socklen_t addrlen) noexcept {
+bool refuse_address(int fd, const sockaddr* addr, socklen_t addrlen) {
     if (addr == nullptr && addrlen == 0)
         return false;
     if (real().sendto(fd, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL, addr, addrlen) == 0)
@@ -218,7 +218,7 @@ bool refuse_address(int fd, const sockaddr* addr, socklen_t addrlen) noexcept {
 
 // recv(MSG_TRUNC) on TCP discards what it would have copied (tcp(7)): `buf` may well be
 // null (channel_recv_discarding). AF_UNIX ignores the flag and copies.
-bool discards_truncated(int fd, int flags) noexcept {
+bool discards_truncated(int fd, int flags) {
     if ((flags & MSG_TRUNC) == 0)
         return false;
     int domain = 0;
@@ -229,7 +229,7 @@ bool discards_truncated(int fd, int flags) noexcept {
 
 template <class RealSend>
 ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
-                 RealSend real_send) noexcept {
+                 RealSend real_send) {
     const Route route = route_send(fd, iov, iovcnt);
     switch (route.kind) {
         case RouteKind::Real:
@@ -259,7 +259,7 @@ ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
 // (recv_nothing in channel.cpp).
 enum class EmptyRead { Waits, ReturnsZero };
 
-bool asks_nothing(const iovec* iov, int iovcnt) noexcept {
+bool asks_nothing(const iovec* iov, int iovcnt) {
     for (int i = 0; i < iovcnt; ++i)
         if (iov[i].iov_len != 0)
             return false;
@@ -268,7 +268,7 @@ bool asks_nothing(const iovec* iov, int iovcnt) noexcept {
 
 template <class RealRecv>
 ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
-                 EmptyRead empty = EmptyRead::Waits) noexcept {
+                 EmptyRead empty = EmptyRead::Waits) {
     const Route route = route_recv(fd);
     switch (route.kind) {
         case RouteKind::Real:

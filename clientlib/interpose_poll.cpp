@@ -3,6 +3,7 @@
 // spin and yield within the budget (and the caller's timeout), then arm the wake-up
 // flags, re-check, and block in the real ppoll() on the sockets, where a doorbell byte
 // or EOF wakes us. select()/pselect() are mapped onto the same code.
+#include <cxxabi.h>
 #include <poll.h>
 #include <sys/select.h>
 #include <time.h>
@@ -33,11 +34,11 @@ namespace {
 constexpr int64_t kForever = -1;
 // A forked child's copy of an upgraded fd reads EOF and writes EPIPE. Like a Unix socket
 // whose peer left: hung up, readable (the EOF) and writable (the EPIPE) where asked for.
-short forked_revents(short events) noexcept {
+short forked_revents(short events) {
     return static_cast<short>(POLLHUP | (events & (kPollReadable | kPollWritable | POLLRDHUP)));
 }
 
-int64_t now_ns() noexcept {
+int64_t now_ns() {
     timespec ts{};
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
     return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
@@ -45,7 +46,7 @@ int64_t now_ns() noexcept {
 
 // A null array goes to the kernel, which answers EFAULT (a pointer it cannot read otherwise
 // crashes the program here, where the kernel would answer EFAULT too).
-bool any_tracked(const pollfd* fds, nfds_t n) noexcept {
+bool any_tracked(const pollfd* fds, nfds_t n) {
     if (fds == nullptr)
         return false;
     for (nfds_t i = 0; i < n; ++i) {
@@ -91,7 +92,7 @@ class MixedPoll {
     MixedPoll(const MixedPoll&) = delete;
     MixedPoll& operator=(const MixedPoll&) = delete;
 
-    int run(int64_t timeout_ns, const sigset_t* mask) noexcept {
+    int run(int64_t timeout_ns, const sigset_t* mask) {
         if (int ready = scan_rings(); ready > 0 || timeout_ns == 0)
             return finish(ready);
         const int64_t started = now_ns();
@@ -108,27 +109,27 @@ class MixedPoll {
     // fd, re-check and sleep in the real ppoll() on all the fds.
     class PollWaiter {
       public:
-        PollWaiter(MixedPoll& poll, int64_t deadline, const sigset_t* mask) noexcept
+        PollWaiter(MixedPoll& poll, int64_t deadline, const sigset_t* mask)
             : poll_(poll), deadline_(deadline), mask_(mask) {}
 
-        bool ready() noexcept { return poll_.scan_rings() > 0; }
-        wait::WaitPolicy policy() noexcept { return poll_.budget_within(deadline_); }
+        bool ready() { return poll_.scan_rings() > 0; }
+        wait::WaitPolicy policy() { return poll_.budget_within(deadline_); }
         // Every upgraded fd under one name: l5pgd rings one of them, which ends the wait.
-        bool arm() noexcept {
+        bool arm() {
             const uint64_t wait_id = wait::next_wait_id();
             poll_.for_each_upgraded_entry([this, wait_id](Entry& e, short events) {
                 channel_arm(*e.channel, events, wait_id, poll_.counted_of(e));
             });
             return true;
         }
-        void disarm() noexcept {
+        void disarm() {
             poll_.for_each_upgraded_entry([this](Entry& e, short events) {
                 channel_disarm(*e.channel, events, poll_.counted_of(e));
             });
         }
         // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
         // again, where the rings are looked at first.
-        wait::Woken sleep() noexcept {
+        wait::Woken sleep() {
             const int rc = poll_.block(deadline_, mask_);
             if (rc < 0)
                 return wait::Woken::Stop;
@@ -137,7 +138,7 @@ class MixedPoll {
                 return wait::Woken::Look;
             return wait::Woken::Again;
         }
-        [[nodiscard]] int ordinary_ready() const noexcept { return ordinary_ready_; }
+        [[nodiscard]] int ordinary_ready() const { return ordinary_ready_; }
 
       private:
         MixedPoll& poll_;
@@ -146,7 +147,7 @@ class MixedPoll {
         int ordinary_ready_ = 0;
     };
 
-    int wait(int64_t deadline, const sigset_t* mask) noexcept {
+    int wait(int64_t deadline, const sigset_t* mask) {
         PollWaiter waiter(*this, deadline, mask);
         if (!wait::block_until_ready(waiter))
             return -1;
@@ -158,7 +159,7 @@ class MixedPoll {
 
     // The largest budget any upgraded fd earned (channel_wait_budget), cut to the
     // caller's timeout.
-    wait::WaitPolicy budget_within(int64_t deadline) noexcept {
+    wait::WaitPolicy budget_within(int64_t deadline) {
         size_t upgraded = 0;
         for_each_upgraded([&upgraded](Channel&, short) { ++upgraded; });
         wait::WaitPolicy budget = wait::WaitPolicy::none();
@@ -176,7 +177,7 @@ class MixedPoll {
     }
 
     // Sets revents of upgraded/forked entries from ring state; returns how many are ready.
-    int scan_rings() noexcept {
+    int scan_rings() {
         int ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
             const Entry& entry = entries_[i];
@@ -196,7 +197,7 @@ class MixedPoll {
     // Blocks in the real ppoll() (upgraded fds armed by PollWaiter) with upgraded sockets
     // polled for POLLIN only (a doorbell byte or EOF), then disarms and drains them.
     // Returns the number of ready ordinary fds, or -1 with errno.
-    int block(int64_t deadline, const sigset_t* mask) noexcept {
+    int block(int64_t deadline, const sigset_t* mask) {
         for (nfds_t i = 0; i < n_; ++i) {
             entries_[i].saved_events = fds_[i].events;
             if (entries_[i].kind == FdKind::Upgraded)
@@ -236,7 +237,7 @@ class MixedPoll {
 
     // Counts the ready entries, each once, and restores the readiness invariant
     // (channel.hpp) for upgraded fds with empty rings.
-    int finish(int ring_ready, Ordinary ordinary = Ordinary::Probe) noexcept {
+    int finish(int ring_ready, Ordinary ordinary = Ordinary::Probe) {
         int ordinary_ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
             const Entry& entry = entries_[i];
@@ -274,10 +275,10 @@ class MixedPoll {
     };
     static_assert(sizeof(Entry) <= 24);
 
-    CountedWants& counted_of(const Entry& e) noexcept { return entries_[e.counted_in].counted; }
+    CountedWants& counted_of(const Entry& e) { return entries_[e.counted_in].counted; }
 
     // The index of the first upgraded entry before `i` on the same channel, or i.
-    uint32_t counted_in(const Channel* ch, nfds_t i) noexcept {
+    uint32_t counted_in(const Channel* ch, nfds_t i) {
         for (nfds_t j = 0; j < i; ++j) {
             if (entries_[j].kind == FdKind::Upgraded && entries_[j].channel.get() == ch)
                 return entries_[j].counted_in;
@@ -286,7 +287,7 @@ class MixedPoll {
     }
 
     template <class Fn>
-    void for_each_upgraded_entry(Fn fn) noexcept {
+    void for_each_upgraded_entry(Fn fn) {
         for (nfds_t i = 0; i < n_; ++i) {
             Entry& entry = entries_[i];
             if (entry.kind == FdKind::Upgraded)
@@ -294,7 +295,7 @@ class MixedPoll {
         }
     }
     template <class Fn>
-    void for_each_upgraded(Fn fn) noexcept {
+    void for_each_upgraded(Fn fn) {
         for_each_upgraded_entry([&fn](Entry& e, short events) { fn(*e.channel, events); });
     }
     static constexpr size_t kInlineBytes = 512;  // ~20 fds; small on a signal stack too
@@ -307,18 +308,20 @@ class MixedPoll {
 };
 
 // Runs `call`: std::bad_alloc (from more fds than the stack buffers hold, the only
-// exception possible here) must not cross into C.
+// exception possible here) must not cross into C; pthread_cancel()'s unwinding must.
 template <class Call>
-int enomem_on_throw(Call call) noexcept {
+int enomem_on_throw(Call call) {
     try {
         return call();
+    } catch (const abi::__forced_unwind&) {
+        throw;
     } catch (...) {
         errno = ENOMEM;
         return -1;
     }
 }
 
-int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) noexcept {
+int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) {
     return enomem_on_throw([&] { return MixedPoll(fds, n).run(timeout_ns, mask); });
 }
 
@@ -328,34 +331,34 @@ constexpr int64_t kMaxTimeoutSec = int64_t{1} << 32;
 // The timeouts the kernel refuses with EINVAL before it waits: for ppoll() and pselect() a
 // negative second or a nanosecond outside 0..999,999,999; for select() a negative second or
 // microsecond (it carries whole seconds out of tv_usec).
-bool valid_timeout(const timespec* ts) noexcept {
+bool valid_timeout(const timespec* ts) {
     return ts == nullptr || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000);
 }
-bool valid_timeout(const timeval* tv) noexcept {
+bool valid_timeout(const timeval* tv) {
     return tv == nullptr || (tv->tv_sec >= 0 && tv->tv_usec >= 0);
 }
 
-int einval() noexcept {
+int einval() {
     errno = EINVAL;
     return -1;
 }
 
-int64_t timeout_ns(int64_t sec, int64_t nsec) noexcept {
+int64_t timeout_ns(int64_t sec, int64_t nsec) {
     return sec >= kMaxTimeoutSec ? kForever : sec * 1'000'000'000 + nsec;
 }
 
-int64_t timespec_ns(const timespec* ts) noexcept {
+int64_t timespec_ns(const timespec* ts) {
     return ts == nullptr ? kForever : timeout_ns(ts->tv_sec, ts->tv_nsec);
 }
 
-int64_t timeval_ns(const timeval* tv) noexcept {
+int64_t timeval_ns(const timeval* tv) {
     if (tv == nullptr)
         return kForever;
     const int64_t sec = int64_t{tv->tv_sec} + tv->tv_usec / 1'000'000;
     return timeout_ns(sec, int64_t{tv->tv_usec % 1'000'000} * 1000);
 }
 
-short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex) noexcept {
+short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex) {
     short events = 0;
     if (rd && FD_ISSET(fd, rd))
         events |= POLLIN;
@@ -369,13 +372,13 @@ short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex
 // Asked for exceptions alone (POLLPRI) and hung up or failed without one: select() has
 // nothing to report for it, and never will (after a hang-up or an error no urgent data can
 // come), so its wait goes on without it, as the kernel's does.
-bool exception_never_coming(const pollfd& entry) noexcept {
+bool exception_never_coming(const pollfd& entry) {
     return entry.fd >= 0 && entry.events == POLLPRI && entry.revents != 0 &&
            (entry.revents & POLLPRI) == 0;
 }
 
 // Whether select() reports the entry in one of the sets it was asked in (its events).
-bool select_reports(const pollfd& entry) noexcept {
+bool select_reports(const pollfd& entry) {
     const short re = entry.fd < 0 ? 0 : entry.revents;
     return ((entry.events & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR))) ||
            ((entry.events & POLLOUT) && (re & (POLLOUT | POLLERR))) ||
@@ -449,11 +452,11 @@ int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
 }
 
 int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
-              const sigset_t* mask) noexcept {
+              const sigset_t* mask) {
     return enomem_on_throw([&] { return select_fds(nfds, rd, wr, ex, timeout_ns, mask); });
 }
 
-bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) noexcept {
+bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) {
     for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
         if (select_events(fd, rd, wr, ex) == 0)
             continue;

@@ -19,34 +19,33 @@ namespace l5pg::shim {
 
 class RdmaEnd final : public transport::ChannelEnd {
   public:
-    explicit RdmaEnd(std::unique_ptr<rdma::ClientChannel> channel) noexcept;
+    explicit RdmaEnd(std::unique_ptr<rdma::ClientChannel> channel);
 
-    [[nodiscard]] transport::IoResult write(int fd,
-                                            std::span<const std::byte> bytes) noexcept override;
-    [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) noexcept override;
+    [[nodiscard]] transport::IoResult write(int fd, std::span<const std::byte> bytes) override;
+    [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) override;
     // The channel consumes what it reads: MSG_PEEK is refused (EOPNOTSUPP).
-    [[nodiscard]] bool can_peek() const noexcept override { return false; }
-    [[nodiscard]] transport::IoResult peek(std::span<std::byte>, size_t) noexcept override {
+    [[nodiscard]] bool can_peek() const override { return false; }
+    [[nodiscard]] transport::IoResult peek(std::span<std::byte>, size_t) override {
         return {0, transport::IoStatus::Error};
     }
-    [[nodiscard]] bool ready(transport::Want want) noexcept override;
+    [[nodiscard]] bool ready(transport::Want want) override;
     // RDMA's flag carries no wait name: l5pgd rings for every armed session.
-    [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) noexcept override;
+    [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) override;
     // Nothing to undo: a flag the server finds set costs one spurious doorbell.
-    void disarm(transport::Want) noexcept override {}
-    void on_socket_readable(int fd) noexcept override;
-    void prepare_for_foreign_wait(int fd) noexcept override;
-    [[nodiscard]] bool hung_up() noexcept override { return channel_->peer_closed(); }
-    [[nodiscard]] bool broken() const noexcept override {
+    void disarm(transport::Want) override {}
+    void on_socket_readable(int fd) override;
+    void prepare_for_foreign_wait(int fd) override;
+    [[nodiscard]] bool hung_up() override { return channel_->peer_closed(); }
+    [[nodiscard]] bool broken() const override {
         return channel_->broken() && !channel_->peer_closed();
     }
-    [[nodiscard]] const char* error() const noexcept override { return channel_->error().c_str(); }
+    [[nodiscard]] const char* error() const override { return channel_->error().c_str(); }
     [[nodiscard]] wait::WaitPolicy wait_policy(wait::AdaptiveSpin& spin,
                                                const wait::WaitPolicy& configured,
-                                               bool only_session) noexcept override;
+                                               bool only_session) override;
     // The queue pair goes with the end (joins a soft device thread, closes its wire).
-    void close_by_application() noexcept override {}
-    void forget_after_fork() noexcept override;
+    void close_by_application() override {}
+    void forget_after_fork() override;
 
   private:
     // Leaked on purpose in a forked child (forget_after_fork()): its copy has no soft-device

@@ -16,7 +16,7 @@ RealCalls g_real{};
 std::atomic<bool> g_resolved{false};
 
 template <class Fn>
-void resolve(Fn& slot, const char* name) noexcept {
+void resolve(Fn& slot, const char* name) {
     void* sym = ::dlsym(RTLD_NEXT, name);
     if (sym == nullptr) {
         static constexpr char kPrefix[] = "libl5pg: cannot resolve libc symbol ";
@@ -30,7 +30,7 @@ void resolve(Fn& slot, const char* name) noexcept {
 
 // fcntl64 only exists in glibc >= 2.28; fall back to fcntl (same ABI on 64-bit).
 template <class Fn>
-void resolve_optional(Fn& slot, const char* name, Fn fallback) noexcept {
+void resolve_optional(Fn& slot, const char* name, Fn fallback) {
     void* sym = ::dlsym(RTLD_NEXT, name);
     slot = sym != nullptr ? reinterpret_cast<Fn>(sym) : fallback;
 }
@@ -55,7 +55,7 @@ pid_t no_fork_call() {
 
 }  // namespace
 
-void resolve_real_calls() noexcept {
+void resolve_real_calls() {
     if (g_resolved.load(std::memory_order_acquire))
         return;
     RealCalls r{};
@@ -89,7 +89,7 @@ void resolve_real_calls() noexcept {
     g_resolved.store(true, std::memory_order_release);
 }
 
-const RealCalls& real() noexcept {
+const RealCalls& real() {
     if (!g_resolved.load(std::memory_order_acquire))
         resolve_real_calls();
     return g_real;

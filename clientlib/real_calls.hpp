@@ -44,7 +44,7 @@ struct RealCalls {
 
 // Never null after resolve_real_calls(); a symbol missing from libc aborts at load time
 // with a message, since continuing would crash later in a stranger place.
-const RealCalls& real() noexcept;
-void resolve_real_calls() noexcept;
+const RealCalls& real();
+void resolve_real_calls();
 
 }  // namespace l5pg::shim

@@ -25,7 +25,7 @@ constexpr struct {
     {IPPROTO_TCP, TCP_KEEPINTVL}, {IPPROTO_TCP, TCP_KEEPCNT}, {IPPROTO_TCP, TCP_USER_TIMEOUT},
 };
 
-void copy_options(int from, int to) noexcept {
+void copy_options(int from, int to) {
     for (const auto& o : kCopiedOptions) {
         int value = 0;
         socklen_t len = sizeof value;
@@ -34,7 +34,7 @@ void copy_options(int from, int to) noexcept {
     }
 }
 
-bool connect_within_timeout(int fd, const sockaddr_storage& peer, socklen_t len) noexcept {
+bool connect_within_timeout(int fd, const sockaddr_storage& peer, socklen_t len) {
     if (real().connect(fd, reinterpret_cast<const sockaddr*>(&peer), len) == 0)
         return true;
     if (errno != EINPROGRESS)
@@ -44,7 +44,7 @@ bool connect_within_timeout(int fd, const sockaddr_storage& peer, socklen_t len)
 
 }  // namespace
 
-bool reconnect_plain(int fd) noexcept {
+bool reconnect_plain(int fd) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     const int status = real().fcntl(fd, F_GETFL);

@@ -9,6 +9,6 @@
 namespace l5pg::shim {
 
 // False with errno set if the new connection cannot be made (fd is then left as it was).
-[[nodiscard]] bool reconnect_plain(int fd) noexcept;
+[[nodiscard]] bool reconnect_plain(int fd);
 
 }  // namespace l5pg::shim

@@ -132,7 +132,7 @@ void load_tls_settings(Settings& s) {
 
 }  // namespace
 
-void load_settings() noexcept {
+void load_settings() {
     Settings s;
     if (const char* debug = std::getenv("L5PG_DEBUG"); debug && *debug && std::strcmp(debug, "0"))
         s.debug = true;
@@ -165,14 +165,14 @@ void load_settings() noexcept {
     g_settings = s;
 }
 
-const char* to_string(SslMode mode) noexcept {
+const char* to_string(SslMode mode) {
     for (const SslModeName& m : kSslModes)
         if (m.mode == mode)
             return m.name;
     return "?";
 }
 
-bool is_rdma_port(uint16_t port) noexcept {
+bool is_rdma_port(uint16_t port) {
     if (g_settings.mode != TransportMode::Rdma)
         return false;
     for (size_t i = 0; i < g_settings.rdma_port_count; ++i)
@@ -181,7 +181,7 @@ bool is_rdma_port(uint16_t port) noexcept {
     return false;
 }
 
-const Settings& settings() noexcept {
+const Settings& settings() {
     return g_settings;
 }
 

@@ -51,13 +51,13 @@ struct Settings {
 };
 
 // "disable", "prefer", ... as L5PG_SSLMODE spells it.
-[[nodiscard]] const char* to_string(SslMode mode) noexcept;
+[[nodiscard]] const char* to_string(SslMode mode);
 
 // mode rdma and `port` listed in L5PG_RDMA_PORTS. Async-signal-safe.
-[[nodiscard]] bool is_rdma_port(uint16_t port) noexcept;
+[[nodiscard]] bool is_rdma_port(uint16_t port);
 
 // Parses the environment (not async-signal-safe: call from the library constructor).
-void load_settings() noexcept;
-[[nodiscard]] const Settings& settings() noexcept;
+void load_settings();
+[[nodiscard]] const Settings& settings();
 
 }  // namespace l5pg::shim

@@ -20,7 +20,7 @@ namespace {
 
 // A forked child must never touch its parent's rings: l5pgd serves exactly one reader
 // and one writer per ring. Its copies of upgraded fds report EOF/EPIPE instead.
-void after_fork_in_child() noexcept {
+void after_fork_in_child() {
     fd_table_take_ownership();
     fd_mark_all_forked();
     wait::seed_wait_ids();  // the parent goes on counting from the same start
@@ -29,7 +29,7 @@ void after_fork_in_child() noexcept {
     rdma_forget_after_fork();
 }
 
-__attribute__((constructor)) void load_shim() noexcept {
+__attribute__((constructor)) void load_shim() {
     resolve_real_calls();
     fd_table_take_ownership();
     load_settings();

@@ -23,7 +23,7 @@ constinit wait::RungWaits g_rung_waits;
 
 }  // namespace
 
-void shm_forget_rung_waits_after_fork() noexcept {
+void shm_forget_rung_waits_after_fork() {
     g_rung_waits.forget();
 }
 
@@ -31,29 +31,29 @@ using transport::IoResult;
 using transport::IoStatus;
 using transport::Want;
 
-ShmEnd::ShmEnd(shm::Segment segment) noexcept
+ShmEnd::ShmEnd(shm::Segment segment)
     : segment_(std::move(segment)),
       tx_(segment_.header().c2s, segment_.c2s_data(), segment_.c2s_size()),
       rx_(segment_.header().s2c, segment_.s2c_data(), segment_.s2c_size()) {}
 
-bool ShmEnd::server_closed() noexcept {
+bool ShmEnd::server_closed() {
     return segment_.header().server_closed.load(std::memory_order_acquire) != 0;
 }
 
-void ShmEnd::mark_broken(const char* what) noexcept {
+void ShmEnd::mark_broken(const char* what) {
     if (error_ == nullptr)
         debug_log().str("shared memory protocol violation: ").str(what).end();
     error_ = what;
 }
 
-bool ShmEnd::ring(int fd) noexcept {
+bool ShmEnd::ring(int fd) {
     if (wait::ring_doorbell(fd))
         return true;
     peer_closed_ = true;
     return false;
 }
 
-IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
+IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) {
     if (broken())
         return {0, IoStatus::Error};
     if (closed())
@@ -76,13 +76,13 @@ IoResult ShmEnd::write(int fd, std::span<const std::byte> bytes) noexcept {
 
 // l5pgd publishes everything before it flags server_closed or closes its socket, so after
 // seeing either, one more look at the ring decides between data and EOF.
-IoResult ShmEnd::nothing_to_read() noexcept {
+IoResult ShmEnd::nothing_to_read() {
     if (closed() && !rx_.has_data())
         return {0, IoStatus::Closed};
     return {0, IoStatus::WouldBlock};
 }
 
-IoResult ShmEnd::read(int fd, std::span<std::byte> out) noexcept {
+IoResult ShmEnd::read(int fd, std::span<std::byte> out) {
     if (broken())
         return {0, IoStatus::Error};
     shm::RingStatus status = shm::RingStatus::Ok;
@@ -99,7 +99,7 @@ IoResult ShmEnd::read(int fd, std::span<std::byte> out) noexcept {
 }
 
 // What a socket's MSG_PEEK gives: the unread bytes across records, nothing consumed.
-IoResult ShmEnd::peek(std::span<std::byte> out, size_t skip) noexcept {
+IoResult ShmEnd::peek(std::span<std::byte> out, size_t skip) {
     if (broken())
         return {0, IoStatus::Error};
     shm::RingStatus status = shm::RingStatus::Ok;
@@ -115,7 +115,7 @@ IoResult ShmEnd::peek(std::span<std::byte> out, size_t skip) noexcept {
     return {n, IoStatus::Ok};
 }
 
-bool ShmEnd::ready(Want want) noexcept {
+bool ShmEnd::ready(Want want) {
     if (broken() || closed())
         return true;  // read() reports EOF or the error, write() the failure
     return want == Want::Read ? rx_.has_data() : tx_.free_bytes() > 0;
@@ -123,7 +123,7 @@ bool ShmEnd::ready(Want want) noexcept {
 
 // Only a wait for data carries the wait's name (RingControl::reader_wait_id): l5pgd rings a
 // client that waits for space when it consumes, once per arming, as before names existed.
-bool ShmEnd::arm(Want want, uint64_t wait_id) noexcept {
+bool ShmEnd::arm(Want want, uint64_t wait_id) {
     if (want == Want::Read)
         rx_.arm(wait_id);
     else
@@ -133,14 +133,14 @@ bool ShmEnd::arm(Want want, uint64_t wait_id) noexcept {
 
 // A disarm that finds the flag already taken means a doorbell byte is on its way; it is
 // drained the next time we poll or find the ring empty.
-void ShmEnd::disarm(Want want) noexcept {
+void ShmEnd::disarm(Want want) {
     if (want == Want::Read)
         (void)rx_.disarm();
     else
         (void)tx_.disarm();
 }
 
-void ShmEnd::on_socket_readable(int fd) noexcept {
+void ShmEnd::on_socket_readable(int fd) {
     size_t count = 0;
     const int saved = errno;
     if (wait::drain_doorbells(fd, count) == wait::DrainResult::PeerClosed)
@@ -153,7 +153,7 @@ void ShmEnd::on_socket_readable(int fd) noexcept {
 // Either the ring is empty and reader_waiting is armed (l5pgd rings when it publishes),
 // or it holds data and a doorbell byte is pending or requested: the "poke", one byte to
 // l5pgd, which answers with one while data is unread (daemon/client_end_shm.cpp answer_poke()).
-void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
+void ShmEnd::prepare_for_foreign_wait(int fd) {
     if (broken() || peer_closed_)
         return;
     if (!rx_.has_data()) {
@@ -170,12 +170,12 @@ void ShmEnd::prepare_for_foreign_wait(int fd) noexcept {
 }
 
 // As on a Unix socket whose peer closed: POLLHUP at once, beside POLLIN while data is left.
-bool ShmEnd::hung_up() noexcept {
+bool ShmEnd::hung_up() {
     return closed();
 }
 
 wait::WaitPolicy ShmEnd::wait_policy(wait::AdaptiveSpin& spin, const wait::WaitPolicy& configured,
-                                     bool only_session) noexcept {
+                                     bool only_session) {
     shm::Header& header = segment_.header();
     wait::publish_current_cpu(header.client_cpu);  // where a blocking worker may join us
     wait::CrowdingGauge* gauge = settings().block_when_crowded ? &t_crowding : nullptr;
@@ -186,11 +186,11 @@ wait::WaitPolicy ShmEnd::wait_policy(wait::AdaptiveSpin& spin, const wait::WaitP
 
 // Everything we published stays readable for l5pgd; the flag says no more comes. Set
 // before the socket shows EOF, so l5pgd knows the departure was a clean one.
-void ShmEnd::close_by_application() noexcept {
+void ShmEnd::close_by_application() {
     segment_.header().client_closed.store(1, std::memory_order_release);
 }
 
-void ShmEnd::forget_after_fork() noexcept {
+void ShmEnd::forget_after_fork() {
     segment_.reset();  // unmaps the child's copy; the parent's session is untouched
 }
 

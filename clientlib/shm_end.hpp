@@ -13,35 +13,34 @@ namespace l5pg::shim {
 
 class ShmEnd final : public transport::ChannelEnd {
   public:
-    explicit ShmEnd(shm::Segment segment) noexcept;
+    explicit ShmEnd(shm::Segment segment);
 
-    [[nodiscard]] transport::IoResult write(int fd,
-                                            std::span<const std::byte> bytes) noexcept override;
-    [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) noexcept override;
-    [[nodiscard]] bool can_peek() const noexcept override { return true; }
-    [[nodiscard]] transport::IoResult peek(std::span<std::byte> out, size_t skip) noexcept override;
-    [[nodiscard]] bool ready(transport::Want want) noexcept override;
-    [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) noexcept override;
-    void disarm(transport::Want want) noexcept override;
-    void on_socket_readable(int fd) noexcept override;
-    void prepare_for_foreign_wait(int fd) noexcept override;
-    [[nodiscard]] bool hung_up() noexcept override;
-    [[nodiscard]] bool broken() const noexcept override { return error_ != nullptr; }
-    [[nodiscard]] const char* error() const noexcept override { return error_; }
+    [[nodiscard]] transport::IoResult write(int fd, std::span<const std::byte> bytes) override;
+    [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) override;
+    [[nodiscard]] bool can_peek() const override { return true; }
+    [[nodiscard]] transport::IoResult peek(std::span<std::byte> out, size_t skip) override;
+    [[nodiscard]] bool ready(transport::Want want) override;
+    [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) override;
+    void disarm(transport::Want want) override;
+    void on_socket_readable(int fd) override;
+    void prepare_for_foreign_wait(int fd) override;
+    [[nodiscard]] bool hung_up() override;
+    [[nodiscard]] bool broken() const override { return error_ != nullptr; }
+    [[nodiscard]] const char* error() const override { return error_; }
     [[nodiscard]] wait::WaitPolicy wait_policy(wait::AdaptiveSpin& spin,
                                                const wait::WaitPolicy& configured,
-                                               bool only_session) noexcept override;
-    void close_by_application() noexcept override;
-    void forget_after_fork() noexcept override;
+                                               bool only_session) override;
+    void close_by_application() override;
+    void forget_after_fork() override;
 
   private:
-    [[nodiscard]] bool server_closed() noexcept;
-    [[nodiscard]] bool closed() noexcept { return peer_closed_ || server_closed(); }
-    void mark_broken(const char* what) noexcept;
+    [[nodiscard]] bool server_closed();
+    [[nodiscard]] bool closed() { return peer_closed_ || server_closed(); }
+    void mark_broken(const char* what);
     // What read() and peek() report for an empty ring.
-    [[nodiscard]] transport::IoResult nothing_to_read() noexcept;
+    [[nodiscard]] transport::IoResult nothing_to_read();
     // One doorbell byte; false when it failed, which means the peer is gone.
-    bool ring(int fd) noexcept;
+    bool ring(int fd);
 
     shm::Segment segment_;
     shm::RingWriter tx_;           // client -> server
@@ -54,6 +53,6 @@ class ShmEnd final : public transport::ChannelEnd {
 };
 
 // In a forked child: forget which of l5pgd's waits the parent's threads rang.
-void shm_forget_rung_waits_after_fork() noexcept;
+void shm_forget_rung_waits_after_fork();
 
 }  // namespace l5pg::shim

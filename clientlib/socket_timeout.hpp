@@ -19,17 +19,17 @@ namespace l5pg::shim {
 
 class SocketTimeout {
   public:
-    SocketTimeout(int fd, transport::Want want) noexcept : fd_(fd), want_(want) {}
+    SocketTimeout(int fd, transport::Want want) : fd_(fd), want_(want) {}
 
     // How long poll() may wait now, in milliseconds: -1 without a timeout, 0 once it passed.
-    [[nodiscard]] int poll_ms() noexcept {
+    [[nodiscard]] int poll_ms() {
         if (!deadline_)
             deadline_ = deadline_from_socket();
         return deadline_->poll_ms();
     }
 
   private:
-    [[nodiscard]] wait::Deadline deadline_from_socket() const noexcept {
+    [[nodiscard]] wait::Deadline deadline_from_socket() const {
         timeval tv{};
         socklen_t len = sizeof tv;
         const int option = want_ == transport::Want::Read ? SO_RCVTIMEO : SO_SNDTIMEO;

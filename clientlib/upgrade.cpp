@@ -25,7 +25,7 @@ namespace {
 constexpr char kMarkerSuffix[] = ".l5pg";
 
 // Parses "l5pgd 1 <inode> <pid>\n" without allocating; returns the inode or 0.
-uint64_t parse_marker_inode(const char* text, size_t len) noexcept {
+uint64_t parse_marker_inode(const char* text, size_t len) {
     constexpr char kPrefix[] = "l5pgd 1 ";
     constexpr size_t kPrefixLen = sizeof kPrefix - 1;
     if (len <= kPrefixLen || std::memcmp(text, kPrefix, kPrefixLen) != 0)
@@ -43,7 +43,7 @@ struct Marker {
 };
 
 // O_NOFOLLOW and fstat: the owner we check is the one of the file we read.
-Marker read_marker(const char* marker_path) noexcept {
+Marker read_marker(const char* marker_path) {
     const int fd = ::open(marker_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return {};
@@ -61,7 +61,7 @@ Marker read_marker(const char* marker_path) noexcept {
 // Anybody who can write to the socket's directory can plant a marker next to a real
 // Postgres socket, which would then receive our upgrade request and fail the connection.
 // l5pgd creates both files, so both have its owner; L5PG_TRUSTED_UID narrows it to one.
-bool trusted_marker_owner(uid_t marker_owner, uid_t socket_owner) noexcept {
+bool trusted_marker_owner(uid_t marker_owner, uid_t socket_owner) {
     const int64_t trusted = settings().trusted_uid;
     if (marker_owner == socket_owner && (trusted < 0 || marker_owner == trusted))
         return true;
@@ -77,7 +77,7 @@ bool trusted_marker_owner(uid_t marker_owner, uid_t socket_owner) noexcept {
 }
 
 // Sends the upgrade request with the memfd attached.
-bool send_upgrade_request(int fd, const shm::Segment& segment) noexcept {
+bool send_upgrade_request(int fd, const shm::Segment& segment) {
     protocol::L5UpgradeRequest request;
     request.c2s_ring_size = segment.c2s_size();
     request.s2c_ring_size = segment.s2c_size();
@@ -104,7 +104,7 @@ bool send_upgrade_request(int fd, const shm::Segment& segment) noexcept {
 
 // A StartupMessage, SSLRequest or GSSENCRequest: what libpq sends first on a connection it
 // may use for queries (the upgrade goes first, the packet then travels the new channel).
-bool is_upgradable_first_packet(const std::byte* first, size_t len) noexcept {
+bool is_upgradable_first_packet(const std::byte* first, size_t len) {
     if (len < protocol::kMinStartupPacketLength)
         return false;
     const uint32_t code = protocol::read_be32(first + 4);
@@ -114,7 +114,7 @@ bool is_upgradable_first_packet(const std::byte* first, size_t len) noexcept {
 
 }  // namespace
 
-bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
+bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) {
     if (addr == nullptr || addr->sa_family != AF_UNIX ||
         len <= static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1))
         return false;
@@ -136,7 +136,7 @@ bool is_l5pgd_socket(const sockaddr* addr, socklen_t len) noexcept {
 
 // Only a connection that starts with a startup packet is upgraded; cancel requests never
 // are (PQcancel runs in signal handlers and must stay a plain socket).
-bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexcept {
+bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) {
     if (protocol::is_cancel_request({first, len})) {
         debug_log().str("fd ").inum(fd).str(": cancel request, not upgraded").end();
         return false;
@@ -152,12 +152,12 @@ bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexce
     return true;
 }
 
-bool socket_nonblocking(int fd) noexcept {
+bool socket_nonblocking(int fd) {
     const int fl = real().fcntl(fd, F_GETFL);
     return fl >= 0 && (fl & O_NONBLOCK) != 0;
 }
 
-UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) noexcept {
+UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& channel) {
     if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;
     const int saved_errno = errno;

@@ -13,28 +13,28 @@ namespace l5pg::shim {
 
 // Only a connection that starts with a startup packet is upgraded; cancel requests never
 // are (PQcancel runs in signal handlers and must stay a plain socket). Logs why not.
-[[nodiscard]] bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len) noexcept;
+[[nodiscard]] bool first_packet_may_upgrade(int fd, const std::byte* first, size_t len);
 
 // Whether the application made the socket non-blocking (the channel keeps that up).
-[[nodiscard]] bool socket_nonblocking(int fd) noexcept;
+[[nodiscard]] bool socket_nonblocking(int fd);
 
 // The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS): a loop of short reads
 // or writes within it draws on the one deadline (transport/wait/deadline.hpp).
-[[nodiscard]] inline wait::Deadline upgrade_deadline(int budget_ms) noexcept {
+[[nodiscard]] inline wait::Deadline upgrade_deadline(int budget_ms) {
     return wait::Deadline::after(std::chrono::milliseconds(budget_ms));
 }
 
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for a non-blocking connect() in progress on
 // fd to finish; false with errno set (ETIMEDOUT, or the connect's error).
-[[nodiscard]] bool await_connected(int fd) noexcept;
+[[nodiscard]] bool await_connected(int fd);
 
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for l5pgd's one-byte answer to an upgrade
 // request. 0 with errno set on timeout, EOF or error.
-[[nodiscard]] char await_answer(int fd) noexcept;
+[[nodiscard]] char await_answer(int fd);
 
 // Logs "fd N<parts...>" (L5PG_DEBUG) and leaves errno as it was before logging.
 template <class... Parts>
-void log_fd(int fd, const Parts*... parts) noexcept {
+void log_fd(int fd, const Parts*... parts) {
     const int saved = errno;
     DebugLine line = debug_log();
     line.str("fd ").inum(fd);
@@ -46,7 +46,7 @@ void log_fd(int fd, const Parts*... parts) noexcept {
 // The connection stays as it is: logs why, restores the errno the application's call
 // must see and returns Plain.
 template <class... Parts>
-[[nodiscard]] UpgradeResult stay_plain(int fd, int saved_errno, const Parts*... parts) noexcept {
+[[nodiscard]] UpgradeResult stay_plain(int fd, int saved_errno, const Parts*... parts) {
     log_fd(fd, parts...);
     errno = saved_errno;
     return UpgradeResult::Plain;
@@ -54,13 +54,13 @@ template <class... Parts>
 
 // The handshake failed: logs why and returns Failed with the failure's errno.
 template <class... Parts>
-[[nodiscard]] UpgradeResult upgrade_failed(int fd, const Parts*... parts) noexcept {
+[[nodiscard]] UpgradeResult upgrade_failed(int fd, const Parts*... parts) {
     log_fd(fd, parts...);
     return UpgradeResult::Failed;
 }
 
 // l5pgd accepted but the channel pool is full (kMaxChannels upgraded connections).
-[[nodiscard]] inline UpgradeResult no_free_channel(int fd) noexcept {
+[[nodiscard]] inline UpgradeResult no_free_channel(int fd) {
     errno = EMFILE;
     return upgrade_failed(fd, ": too many upgraded connections");
 }

@@ -2,6 +2,7 @@
 #include "clientlib/upgrade.hpp"
 
 #include <arpa/inet.h>
+#include <cxxabi.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -39,8 +40,12 @@ rdma::Device* g_rdma_device = nullptr;
 bool g_rdma_failed = false;
 char g_rdma_failure[256] = {};
 
-rdma::Device* rdma_device() noexcept {
+rdma::Device* rdma_device() {
     ::pthread_mutex_lock(&g_rdma_mutex);
+    // Unlocked also when pthread_cancel() unwinds the opening (it reads files).
+    const struct Unlock {
+        ~Unlock() { ::pthread_mutex_unlock(&g_rdma_mutex); }
+    } unlock;
     if (g_rdma_device == nullptr && !g_rdma_failed) {
         try {
             const Settings& s = settings();
@@ -56,19 +61,20 @@ rdma::Device* rdma_device() noexcept {
                 g_rdma_failed = true;
                 std::strncpy(g_rdma_failure, error.c_str(), sizeof g_rdma_failure - 1);
             }
+        } catch (const abi::__forced_unwind&) {
+            throw;
         } catch (...) {
             g_rdma_failed = true;
             std::strncpy(g_rdma_failure, "out of memory", sizeof g_rdma_failure - 1);
         }
     }
     rdma::Device* device = g_rdma_device;
-    ::pthread_mutex_unlock(&g_rdma_mutex);
     return device;
 }
 
 // Opens the soft device's wire: a second TCP connection to the same l5pgd host, at the
 // port from its offer, greeted with the offer's token. Returns the fd or -1.
-int connect_wire(int session_fd, const rdma::Offer& offer, const char*& why) noexcept {
+int connect_wire(int session_fd, const rdma::Offer& offer, const char*& why) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     if (::getpeername(session_fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
@@ -110,7 +116,7 @@ int connect_wire(int session_fd, const rdma::Offer& offer, const char*& why) noe
     return wire;
 }
 
-const char* answer_text(char answer) noexcept {
+const char* answer_text(char answer) {
     return answer == 'E' ? "an ErrorResponse: the server is not l5pgd (or l5pgd too old); list "
                            "only l5pgd ports in L5PG_RDMA_PORTS"
                          : "an unexpected byte";
@@ -118,8 +124,7 @@ const char* answer_text(char answer) noexcept {
 
 // The upgrade will not happen: the connection carries on as plain TCP for libpq. After
 // TLS began that needs a fresh connection (reconnect.hpp).
-UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno,
-                            const char* why) noexcept {
+UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno, const char* why) {
     if (!stream.encrypted())
         return stay_plain(fd, saved_errno, ": ", why, ", staying on TCP");
     if (!reconnect_plain(fd))
@@ -130,8 +135,7 @@ UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno,
 
 // After l5pgd's offer we cannot simply stop: it waits for our Hello. An all-zero Hello
 // says "never mind"; l5pgd answers 'N' and the connection carries on as plain TCP.
-UpgradeResult abandon_rdma(HandshakeStream& stream, int fd, const char* why,
-                           int saved_errno) noexcept {
+UpgradeResult abandon_rdma(HandshakeStream& stream, int fd, const char* why, int saved_errno) {
     debug_log().str("fd ").inum(fd).str(": RDMA upgrade abandoned (").str(why).str(")").end();
     const std::array<std::byte, rdma::kHelloSize> zeros{};
     if (!stream.send_all(zeros.data(), zeros.size()))
@@ -147,8 +151,7 @@ UpgradeResult abandon_rdma(HandshakeStream& stream, int fd, const char* why,
 
 // L5PG_SSLMODE: the rest of the handshake inside TLS when l5pgd offers it (prefer) or
 // insists on it. Plain when TLS may go on as planned; otherwise the result to return.
-std::optional<UpgradeResult> secure_handshake(HandshakeStream& stream, int fd,
-                                              int saved_errno) noexcept {
+std::optional<UpgradeResult> secure_handshake(HandshakeStream& stream, int fd, int saved_errno) {
     const SslMode mode = settings().ssl_mode;
     if (mode == SslMode::Disable)
         return std::nullopt;
@@ -301,7 +304,7 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
 
 }  // namespace
 
-bool is_rdma_upgrade_target(const sockaddr* addr, socklen_t len) noexcept {
+bool is_rdma_upgrade_target(const sockaddr* addr, socklen_t len) {
     if (addr == nullptr || settings().mode != TransportMode::Rdma)
         return false;
     if (addr->sa_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in)))
@@ -311,13 +314,14 @@ bool is_rdma_upgrade_target(const sockaddr* addr, socklen_t len) noexcept {
     return false;
 }
 
-UpgradeResult try_upgrade_rdma(int fd, const std::byte* first, size_t len,
-                               Channel*& channel) noexcept {
+UpgradeResult try_upgrade_rdma(int fd, const std::byte* first, size_t len, Channel*& channel) {
     if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;
     const int saved_errno = errno;
     try {
         return try_upgrade_rdma_impl(fd, channel, saved_errno);
+    } catch (const abi::__forced_unwind&) {
+        throw;       // pthread_cancel(): the thread ends as it would in libc's call
     } catch (...) {  // std::bad_alloc; the handshake may be half done
         debug_log().str("fd ").inum(fd).str(": out of memory during the RDMA upgrade").end();
         errno = ENOMEM;
@@ -325,7 +329,7 @@ UpgradeResult try_upgrade_rdma(int fd, const std::byte* first, size_t len,
     }
 }
 
-void rdma_forget_after_fork() noexcept {
+void rdma_forget_after_fork() {
     // The parent's device (and any lock another thread held at fork()) stay behind; a
     // child that upgrades a connection of its own opens a device of its own.
     g_rdma_device = nullptr;

@@ -11,7 +11,7 @@
 
 namespace l5pg::shim {
 
-bool await_connected(int fd) noexcept {
+bool await_connected(int fd) {
     if (wait::wait_ready(fd, POLLOUT, upgrade_deadline(settings().upgrade_timeout_ms)) <= 0)
         return false;  // ETIMEDOUT or poll's error
     int err = 0;
@@ -25,7 +25,7 @@ bool await_connected(int fd) noexcept {
     return true;
 }
 
-char await_answer(int fd) noexcept {
+char await_answer(int fd) {
     const wait::Deadline deadline = upgrade_deadline(settings().upgrade_timeout_ms);
     for (;;) {
         if (wait::wait_ready(fd, POLLIN, deadline) <= 0)

@@ -35,47 +35,47 @@ class ChannelEnd {
     // Copies as much of `bytes` as fits towards the peer and publishes it: Ok (bytes <
     // size when the ring filled), WouldBlock when nothing fit, Closed / Error when the
     // peer is gone or the channel broke. An empty `bytes` reports Ok unless one of those.
-    [[nodiscard]] virtual IoResult write(int fd, std::span<const std::byte> bytes) noexcept = 0;
+    [[nodiscard]] virtual IoResult write(int fd, std::span<const std::byte> bytes) = 0;
     // Copies what the peer sent. Closed only once everything it sent was read.
-    [[nodiscard]] virtual IoResult read(int fd, std::span<std::byte> out) noexcept = 0;
+    [[nodiscard]] virtual IoResult read(int fd, std::span<std::byte> out) = 0;
     // MSG_PEEK: copies the bytes from `skip` bytes past the next unread one without
     // consuming anything (statuses as read(); nothing beyond `skip` reads as nothing now).
-    [[nodiscard]] virtual bool can_peek() const noexcept = 0;
-    [[nodiscard]] virtual IoResult peek(std::span<std::byte> out, size_t skip) noexcept = 0;
+    [[nodiscard]] virtual bool can_peek() const = 0;
+    [[nodiscard]] virtual IoResult peek(std::span<std::byte> out, size_t skip) = 0;
 
     // read() (Want::Read) or write() would not return WouldBlock now.
-    [[nodiscard]] virtual bool ready(Want want) noexcept = 0;
+    [[nodiscard]] virtual bool ready(Want want) = 0;
     // Before blocking on the socket: sets our waiting flag. False: do not block (found
     // ready while arming). `wait_id` names the wait (transport/wait/wait_id.hpp): one
     // poll() arms all its ends under one name, so that the peer may ring only one of them;
     // wait::kUnnamedWait elsewhere.
-    [[nodiscard]] virtual bool arm(Want want, uint64_t wait_id) noexcept = 0;
+    [[nodiscard]] virtual bool arm(Want want, uint64_t wait_id) = 0;
     // Takes the flag back when the re-check found the end ready. A doorbell the peer
     // already owes is drained later by on_socket_readable().
-    virtual void disarm(Want want) noexcept = 0;
+    virtual void disarm(Want want) = 0;
     // The socket polled readable: consume doorbell bytes, notice EOF.
-    virtual void on_socket_readable(int fd) noexcept = 0;
+    virtual void on_socket_readable(int fd) = 0;
     // Before returning to an application that may wait in an epoll set we do not see:
     // leave the socket readable exactly when read() has something (clientlib/channel.hpp).
-    virtual void prepare_for_foreign_wait(int fd) noexcept = 0;
+    virtual void prepare_for_foreign_wait(int fd) = 0;
 
     // For poll(): the peer closed (POLLHUP, also while data is left to read, as a Unix
     // socket reports it); the channel is broken (POLLERR), error() says why.
-    [[nodiscard]] virtual bool hung_up() noexcept = 0;
-    [[nodiscard]] virtual bool broken() const noexcept = 0;
-    [[nodiscard]] virtual const char* error() const noexcept = 0;
+    [[nodiscard]] virtual bool hung_up() = 0;
+    [[nodiscard]] virtual bool broken() const = 0;
+    [[nodiscard]] virtual const char* error() const = 0;
 
     // How long a blocking wait on this end spins and yields before it arms and blocks:
     // `configured`, or what `spin` learned, or none where the placement says so.
     [[nodiscard]] virtual wait::WaitPolicy wait_policy(wait::AdaptiveSpin& spin,
                                                        const wait::WaitPolicy& configured,
-                                                       bool only_session) noexcept = 0;
+                                                       bool only_session) = 0;
 
     // The application closed its last descriptor of the connection: the peer must still
     // find everything written, and learn that it was an orderly close.
-    virtual void close_by_application() noexcept = 0;
+    virtual void close_by_application() = 0;
     // In a forked child: drop this process's copy without touching the parent's session.
-    virtual void forget_after_fork() noexcept = 0;
+    virtual void forget_after_fork() = 0;
 };
 
 }  // namespace l5pg::transport

@@ -353,6 +353,16 @@ def test_vfork_child_closing_the_connection_leaves_the_parent_its_connection(l5p
     assert out == {"transport": "1", "spare": "0", "answer": "42"}, out
 
 
+# pthread_cancel() unwinds the cancelled thread's stack from inside the blocking call: the
+# shim's frames in between must let the unwinding through (no noexcept, catch (...) rethrows
+# abi::__forced_unwind) and with the unwinder glibc loads (libgcc_s, not a static copy).
+# Before, any program that cancelled a thread blocked in read() aborted under the shim.
+@pytest.mark.timeout(60)
+def test_pthread_cancel_of_a_blocked_thread_cancels_it(l5pgd, cluster, shim):
+    out = probe(l5pgd, "pthread-cancel")
+    assert out == {"pipe": "cancelled", "conn": "cancelled", "transport": "1", "after": "42"}, out
+
+
 # _Fork() is fork() without the fork handlers (glibc 2.34; for forking in a signal handler):
 # its child must not write into the parent's rings, nor keep the entry of the fd it closed
 # for the pipe that gets its number.

@@ -23,12 +23,19 @@
 //       ring) and select()s it; both are async-signal-safe and must not call malloc there.
 //       Prints "transport=<fd's> mallocs=<count, -1 when not counted under sanitizers>
 //       out=<POLLOUT poll's revents> in=<POLLIN poll's result> select=<its result>".
+//   l5pg-libc-probe pthread-cancel
+//       pthread_cancel() of a thread blocked in read() on a pipe (a descriptor the shim does
+//       not track), and of one blocked in PQgetResult() on the upgraded connection (the
+//       shim's own wait): each thread ends cancelled, as with libc, and the process goes on.
+//       Prints "pipe=<cancelled|returned> conn=<cancelled|returned> transport=<fd's>
+//       after=<select 42 on a new connection>".
 //
 // The shim's l5pg_fd_transport() is looked up at run time: this program runs with and
 // without it. Exit status 1 with a message on stderr when the connection fails.
 #include <dlfcn.h>
 #include <linux/io_uring.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -225,6 +232,50 @@ int poll_in_handler_mode() {
     return 0;
 }
 
+void* read_pipe(void* fd) {
+    char byte = 0;
+    (void)!::read(*static_cast<int*>(fd), &byte, 1);  // nothing ever comes
+    return nullptr;
+}
+
+void* wait_for_sleep(void* conn) {
+    PQgetResult(static_cast<PGconn*>(conn));  // pg_sleep(30): cancelled long before
+    return nullptr;
+}
+
+const char* cancel_after_200ms(pthread_t thread) {
+    ::usleep(200 * 1000);
+    ::pthread_cancel(thread);
+    void* result = nullptr;
+    ::pthread_join(thread, &result);
+    return result == PTHREAD_CANCELED ? "cancelled" : "returned";
+}
+
+int pthread_cancel_mode() {
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0)
+        die(nullptr, "pipe");
+    pthread_t reader;
+    ::pthread_create(&reader, nullptr, read_pipe, &pipe_fds[0]);
+    const char* pipe_outcome = cancel_after_200ms(reader);
+
+    char answer[32];
+    PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
+    const int transport = transport_of(PQsocket(conn));
+    if (PQsendQuery(conn, "select pg_sleep(30)") != 1)
+        die(conn, "send pg_sleep");
+    pthread_t waiter;
+    ::pthread_create(&waiter, nullptr, wait_for_sleep, conn);
+    const char* conn_outcome = cancel_after_200ms(waiter);
+    PQfinish(conn);  // mid-statement: its backend ends it
+
+    PGconn* again = connect_and_ask("select 42", answer, sizeof answer);
+    std::printf("pipe=%s conn=%s transport=%d after=%s\n", pipe_outcome, conn_outcome, transport,
+                answer);
+    PQfinish(again);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,6 +287,9 @@ int main(int argc, char** argv) {
         return io_uring_epoll_mode();
     if (argc == 2 && std::strcmp(argv[1], "poll-in-handler") == 0)
         return poll_in_handler_mode();
-    std::fprintf(stderr, "usage: %s vfork|_Fork|io-uring-epoll|poll-in-handler\n", argv[0]);
+    if (argc == 2 && std::strcmp(argv[1], "pthread-cancel") == 0)
+        return pthread_cancel_mode();
+    std::fprintf(stderr, "usage: %s vfork|_Fork|io-uring-epoll|poll-in-handler|pthread-cancel\n",
+                 argv[0]);
     return 2;
 }
