@@ -184,6 +184,7 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
                               ": no valid answer to the upgrade request: ", std::strerror(errno));
     }
     const size_t ring = segment->c2s_size();
+    segment->close_fd();  // l5pgd holds its own; the rings stay mapped
     channel = channel_acquire(std::move(*segment), socket_nonblocking(fd));
     if (channel == nullptr)
         return no_free_channel(fd);

@@ -353,6 +353,38 @@ def test_vfork_child_closing_the_connection_leaves_the_parent_its_connection(l5p
     assert out == {"transport": "1", "spare": "0", "answer": "42"}, out
 
 
+# The program's descriptors are its own: an upgraded connection holds its socket only (the
+# memfd went to l5pgd with the upgrade request and is closed once l5pgd has answered), so a
+# program that closes what it does not know of and reuses the number loses nothing to the
+# shim, nor has the shim close it later.
+FDS_SCRIPT = r"""
+import json, os, psycopg
+def fds():
+    names = {}
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            names[int(f)] = os.readlink(f"/proc/self/fd/{f}")
+        except FileNotFoundError:  # listdir's own descriptor, closed by now
+            pass
+    return names
+before = fds()
+c = psycopg.connect()
+c.execute("select 1")
+after = fds()
+print(json.dumps({"new": {f: t for f, t in after.items() if before.get(f) != t},
+                  "socket": str(c.fileno())}))
+c.close()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_an_upgraded_connection_holds_no_descriptor_but_its_socket(l5pgd, shim):
+    out, r = run_python_json(shm_target(l5pgd), FDS_SCRIPT, env={"L5PG_DEBUG": "1"})
+    assert "upgraded to shm" in r.stderr, r.stderr
+    assert list(out["new"]) == [out["socket"]], out
+    assert out["new"][out["socket"]].startswith("socket:"), out
+
+
 # pthread_cancel() unwinds the cancelled thread's stack from inside the blocking call: the
 # shim's frames in between must let the unwinding through (no noexcept, catch (...) rethrows
 # abi::__forced_unwind) and with the unwinder glibc loads (libgcc_s, not a static copy).

@@ -183,6 +183,12 @@ void Segment::reset() noexcept {
     reserved_ = 0;
 }
 
+void Segment::close_fd() noexcept {
+    if (fd_ >= 0)
+        ::close(fd_);
+    fd_ = -1;
+}
+
 Header& Segment::header() const noexcept {
     return *reinterpret_cast<Header*>(base_);
 }

@@ -43,6 +43,10 @@ class Segment {
 
     // Unmaps without touching the shared contents, closes the fd (e.g. in a forked child).
     void reset() noexcept;
+    // Closes the memfd and keeps the mapping: the client's, once the server has its own
+    // descriptor (a descriptor the program does not know of must not outlive the handshake:
+    // the program may close its number and reuse it, and reset() would close that).
+    void close_fd() noexcept;
 
   private:
     Segment(int fd, std::byte* base, size_t reserved, size_t c2s, size_t s2c) noexcept;
