@@ -27,7 +27,16 @@ using transport::Want;
 
 namespace {
 
-std::array<Channel, kMaxChannels> g_pool;
+// The channels, never destroyed: at exit() another thread may still be in a call on one
+// (a daemon thread polling for NOTIFY), and a static destructor would unmap its rings under
+// it. The kernel takes the mappings back when the process ends.
+union ChannelPool {
+    ChannelPool() : channels() {}
+    ~ChannelPool() {}  // channels' destructor never runs
+    std::array<Channel, kMaxChannels> channels;
+};
+ChannelPool g_channel_pool;
+std::array<Channel, kMaxChannels>& g_pool = g_channel_pool.channels;
 
 [[nodiscard]] bool would_block(const Channel& ch, int flags) {
     return (flags & MSG_DONTWAIT) != 0 || ch.nonblocking.load(std::memory_order_relaxed);

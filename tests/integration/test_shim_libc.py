@@ -395,6 +395,16 @@ def test_pthread_cancel_of_a_blocked_thread_cancels_it(l5pgd, cluster, shim):
     assert out == {"pipe": "cancelled", "conn": "cancelled", "transport": "1", "after": "42"}, out
 
 
+# exit() runs the static destructors while other threads go on: the shim's channels are never
+# destroyed (the kernel unmaps the rings when the process ends), or a thread still polling a
+# connection at exit crashed the process on its way out. Several runs: the crash needs the
+# thread to look at the ring after the destructor ran.
+@pytest.mark.timeout(120)
+def test_exit_with_a_thread_polling_a_connection(l5pgd, shim):
+    for _ in range(10):
+        assert probe(l5pgd, "exit-while-polling") == {"transport": "1"}
+
+
 # _Fork() is fork() without the fork handlers (glibc 2.34; for forking in a signal handler):
 # its child must not write into the parent's rings, nor keep the entry of the fd it closed
 # for the pipe that gets its number.

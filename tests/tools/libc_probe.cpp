@@ -29,6 +29,10 @@
 //       shim's own wait): each thread ends cancelled, as with libc, and the process goes on.
 //       Prints "pipe=<cancelled|returned> conn=<cancelled|returned> transport=<fd's>
 //       after=<select 42 on a new connection>".
+//   l5pg-libc-probe exit-while-polling
+//       A thread poll()s the upgraded connection in a loop (1 ms at a time) while main()
+//       returns: exit() runs the static destructors with the thread still polling, which
+//       must not find its rings unmapped. Prints "transport=<fd's>"; exit status 0.
 //
 // The shim's l5pg_fd_transport() is looked up at run time: this program runs with and
 // without it. Exit status 1 with a message on stderr when the connection fails.
@@ -251,6 +255,25 @@ const char* cancel_after_200ms(pthread_t thread) {
     return result == PTHREAD_CANCELED ? "cancelled" : "returned";
 }
 
+void* poll_for_ever(void* fd) {
+    pollfd p{*static_cast<int*>(fd), POLLIN, 0};
+    for (;;)
+        (void)::poll(&p, 1, 1);
+    return nullptr;
+}
+
+int exit_while_polling_mode() {
+    char answer[32];
+    PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
+    static int fd = PQsocket(conn);
+    pthread_t poller;
+    ::pthread_create(&poller, nullptr, poll_for_ever, &fd);
+    ::usleep(50 * 1000);
+    std::printf("transport=%d\n", transport_of(fd));
+    std::fflush(stdout);
+    return 0;  // the connection stays open: exit() with the thread in poll()
+}
+
 int pthread_cancel_mode() {
     int pipe_fds[2];
     if (::pipe(pipe_fds) != 0)
@@ -289,7 +312,11 @@ int main(int argc, char** argv) {
         return poll_in_handler_mode();
     if (argc == 2 && std::strcmp(argv[1], "pthread-cancel") == 0)
         return pthread_cancel_mode();
-    std::fprintf(stderr, "usage: %s vfork|_Fork|io-uring-epoll|poll-in-handler|pthread-cancel\n",
+    if (argc == 2 && std::strcmp(argv[1], "exit-while-polling") == 0)
+        return exit_while_polling_mode();
+    std::fprintf(stderr,
+                 "usage: %s vfork|_Fork|io-uring-epoll|poll-in-handler|pthread-cancel|"
+                 "exit-while-polling\n",
                  argv[0]);
     return 2;
 }
