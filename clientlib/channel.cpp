@@ -120,7 +120,9 @@ class EndWaiter {
             // Another thread closed the fd: no doorbell can reach us, but as on a socket the
             // call waits on for its answer, looking at the ring every millisecond.
             const timespec ms{0, 1'000'000};
+            const int saved = errno;  // a signal's EINTR is not the caller's answer
             ::nanosleep(&ms, nullptr);
+            errno = saved;
             return wait::Woken::Again;
         }
         ch_.end->on_socket_readable(fd_);

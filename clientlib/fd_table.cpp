@@ -127,7 +127,9 @@ bool fd_await_upgrade(int fd) {
         if (monotonic_ns() >= deadline)
             return false;
         const timespec pause{0, 100'000};
+        const int saved = errno;  // a signal's EINTR is not the caller's answer
         ::nanosleep(&pause, nullptr);
+        errno = saved;
     }
     return true;
 }
@@ -173,9 +175,19 @@ void fd_duplicate(int from, int to) {
     }
     if (raw >= kChannelBase) {
         Channel* channel = channel_at(raw - kChannelBase);
-        // None, or `from` was closed by another thread meanwhile (its last reference gone).
-        if (channel == nullptr || !channel_try_add_ref(*channel))
+        // `from` was closed by another thread meanwhile (its last reference gone), or closed
+        // and its slot given to another connection between the look and the reference (as
+        // ChannelRef::of() checks): `to` is a copy of a socket whose session ends, which must
+        // neither reach that other connection's rings nor write on l5pgd's session socket.
+        if (channel == nullptr || !channel_try_add_ref(*channel)) {
+            g_table[to].store(kForked, std::memory_order_release);
             return;
+        }
+        if (g_table[from].load(std::memory_order_acquire) != raw) {
+            channel_release(*channel);
+            g_table[to].store(kForked, std::memory_order_release);
+            return;
+        }
     }
     g_table[to].store(raw, std::memory_order_release);
 }

@@ -215,10 +215,14 @@ class MixedPoll {
         const int saved_errno = errno;
         int ordinary_ready = 0;
         for (nfds_t i = 0; i < n_; ++i) {
-            const Entry& entry = entries_[i];
+            Entry& entry = entries_[i];
             fds_[i].events = entry.saved_events;
             if (entry.kind == FdKind::Upgraded) {
                 channel_disarm(*entry.channel, fds_[i].events, counted_of(entry));
+                if (rc > 0 && fds_[i].revents != 0 && !names_its_channel(i)) {
+                    ordinary_ready += become_ordinary(i);
+                    continue;
+                }
                 if (rc > 0 && fds_[i].revents != 0)
                     channel_drain(*entry.channel, fds_[i].fd);
                 fds_[i].revents = 0;
@@ -228,6 +232,23 @@ class MixedPoll {
         }
         errno = saved_errno;
         return rc < 0 ? -1 : ordinary_ready;
+    }
+
+    // Another thread may close an upgraded fd this call waits on, and its number may name
+    // another file by now: drained, that file's bytes would be lost to it.
+    bool names_its_channel(nfds_t i) const {
+        return fd_lookup(fds_[i].fd).channel == entries_[i].channel.get();
+    }
+
+    // The entry's number is polled as an ordinary fd from now on, as libc's poll() goes on
+    // with the number (POLLNVAL once closed, else what its new file has); looked at now.
+    // 1 if it is ready.
+    int become_ordinary(nfds_t i) {
+        entries_[i].kind = FdKind::Untracked;
+        entries_[i].channel = ChannelRef();
+        pollfd probe{fds_[i].fd, fds_[i].events, 0};
+        fds_[i].revents = real().poll(&probe, 1, 0) > 0 ? probe.revents : 0;
+        return fds_[i].revents != 0 ? 1 : 0;
     }
 
     // Whether the ordinary fds' revents come from a real ppoll() that found some ready

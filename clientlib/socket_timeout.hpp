@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -33,8 +34,10 @@ class SocketTimeout {
         timeval tv{};
         socklen_t len = sizeof tv;
         const int option = want_ == transport::Want::Read ? SO_RCVTIMEO : SO_SNDTIMEO;
-        if (::getsockopt(fd_, SOL_SOCKET, option, &tv, &len) != 0 ||
-            (tv.tv_sec == 0 && tv.tv_usec == 0))
+        const int saved = errno;  // EBADF once another thread closed the fd: not our answer
+        const bool read = ::getsockopt(fd_, SOL_SOCKET, option, &tv, &len) == 0;
+        errno = saved;
+        if (!read || (tv.tv_sec == 0 && tv.tv_usec == 0))
             return wait::Deadline::never();
         // The kernel takes timeouts of centuries; a year is as long for any program.
         constexpr int64_t kLongest = 365LL * 24 * 3600;

@@ -15,6 +15,7 @@ for exceptions alone waits out a hang-up, as the kernel's does; a dup() during t
 gets its outcome. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import os
+import select
 import signal
 
 import pytest
@@ -185,6 +186,56 @@ def test_close_by_another_thread_leaves_a_waiting_recv_its_connection(l5pgd, shi
     out, r = run_python_json(shm_target(l5pgd), CLOSE_UNDER_RECV_SCRIPT)
     assert out["close"] == 0 and out["reader_done"], (out, r.stderr)
     assert out["recv"] > 0 and out["has_42"], (out, r.stderr)
+
+
+# poll() on an upgraded connection that another thread closes, whose number a new socket
+# then takes: when the poll wakes (the answer's doorbell on the old socket), the number's
+# new file is not drained as if it were the old connection's doorbell socket, and poll()
+# reports what the number names now, as libc's poll() goes on with the number.
+CLOSE_UNDER_POLL_SCRIPT = r'''
+import ctypes, json, os, select, socket, threading, time, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+conn = psycopg.connect("", autocommit=True)
+pg = conn.pgconn
+sock = pg.socket
+pg.send_query(b"select pg_sleep(0.5), 42")
+while pg.flush():
+    pass
+out = {}
+
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+def poller():
+    p = PollFd(sock, select.POLLIN, 0)
+    out["poll"] = libc.poll(ctypes.byref(p), 1, 5000)
+    out["revents"] = p.revents
+
+t = threading.Thread(target=poller)
+t.start()
+time.sleep(0.2)
+out["close"] = libc.close(sock)
+a, b = socket.socketpair()
+out["reused"] = a.fileno() == sock
+b.send(b"x")
+t.join(10)
+out["poller_done"] = not t.is_alive()
+try:
+    out["new_socket_kept"] = a.recv(1, socket.MSG_DONTWAIT).decode()
+except BlockingIOError:
+    out["new_socket_kept"] = ""
+print(json.dumps(out), flush=True)
+os._exit(0)  # psycopg would close the fd again
+'''
+
+
+@pytest.mark.timeout(60)
+def test_close_by_another_thread_under_poll_leaves_the_new_file_its_bytes(l5pgd, shim):
+    out, r = run_python_json(shm_target(l5pgd), CLOSE_UNDER_POLL_SCRIPT)
+    assert out["close"] == 0 and out["reused"] and out["poller_done"], (out, r.stderr)
+    assert out["poll"] == 1 and out["revents"] & select.POLLIN, (out, r.stderr)
+    assert out["new_socket_kept"] == "x", (out, r.stderr)
 
 
 # In a forked child the parent's upgraded connection is hung up (EOF, EPIPE): poll() says
