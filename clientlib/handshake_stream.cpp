@@ -77,10 +77,30 @@ HandshakeStream::Tls HandshakeStream::fail(const char* why) {
     return Tls::Failed;
 }
 
+// One per process, never freed: BIO_get_new_index() hands out at most a few hundred type
+// indexes in a process's life (and the application's own calls need some too).
+BIO_METHOD* HandshakeStream::socket_bio_method() {
+    static BIO_METHOD* const method = [] {
+        BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "l5pg-shim");
+        if (m != nullptr &&
+            (BIO_meth_set_write(m, bio_write) != 1 || BIO_meth_set_read(m, bio_read) != 1 ||
+             BIO_meth_set_ctrl(m, bio_ctrl) != 1)) {
+            BIO_meth_free(m);
+            m = nullptr;
+        }
+        return m;
+    }();
+    return method;
+}
+
 bool HandshakeStream::configure(SSL_CTX* ctx) {
     const Settings& s = settings();
     if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1)
         return false;
+    // An encrypted key would make OpenSSL's default callback prompt for its passphrase on
+    // the terminal (or read stdin) inside the application's send(): it fails to load
+    // instead, and the upgrade falls back (libpq prompts neither, without sslpassword).
+    SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
     if (s.ssl_cert[0] != '\0' && s.ssl_key[0] != '\0' &&
         (SSL_CTX_use_certificate_chain_file(ctx, s.ssl_cert) != 1 ||
          SSL_CTX_use_PrivateKey_file(ctx, s.ssl_key, SSL_FILETYPE_PEM) != 1))
@@ -113,13 +133,11 @@ HandshakeStream::Tls HandshakeStream::start_tls() {
     ctx_.reset(SSL_CTX_new(TLS_client_method()));
     if (!ctx_ || !configure(ctx_.get()))
         return fail("cannot set up TLS (L5PG_SSLROOTCERT, L5PG_SSLCERT, L5PG_SSLKEY)");
-    method_.reset(BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "l5pg-shim"));
-    if (!method_ || BIO_meth_set_write(method_.get(), bio_write) != 1 ||
-        BIO_meth_set_read(method_.get(), bio_read) != 1 ||
-        BIO_meth_set_ctrl(method_.get(), bio_ctrl) != 1)
+    BIO_METHOD* method = socket_bio_method();
+    if (method == nullptr)
         return fail("cannot set up TLS");
     ssl_.reset(SSL_new(ctx_.get()));
-    BIO* bio = ssl_ ? BIO_new(method_.get()) : nullptr;
+    BIO* bio = ssl_ ? BIO_new(method) : nullptr;
     if (bio == nullptr)
         return fail("cannot set up TLS");
     BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd_)));

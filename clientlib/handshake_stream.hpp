@@ -9,6 +9,7 @@
 // expects; upgrade_rdma.cpp then replaces the connection with a fresh one (reconnect.hpp).
 #pragma once
 
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <cstddef>
@@ -49,10 +50,16 @@ class HandshakeStream {
     struct CtxFree {
         void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
     };
-    struct MethodFree {
-        void operator()(BIO_METHOD* m) const { BIO_meth_free(m); }
+    // OpenSSL's error queue is the thread's, shared with libpq (which reports the oldest
+    // entry when its own setup fails) and the application: nothing of ours stays in it.
+    struct ErrorQueueCleaner {
+        ErrorQueueCleaner() = default;
+        ErrorQueueCleaner(const ErrorQueueCleaner&) = delete;
+        ErrorQueueCleaner& operator=(const ErrorQueueCleaner&) = delete;
+        ~ErrorQueueCleaner() { ERR_clear_error(); }
     };
 
+    [[nodiscard]] static BIO_METHOD* socket_bio_method();
     [[nodiscard]] bool configure(SSL_CTX* ctx);
     [[nodiscard]] bool connect_tls();
     // Runs `op` (an SSL call) until it succeeds, waiting for the socket as OpenSSL asks;
@@ -65,8 +72,7 @@ class HandshakeStream {
 
     int fd_;
     char error_[256] = {};
-    // Declared in this order so that the SSL (which holds its BIO) goes first.
-    std::unique_ptr<BIO_METHOD, MethodFree> method_;
+    ErrorQueueCleaner errors_;  // first, so that it runs after the SSL objects are freed
     std::unique_ptr<SSL_CTX, CtxFree> ctx_;
     std::unique_ptr<SSL, SslFree> ssl_;
 };

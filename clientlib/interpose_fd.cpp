@@ -24,9 +24,14 @@ using namespace l5pg::shim;
 namespace {
 
 // `closing_fd`: the fd the caller is about to close, or -1.
+// A close() that succeeds leaves errno as it was: the channel's teardown (unmapping, an RDMA
+// queue pair's) must not change it.
 void release_entry(const FdEntry& entry, int closing_fd = -1) {
-    if (entry.kind == FdKind::Upgraded)
-        channel_release(*entry.channel, closing_fd);
+    if (entry.kind != FdKind::Upgraded)
+        return;
+    const int saved = errno;
+    channel_release(*entry.channel, closing_fd);
+    errno = saved;
 }
 
 // close_range(2) and closefrom(3) close each fd the shim tracks in the range as close()
@@ -70,8 +75,9 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
     const int rc = real().connect(fd, addr, len);
     // A connection begun on an fd number we still track (closed without close(): a raw
     // system call, close_range) starts from scratch. A connect() that fails (EISCONN on
-    // a connected or upgraded socket, EALREADY, EBADF) leaves the entry as it is.
-    if (rc != 0 && errno != EINPROGRESS)
+    // a connected or upgraded socket, EALREADY, EBADF) leaves the entry as it is. One a
+    // signal interrupted (EINTR) goes on in the background, as EINPROGRESS's does.
+    if (rc != 0 && errno != EINPROGRESS && errno != EINTR)
         return rc;
     {
         const int saved = errno;

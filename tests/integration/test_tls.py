@@ -401,6 +401,23 @@ def test_unverifiable_server_gets_no_upgrade_and_libpq_carries_on(required_rdma,
     assert_fresh_tls_connection(r, "TLS with l5pgd failed")
 
 
+def test_encrypted_client_key_is_not_prompted_for(required_rdma, pki):
+    """An L5PG_SSLKEY with a passphrase: OpenSSL's default callback would prompt for it on
+    the terminal, or read stdin, inside libpq's send(). It fails to load instead, and the
+    connection goes on without the upgrade."""
+    encrypted = pki / "client-encrypted.key"
+    subprocess.run(["openssl", "pkey", "-in", pki / "client.key", "-aes256", "-passout",
+                    "pass:secret", "-out", encrypted], check=True, capture_output=True)
+    target = rdma_target(required_rdma, device="soft", L5PG_DEBUG=1, L5PG_SSLMODE="verify-full",
+                         L5PG_SSLROOTCERT=pki / "ca.crt", L5PG_SSLCERT=pki / "client.crt",
+                         L5PG_SSLKEY=encrypted, PGSSLMODE="require")
+    # No terminal (a session of its own) and an empty stdin: the prompt would go to stderr.
+    r = run(psql_cmd("-c", r"\conninfo", "-c", "select 42"), target, check=False, timeout=60,
+            input="", start_new_session=True)
+    assert "pass phrase" not in r.stderr, r.stderr
+    assert_fresh_tls_connection(r, "cannot set up TLS")
+
+
 def test_declined_inside_tls_falls_back_to_a_fresh_connection(required, pki):
     """l5pgd without RDMA declines inside TLS; the connection libpq gets is a new, clean one."""
     r = rdma_conninfo(required, L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "ca.crt",
