@@ -5,10 +5,12 @@
 // lets the queue run empty (a slow client of a large result) must not make it grow with
 // every byte that ever passed through it. Before the tail grows, the unconsumed bytes
 // move to the start once the consumed front is at least as large as they are (each byte
-// moves at most once per byte consumed before it: amortised O(1)), and storage grows to
-// exactly what is needed. So a queue that holds at most L bytes before each prepare(n) /
-// append(n) never has more than 2 * L + n bytes of storage (docs in config/l5pgd.example.yaml,
-// limits.session_buffer_bytes).
+// moves at most once per byte consumed before it: amortised O(1)). When storage must grow,
+// the consumed front goes first (a reallocation would copy it too) and storage grows to
+// twice what is queued plus what is asked, so that it settles instead of reallocating (and
+// copying the whole queue) at every prepare(). So a queue that holds at most L bytes before
+// each prepare(n) / append(n) never has more than 2 * L + n bytes of storage (docs in
+// config/l5pgd.example.yaml, limits.session_buffer_bytes).
 #pragma once
 
 #include <algorithm>
@@ -77,17 +79,23 @@ class ByteQueue {
     }
 
   private:
-    // Compacts (see the top of the file), then reserves exactly enough for `n` more bytes
-    // (std::vector would otherwise double, which breaks the bound by a factor of two).
+    // Compacts and grows as the top of the file says (std::vector's own growth doubles
+    // what it holds, consumed front included, which breaks the bound).
     void make_room(size_t n) {
-        if (head_ > 0 && head_ >= size()) {
-            const size_t live = size();
-            std::memmove(data_.data(), data_.data() + head_, live);
-            data_.resize(live);
-            head_ = 0;
-        }
+        if (head_ > 0 && head_ >= size())
+            compact();
+        if (data_.size() + n <= data_.capacity())
+            return;
+        if (head_ > 0)
+            compact();
         if (data_.size() + n > data_.capacity())
-            data_.reserve(data_.size() + n);
+            data_.reserve(2 * data_.size() + n);
+    }
+    void compact() noexcept {
+        const size_t live = size();
+        std::memmove(data_.data(), data_.data() + head_, live);
+        data_.resize(live);
+        head_ = 0;
     }
 
     std::vector<std::byte, UninitializedAllocator<std::byte>> data_;

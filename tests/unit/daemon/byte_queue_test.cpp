@@ -15,8 +15,8 @@ constexpr size_t kHighWater = 256 * 1024;
 
 // Fills like Session::read_upstream_into_queue (a chunk while below the high-water mark),
 // numbering every byte so that order and content can be checked on the way out.
-void fill(ByteQueue& q, size_t& produced) {
-    while (q.size() < kHighWater) {
+void fill(ByteQueue& q, size_t& produced, size_t high_water = kHighWater) {
+    while (q.size() < high_water) {
         auto space = q.prepare(kChunk);
         const size_t filled = kChunk - 7;  // recv rarely fills the whole chunk
         for (size_t i = 0; i < filled; ++i)
@@ -47,6 +47,28 @@ TEST_CASE("a reader that never lets the queue run empty keeps its storage bounde
     // At most L = high water + one chunk is held before a prepare(): 2 * L + chunk.
     CHECK(max_capacity <= 2 * (kHighWater + kChunk) + kChunk);
     CHECK(q.size() == produced - consumed);
+}
+
+TEST_CASE("a large queue's storage grows in few steps, not a chunk at a time") {
+    // limits.session_buffer_bytes at 16 MiB: growing to exactly what each prepare() needed
+    // reallocated, and copied everything queued, 256 times on the way up.
+    constexpr size_t kLarge = 16 * 1024 * 1024;
+    ByteQueue q;
+    size_t produced = 0;
+    size_t consumed = 0;
+    size_t reallocations = 0;
+    size_t max_capacity = 0;
+    while (consumed < 4 * kLarge) {
+        const size_t before = q.capacity();
+        fill(q, produced, kLarge);
+        reallocations += q.capacity() != before ? 1 : 0;
+        max_capacity = std::max(max_capacity, q.capacity());
+        const size_t bite = std::min<size_t>(q.size() - 1, 40000);
+        q.consume(bite);
+        consumed += bite;
+    }
+    CHECK(reallocations < 40);
+    CHECK(max_capacity <= 2 * (kLarge + kChunk) + kChunk);
 }
 
 TEST_CASE("append and prepare keep the order across compaction") {
