@@ -141,10 +141,7 @@ IoStatus ShmClientEnd::reserve(size_t want, std::span<std::byte>& space) {
         if (status == shm::RingStatus::Ok)
             return IoStatus::Ok;
         if (status == shm::RingStatus::Corrupt) {
-            host_.close(
-                "shm protocol violation: impossible read position in the "
-                "server->client ring",
-                true);
+            close_for_read_position();
             return IoStatus::Error;
         }
         // Full. Dekker: arm, then re-check, so the client's next consume rings our doorbell.
@@ -187,9 +184,22 @@ void ShmClientEnd::send_if_room(std::span<const std::byte> message) {
     (void)to_client_.write(message, status);  // on_close() rings the doorbell
 }
 
+void ShmClientEnd::close_for_read_position() {
+    host_.close("shm protocol violation: impossible read position in the server->client ring",
+                true);
+}
+
 bool ShmClientEnd::resume_output() {
-    if (!ring_full_ || to_client_.free_bytes() == 0)
+    if (!ring_full_)
         return false;
+    if (to_client_.free_bytes() == 0) {
+        // No room, or a read position that cannot be (free_bytes() says 0 for both): the
+        // session would wait for room that never comes, and say nothing.
+        std::span<std::byte> unused;
+        if (to_client_.reserve(1, unused) == shm::RingStatus::Corrupt)
+            close_for_read_position();
+        return false;
+    }
     (void)to_client_.disarm();
     ring_full_ = false;
     return true;

@@ -63,6 +63,8 @@ class ShmClientEnd final : public ClientEnd {
     DoorbellCoalescer& coalescer_;
     shm::RingReader from_client_;
     shm::RingWriter to_client_;
+    void close_for_read_position();
+
     bool ring_full_ = false;  // the server->client ring had no room
     // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
     static constexpr int64_t kDoorbellSlack = 4096;

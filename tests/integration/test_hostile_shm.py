@@ -211,6 +211,27 @@ def test_hostile_reader_read_pos_beyond_write_pos(l5pgd, cluster, bystander):
         c.close(clean=False)
 
 
+@pytest.mark.timeout(60)
+def test_hostile_reader_read_pos_beyond_write_pos_while_full(l5pgd, cluster, bystander):
+    """The ring towards the client is full and l5pgd waits for room when the client makes its
+    read position impossible and rings: the session is closed with the reason, as when
+    l5pgd finds it writing. (It waited for room that never came, and said nothing.)"""
+    appname = app_name("reader-full")
+    c = started_client(l5pgd, appname)
+    try:
+        e0 = l5pgd.metric("l5pg_session_errors_total", transport="shm")
+        log0 = len(l5pgd.log_text())
+        body = f"select repeat('y', {8 * RING})\0".encode()
+        c.write_bytes(b"Q" + struct.pack("!I", len(body) + 4) + body)
+        time.sleep(1)  # the answer fills the ring; nothing is read
+        c.poke64(OFF_S2C + RC_READ_POS, c.s2c_read + (1 << 40))
+        assert_session_killed(l5pgd, cluster, c, appname, bystander, e0)
+        assert ("impossible read position in the server->client ring"
+                in l5pgd.log_text()[log0:])
+    finally:
+        c.close(clean=False)
+
+
 # ---------------------------------------------------------------- 3. refused upgrades
 
 def _unsealed(tmp_path):
