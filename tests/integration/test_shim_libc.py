@@ -146,12 +146,9 @@ def test_vector_calls_check_their_vector_as_the_kernel_does(l5pgd, shim):
                    "row": 7}, out
 
 
-# Thread A waits in a blocking recv() for the answer to pg_sleep(0.5); thread B closes the
-# fd after 0.2 s. With libc, A's recv() goes on with the socket it began with and returns the
-# answer; the shim used to free the channel under it (a crash).
-CLOSE_UNDER_RECV_SCRIPT = r'''
-import ctypes, fcntl, json, os, threading, time, psycopg
-
+# A script's opening: a connection whose statement (0.5 s, then 42) is on its way; `libc`,
+# `conn`, `pg` and its socket `sock` for what follows.
+QUERY_IN_FLIGHT = r'''
 libc = ctypes.CDLL(None, use_errno=True)
 conn = psycopg.connect("", autocommit=True)
 pg = conn.pgconn
@@ -159,7 +156,15 @@ sock = pg.socket
 pg.send_query(b"select pg_sleep(0.5), 42")
 while pg.flush():
     pass
-flags = fcntl.fcntl(sock, fcntl.F_GETFL)
+'''
+
+
+# Thread A waits in a blocking recv() for the answer to pg_sleep(0.5); thread B closes the
+# fd after 0.2 s. With libc, A's recv() goes on with the socket it began with and returns the
+# answer; the shim used to free the channel under it (a crash).
+CLOSE_UNDER_RECV_SCRIPT = r'''
+import ctypes, fcntl, json, os, threading, time, psycopg
+''' + QUERY_IN_FLIGHT + r'''flags = fcntl.fcntl(sock, fcntl.F_GETFL)
 fcntl.fcntl(sock, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
 out = {}
 
@@ -194,15 +199,7 @@ def test_close_by_another_thread_leaves_a_waiting_recv_its_connection(l5pgd, shi
 # reports what the number names now, as libc's poll() goes on with the number.
 CLOSE_UNDER_POLL_SCRIPT = r'''
 import ctypes, json, os, select, socket, threading, time, psycopg
-
-libc = ctypes.CDLL(None, use_errno=True)
-conn = psycopg.connect("", autocommit=True)
-pg = conn.pgconn
-sock = pg.socket
-pg.send_query(b"select pg_sleep(0.5), 42")
-while pg.flush():
-    pass
-out = {}
+''' + QUERY_IN_FLIGHT + r'''out = {}
 
 class PollFd(ctypes.Structure):
     _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
