@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 
+#include "clientlib/cancellation_deferred.hpp"
 #include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/foreign_waiters.hpp"
@@ -29,13 +30,15 @@ namespace {
 
 // The channels, never destroyed: at exit() another thread may still be in a call on one
 // (a daemon thread polling for NOTIFY), and a static destructor would unmap its rings under
-// it. The kernel takes the mappings back when the process ends.
+// it. The kernel takes the mappings back when the process ends. Zero at load time
+// (constinit): no initialiser runs, which could wipe a channel that another library's
+// constructor opened before ours ran, and the pages stay untouched until used.
 union ChannelPool {
-    ChannelPool() : channels() {}
+    constexpr ChannelPool() : channels() {}
     ~ChannelPool() {}  // channels' destructor never runs
     std::array<Channel, kMaxChannels> channels;
 };
-ChannelPool g_channel_pool;
+constinit ChannelPool g_channel_pool;
 std::array<Channel, kMaxChannels>& g_pool = g_channel_pool.channels;
 
 [[nodiscard]] bool would_block(const Channel& ch, int flags) {
@@ -262,6 +265,7 @@ void quiesce_socket(int fd) {
 void channel_release(Channel& ch, int closing_fd) {
     if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
         return;
+    const CancellationDeferred teardown;  // runs to its end: the slot is freed
     ch.end->close_by_application();
     if (closing_fd >= 0)
         quiesce_socket(closing_fd);

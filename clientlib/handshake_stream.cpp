@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -78,19 +79,24 @@ HandshakeStream::Tls HandshakeStream::fail(const char* why) {
 }
 
 // One per process, never freed: BIO_get_new_index() hands out at most a few hundred type
-// indexes in a process's life (and the application's own calls need some too).
+// indexes in a process's life (and the application's own calls need some too). No static
+// initialisation guard (a fork() while another thread held it would block the child's
+// first upgrade for good), and a failure is tried again by the next upgrade.
 BIO_METHOD* HandshakeStream::socket_bio_method() {
-    static BIO_METHOD* const method = [] {
-        BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "l5pg-shim");
-        if (m != nullptr &&
-            (BIO_meth_set_write(m, bio_write) != 1 || BIO_meth_set_read(m, bio_read) != 1 ||
-             BIO_meth_set_ctrl(m, bio_ctrl) != 1)) {
-            BIO_meth_free(m);
-            m = nullptr;
-        }
-        return m;
-    }();
-    return method;
+    static std::atomic<BIO_METHOD*> shared{nullptr};
+    if (BIO_METHOD* known = shared.load(std::memory_order_acquire))
+        return known;
+    BIO_METHOD* made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "l5pg-shim");
+    if (made == nullptr || BIO_meth_set_write(made, bio_write) != 1 ||
+        BIO_meth_set_read(made, bio_read) != 1 || BIO_meth_set_ctrl(made, bio_ctrl) != 1) {
+        BIO_meth_free(made);
+        return nullptr;
+    }
+    BIO_METHOD* earlier = nullptr;
+    if (shared.compare_exchange_strong(earlier, made, std::memory_order_acq_rel))
+        return made;
+    BIO_meth_free(made);  // another thread's came first
+    return earlier;
 }
 
 bool HandshakeStream::configure(SSL_CTX* ctx) {

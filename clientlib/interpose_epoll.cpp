@@ -4,12 +4,15 @@
 
 #include <cerrno>
 
+#include "clientlib/c_boundary.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/real_calls.hpp"
 
 extern "C" int epoll_ctl(int epfd, int op, int fd, epoll_event* event) {
-    const int saved = errno;
-    l5pg::shim::note_epoll_ctl(op, fd);
-    errno = saved;
-    return l5pg::shim::real().epoll_ctl(epfd, op, fd, event);
+    return l5pg::shim::within_c_boundary([&] {
+        const int saved = errno;
+        l5pg::shim::note_epoll_ctl(op, fd);
+        errno = saved;
+        return l5pg::shim::real().epoll_ctl(epfd, op, fd, event);
+    });
 }

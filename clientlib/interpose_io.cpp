@@ -13,6 +13,8 @@
 #include <cstring>
 #include <utility>
 
+#include "clientlib/c_boundary.hpp"
+#include "clientlib/cancellation_deferred.hpp"
 #include "clientlib/channel.hpp"
 #include "clientlib/channel_ref.hpp"
 #include "clientlib/fd_table.hpp"
@@ -116,6 +118,7 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) {
         errno = EFAULT;
         return {RouteKind::Error, {}};
     }
+    const CancellationDeferred whole_upgrade;  // claimed, then attached or abandoned
     if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
         return route_send(fd, iov, iovcnt);
     std::byte first[16];
@@ -228,8 +231,8 @@ bool discards_truncated(int fd, int flags) {
 }
 
 template <class RealSend>
-ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
-                 RealSend real_send) {
+ssize_t route_send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
+                       RealSend real_send) {
     const Route route = route_send(fd, iov, iovcnt);
     switch (route.kind) {
         case RouteKind::Real:
@@ -267,8 +270,8 @@ bool asks_nothing(const iovec* iov, int iovcnt) {
 }
 
 template <class RealRecv>
-ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
-                 EmptyRead empty = EmptyRead::Waits) {
+ssize_t route_recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
+                       EmptyRead empty) {
     const Route route = route_recv(fd);
     switch (route.kind) {
         case RouteKind::Real:
@@ -295,6 +298,22 @@ ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_
             return -1;
     }
     return -1;
+}
+
+// The calls' one way in: no exception but pthread_cancel()'s unwinding leaves for the
+// caller's C frames (c_boundary.hpp).
+template <class RealSend>
+ssize_t send_iov(int fd, const iovec* iov, int iovcnt, int flags, bool nosignal,
+                 RealSend real_send) {
+    return within_c_boundary(
+        [&] { return route_send_iov(fd, iov, iovcnt, flags, nosignal, real_send); });
+}
+
+template <class RealRecv>
+ssize_t recv_iov(int fd, const iovec* iov, int iovcnt, int flags, RealRecv real_recv,
+                 EmptyRead empty = EmptyRead::Waits) {
+    return within_c_boundary(
+        [&] { return route_recv_iov(fd, iov, iovcnt, flags, real_recv, empty); });
 }
 
 }  // namespace

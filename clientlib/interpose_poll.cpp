@@ -3,7 +3,6 @@
 // spin and yield within the budget (and the caller's timeout), then arm the wake-up
 // flags, re-check, and block in the real ppoll() on the sockets, where a doorbell byte
 // or EOF wakes us. select()/pselect() are mapped onto the same code.
-#include <cxxabi.h>
 #include <poll.h>
 #include <sys/select.h>
 #include <time.h>
@@ -17,6 +16,7 @@
 #include <memory_resource>
 #include <vector>
 
+#include "clientlib/c_boundary.hpp"
 #include "clientlib/channel.hpp"
 #include "clientlib/channel_ref.hpp"
 #include "clientlib/fd_table.hpp"
@@ -85,7 +85,7 @@ class MixedPoll {
 
     ~MixedPoll() {
         for (Entry& e : entries_) {
-            if (e.kind == FdKind::Upgraded && &counted_of(e) == &e.counted)
+            if (e.channel && &counted_of(e) == &e.counted)  // demoted ones too
                 stop_waiting(*e.channel, e.counted);
         }
     }
@@ -242,10 +242,10 @@ class MixedPoll {
 
     // The entry's number is polled as an ordinary fd from now on, as libc's poll() goes on
     // with the number (POLLNVAL once closed, else what its new file has); looked at now.
-    // 1 if it is ready.
+    // 1 if it is ready. It keeps its reference: this call may count as a waiter on the
+    // channel (for other entries too, counted_in), which the destructor gives back.
     int become_ordinary(nfds_t i) {
         entries_[i].kind = FdKind::Untracked;
-        entries_[i].channel = ChannelRef();
         pollfd probe{fds_[i].fd, fds_[i].events, 0};
         fds_[i].revents = real().poll(&probe, 1, 0) > 0 ? probe.revents : 0;
         return fds_[i].revents != 0 ? 1 : 0;
@@ -290,7 +290,7 @@ class MixedPoll {
         // first one's when the array names the channel more than once (one waiter per
         // channel). An index, not a pointer: Entry stays 24 bytes (kInlineBytes).
         uint32_t counted_in = 0;
-        ChannelRef channel;        // Upgraded only
+        ChannelRef channel;        // Upgraded, and kept once demoted (become_ordinary)
         short saved_events = 0;    // the caller's events while block() asks for others
         CountedWants counted = 0;  // this call counts as a waiter on the channel (arm())
     };
@@ -328,22 +328,8 @@ class MixedPoll {
     std::pmr::vector<Entry> entries_;
 };
 
-// Runs `call`: std::bad_alloc (from more fds than the stack buffers hold, the only
-// exception possible here) must not cross into C; pthread_cancel()'s unwinding must.
-template <class Call>
-int enomem_on_throw(Call call) {
-    try {
-        return call();
-    } catch (const abi::__forced_unwind&) {
-        throw;
-    } catch (...) {
-        errno = ENOMEM;
-        return -1;
-    }
-}
-
 int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) {
-    return enomem_on_throw([&] { return MixedPoll(fds, n).run(timeout_ns, mask); });
+    return within_c_boundary([&] { return MixedPoll(fds, n).run(timeout_ns, mask); });
 }
 
 // A wait longer than this is forever (the kernel caps such timeouts the same way).
@@ -474,7 +460,7 @@ int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
 
 int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
               const sigset_t* mask) {
-    return enomem_on_throw([&] { return select_fds(nfds, rd, wr, ex, timeout_ns, mask); });
+    return within_c_boundary([&] { return select_fds(nfds, rd, wr, ex, timeout_ns, mask); });
 }
 
 bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) {

@@ -27,7 +27,8 @@ EXPECTED_FILES = ["./usr/bin/l5pgd", "./usr/lib/libl5pg.so", "./usr/include/l5pg
                   "./usr/share/doc/l5pg/README.md", "./usr/share/doc/l5pg/l5pgd.example.yaml"]
 # What the binaries link against: dpkg-shlibdeps must name these packages.
 NEEDED = ["libevent-core-2.1-7", "libevent-extra-2.1-7", "libevent-pthreads-2.1-7",
-          "libyaml-cpp0.7", "libspdlog1", "libfmt9", "libssl3", "libc6"]
+          "libyaml-cpp0.7", "libspdlog1", "libfmt9", "libssl3", "libc6",
+          "libgcc-s1"]  # the shim: the unwinder pthread_cancel() uses (clientlib/CMakeLists.txt)
 
 
 def project_version():

@@ -443,6 +443,17 @@ def test_pthread_cancel_of_a_blocked_thread_cancels_it(l5pgd, cluster, shim):
     assert out == {"pipe": "cancelled", "conn": "cancelled", "transport": "1", "after": "42"}, out
 
 
+# A cancel pending when a connection's first send upgrades it waits for the upgrade's end:
+# acted upon inside (the upgrade request's sendmsg() is a cancellation point) it left the fd
+# half upgraded for good, every later call on it waiting and failing.
+@pytest.mark.timeout(60)
+def test_pthread_cancel_pending_at_the_upgrade_waits_for_its_end(l5pgd, shim):
+    r = run([PROBE, "cancel-during-upgrade"], shm_target(l5pgd), timeout=40,
+            env={"L5PG_UPGRADE_TIMEOUT_MS": "1000"})
+    out = dict(field.split("=", 1) for field in r.stdout.split())
+    assert out == {"thread": "cancelled", "transport": "1", "after": "42"}, (out, r.stderr)
+
+
 # exit() runs the static destructors while other threads go on: the shim's channels are never
 # destroyed (the kernel unmaps the rings when the process ends), or a thread still polling a
 # connection at exit crashed the process on its way out. Several runs: the crash needs the

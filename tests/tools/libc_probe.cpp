@@ -29,6 +29,12 @@
 //       shim's own wait): each thread ends cancelled, as with libc, and the process goes on.
 //       Prints "pipe=<cancelled|returned> conn=<cancelled|returned> transport=<fd's>
 //       after=<select 42 on a new connection>".
+//   l5pg-libc-probe cancel-during-upgrade
+//       A thread begins a connection (PQconnectStart), has a pthread_cancel() pending, and
+//       sends its StartupMessage (PQconnectPoll), where the shim upgrades the connection:
+//       the cancel must wait for the upgrade's end, not leave the fd half upgraded. The
+//       thread ends cancelled; main() finishes the connection and asks select 42. Prints
+//       "thread=<cancelled|returned> transport=<fd's> after=<answer>".
 //   l5pg-libc-probe exit-while-polling
 //       A thread poll()s the upgraded connection in a loop (1 ms at a time) while main()
 //       returns: exit() runs the static destructors with the thread still polling, which
@@ -262,6 +268,59 @@ void* poll_for_ever(void* fd) {
     return nullptr;
 }
 
+struct CancelDuringUpgrade {
+    PGconn* conn = nullptr;
+    int to_main[2] = {-1, -1};    // the thread: "started, cancel me now"
+    int to_thread[2] = {-1, -1};  // main: "cancelled"
+};
+
+void* start_then_poll_cancelled(void* arg) {
+    auto* s = static_cast<CancelDuringUpgrade*>(arg);
+    s->conn = PQconnectStart("");  // connect() here, before any cancel is pending
+    int previous = 0;
+    ::pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &previous);
+    char byte = 1;
+    (void)!::write(s->to_main[1], &byte, 1);
+    (void)!::read(s->to_thread[0], &byte, 1);  // the cancel is pending from here on
+    ::pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, nullptr);
+    (void)PQconnectPoll(s->conn);  // its first send upgrades; a cancellation point follows
+    ::pthread_testcancel();
+    return nullptr;
+}
+
+int cancel_during_upgrade_mode() {
+    CancelDuringUpgrade s;
+    if (::pipe(s.to_main) != 0 || ::pipe(s.to_thread) != 0)
+        die(nullptr, "pipe");
+    pthread_t thread;
+    ::pthread_create(&thread, nullptr, start_then_poll_cancelled, &s);
+    char byte = 0;
+    (void)!::read(s.to_main[0], &byte, 1);
+    ::pthread_cancel(thread);
+    (void)!::write(s.to_thread[1], &byte, 1);
+    void* result = nullptr;
+    ::pthread_join(thread, &result);
+    for (int round = 0; round < 1000; ++round) {  // PQconnectPoll as PQconnectdb would
+        const PostgresPollingStatusType status = PQconnectPoll(s.conn);
+        if (status == PGRES_POLLING_OK || status == PGRES_POLLING_FAILED)
+            break;
+        pollfd p{PQsocket(s.conn),
+                 static_cast<short>(status == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+        (void)::poll(&p, 1, 1000);
+    }
+    if (PQstatus(s.conn) != CONNECTION_OK)
+        die(s.conn, "connect after the cancelled thread");
+    PGresult* res = PQexec(s.conn, "select 42");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        die(s.conn, "select 42");
+    std::printf("thread=%s transport=%d after=%s\n",
+                result == PTHREAD_CANCELED ? "cancelled" : "returned",
+                transport_of(PQsocket(s.conn)), PQgetvalue(res, 0, 0));
+    PQclear(res);
+    PQfinish(s.conn);
+    return 0;
+}
+
 int exit_while_polling_mode() {
     char answer[32];
     PGconn* conn = connect_and_ask("select 1", answer, sizeof answer);
@@ -314,9 +373,11 @@ int main(int argc, char** argv) {
         return pthread_cancel_mode();
     if (argc == 2 && std::strcmp(argv[1], "exit-while-polling") == 0)
         return exit_while_polling_mode();
+    if (argc == 2 && std::strcmp(argv[1], "cancel-during-upgrade") == 0)
+        return cancel_during_upgrade_mode();
     std::fprintf(stderr,
                  "usage: %s vfork|_Fork|io-uring-epoll|poll-in-handler|pthread-cancel|"
-                 "exit-while-polling\n",
+                 "exit-while-polling|cancel-during-upgrade\n",
                  argv[0]);
     return 2;
 }
