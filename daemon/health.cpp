@@ -6,11 +6,13 @@ namespace l5pg::daemon {
 
 namespace {
 
+int64_t whole_seconds(Health::clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+}
+
 std::string stalled(std::string_view what, Health::clock::duration idle) {
-    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(idle).count();
-    return fmt::format(
-        "{} has not gone round its event loop for {} s (limit {} s)", what, seconds,
-        std::chrono::duration_cast<std::chrono::seconds>(Health::kStallLimit).count());
+    return fmt::format("{} has not gone round its event loop for {} s (limit {} s)", what,
+                       whole_seconds(idle), whole_seconds(Health::kStallLimit));
 }
 
 }  // namespace
@@ -36,8 +38,12 @@ void Health::stopping() noexcept {
 }
 
 Health::Verdict Health::liveness(clock::time_point now) const {
-    if (!started_.load(std::memory_order_acquire))
+    if (!started_.load(std::memory_order_acquire)) {
+        if (now - created_ > kStallLimit)  // stuck before listening (a device, a bind)
+            return {false, fmt::format("still starting after {} s (limit {} s)",
+                                       whole_seconds(now - created_), whole_seconds(kStallLimit))};
         return {true, "ok (starting)"};
+    }
     if (stopping_.load(std::memory_order_relaxed))
         return {true, "ok (stopping)"};
     const clock::duration main_idle =

@@ -35,9 +35,10 @@ class Health {
     void draining() noexcept;
     void stopping() noexcept;
 
-    // Any thread. Alive: every loop went round within kStallLimit (also while starting,
-    // draining and stopping). Ready: alive, started, neither draining nor stopping: l5pgd
-    // takes new sessions (whether it has room for one, or Postgres answers, is not asked).
+    // Any thread. Alive: every loop went round within kStallLimit (also while draining and
+    // stopping), or l5pgd has been starting for less than kStallLimit. Ready: alive, started,
+    // neither draining nor stopping: l5pgd takes new sessions (whether it has room for one, or
+    // Postgres answers, is not asked).
     [[nodiscard]] Verdict liveness(clock::time_point now) const;
     [[nodiscard]] Verdict readiness(clock::time_point now) const;
 
@@ -47,6 +48,7 @@ class Health {
     }
 
     // Read one by one, not as a whole: a verdict is as of some instant within a beat.
+    const clock::time_point created_ = clock::now();  // l5pgd's start, near enough
     std::atomic<bool> started_{false};
     std::atomic<bool> draining_{false};
     std::atomic<bool> stopping_{false};

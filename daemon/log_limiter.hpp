@@ -43,12 +43,19 @@ class LogLimiter {
     }
 
     // How many were suppressed in an interval that is over, which no line has reported yet
-    // (then reported: the next line says 0 more); nullopt if none or the interval runs on.
-    [[nodiscard]] std::optional<uint64_t> take_unreported(clock::time_point now) noexcept {
+    // (then reported: the next line says 0 more), and the highest level among those log()
+    // suppressed; nullopt if none or the interval runs on.
+    struct Unreported {
+        uint64_t count = 0;
+        spdlog::level::level_enum level = spdlog::level::info;
+    };
+    [[nodiscard]] std::optional<Unreported> take_unreported(clock::time_point now) noexcept {
         std::lock_guard lock(mutex_);
         if (suppressed_ == 0 || now - window_start_ < interval_)
             return std::nullopt;
-        return std::exchange(suppressed_, 0);
+        const Unreported unreported{std::exchange(suppressed_, 0), suppressed_level_};
+        suppressed_level_ = spdlog::level::trace;
+        return unreported;
     }
 
     // Logs the formatted line at `level` if admit() lets it through (formatting only then),
@@ -56,8 +63,11 @@ class LogLimiter {
     template <class... Args>
     void log(spdlog::level::level_enum level, fmt::format_string<Args...> format, Args&&... args) {
         const std::optional<uint64_t> suppressed = admit(clock::now());
-        if (!suppressed)
+        if (!suppressed) {
+            std::lock_guard lock(mutex_);
+            suppressed_level_ = std::max(suppressed_level_, level);
             return;
+        }
         std::string line = fmt::format(format, std::forward<Args>(args)...);
         if (*suppressed > 0)
             line += fmt::format(" ({} similar messages not logged)", *suppressed);
@@ -68,10 +78,11 @@ class LogLimiter {
     std::mutex mutex_;
     const clock::duration interval_;
     const unsigned burst_;
-    bool started_ = false;            // guarded by mutex_
-    clock::time_point window_start_;  // guarded by mutex_
-    unsigned logged_in_window_ = 0;   // guarded by mutex_
-    uint64_t suppressed_ = 0;         // guarded by mutex_
+    bool started_ = false;                                               // guarded by mutex_
+    clock::time_point window_start_;                                     // guarded by mutex_
+    unsigned logged_in_window_ = 0;                                      // guarded by mutex_
+    uint64_t suppressed_ = 0;                                            // guarded by mutex_
+    spdlog::level::level_enum suppressed_level_ = spdlog::level::trace;  // guarded by mutex_
 };
 
 // The log lines a client can cause at will (by connecting, sending garbage, failing
@@ -101,9 +112,9 @@ struct ClientLogLimits {
             {&cancel_refused, "cancel requests not forwarded"},
         };
         for (const auto& [limiter, kind] : kinds)
-            if (const std::optional<uint64_t> count = limiter->take_unreported(now))
-                spdlog::warn("{} similar messages not logged since the last one ({})", *count,
-                             kind);
+            if (const std::optional<LogLimiter::Unreported> tail = limiter->take_unreported(now))
+                spdlog::log(tail->level, "{} similar messages not logged since the last one ({})",
+                            tail->count, kind);
     }
 };
 

@@ -33,9 +33,22 @@ TEST_CASE("log limiter: what no later line reported is taken once the interval i
     for (int i = 0; i < 7; ++i)
         CHECK_FALSE(limiter.admit(t0 + 1s).has_value());
     CHECK_FALSE(limiter.take_unreported(t0 + 4999ms).has_value());  // the interval runs on
-    CHECK(limiter.take_unreported(t0 + 5s) == 7u);
+    CHECK(limiter.take_unreported(t0 + 5s)->count == 7u);
     CHECK_FALSE(limiter.take_unreported(t0 + 6s).has_value());  // reported once
     CHECK(limiter.admit(t0 + 6s) == 0u);                        // and not again by a line
+}
+
+TEST_CASE("log limiter: the unreported count comes with the highest level suppressed") {
+    LogLimiter limiter(500ms, 1);                     // the four lines come within it
+    limiter.log(spdlog::level::info, "first {}", 1);  // logged
+    limiter.log(spdlog::level::info, "second {}", 2);
+    limiter.log(spdlog::level::warn, "third {}", 3);
+    limiter.log(spdlog::level::info, "fourth {}", 4);
+    std::this_thread::sleep_for(600ms);  // the interval is over
+    const auto tail = limiter.take_unreported(LogLimiter::clock::now());
+    REQUIRE(tail.has_value());
+    CHECK(tail->count == 3u);
+    CHECK(tail->level == spdlog::level::warn);
 }
 
 TEST_CASE("log limiter: shared by threads, every event is logged or counted exactly once") {

@@ -215,6 +215,10 @@ TEST_CASE("Health: starting, beating, stalled, draining, stopping") {
     CHECK(health.liveness(t0).ok);  // before the listeners accept: alive, not ready
     CHECK(health.liveness(t0).text == "ok (starting)");
     CHECK_FALSE(health.readiness(t0).ok);
+    // Starting for longer than the limit: stuck (a device that does not answer).
+    CHECK_FALSE(health.liveness(t0 + Health::kStallLimit + 1s).ok);
+    CHECK_THAT(health.liveness(t0 + Health::kStallLimit + 1s).text,
+               StartsWith("still starting after"));
 
     health.started(t0);
     CHECK(health.readiness(t0 + 1s).ok);
