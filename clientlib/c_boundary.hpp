@@ -10,11 +10,13 @@
 #include <cerrno>
 #include <exception>
 #include <new>
+#include <type_traits>
 
 namespace l5pg::shim {
 
 template <class Call>
 auto within_c_boundary(Call call) -> decltype(call()) {
+    static_assert(std::is_signed_v<decltype(call())>, "-1 with errno: a libc call's failure");
     try {
         return call();
     } catch (const abi::__forced_unwind&) {

@@ -81,12 +81,19 @@ HandshakeStream::Tls HandshakeStream::fail(const char* why) {
 // One per process, never freed: BIO_get_new_index() hands out at most a few hundred type
 // indexes in a process's life (and the application's own calls need some too). No static
 // initialisation guard (a fork() while another thread held it would block the child's
-// first upgrade for good), and a failure is tried again by the next upgrade.
+// first upgrade for good); a failure is tried again by the next upgrades, a few times.
 BIO_METHOD* HandshakeStream::socket_bio_method() {
     static std::atomic<BIO_METHOD*> shared{nullptr};
     if (BIO_METHOD* known = shared.load(std::memory_order_acquire))
         return known;
-    BIO_METHOD* made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "l5pg-shim");
+    // Each attempt takes an index: a few failed ones, then no more.
+    static std::atomic<int> attempts{0};
+    if (attempts.fetch_add(1, std::memory_order_relaxed) >= 4)
+        return nullptr;
+    const int index = BIO_get_new_index();
+    if (index == -1)
+        return nullptr;
+    BIO_METHOD* made = BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "l5pg-shim");
     if (made == nullptr || BIO_meth_set_write(made, bio_write) != 1 ||
         BIO_meth_set_read(made, bio_read) != 1 || BIO_meth_set_ctrl(made, bio_ctrl) != 1) {
         BIO_meth_free(made);

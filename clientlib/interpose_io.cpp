@@ -107,25 +107,22 @@ bool await_upgrade(int fd) {
     return false;
 }
 
-// The first send on a candidate fd decides its fate (see upgrade.hpp).
-Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) {
-    // Arguments the kernel refuses before it sends anything: the bare socket says so, and
-    // the fd stays a candidate. A null piece the kernel would find only after sending the
-    // pieces before it (part of a StartupMessage on the bare socket): EFAULT from us.
-    if (iov_refusal(iov, iovcnt) != 0)
-        return {RouteKind::Real, {}};
-    if (null_piece(iov, iovcnt)) {
-        errno = EFAULT;
-        return {RouteKind::Error, {}};
-    }
-    const CancellationDeferred whole_upgrade;  // claimed, then attached or abandoned
-    if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
-        return route_send(fd, iov, iovcnt);
+// The upgrade of a claimed fd (Upgrading): attached or abandoned whatever happens, with the
+// thread's cancellation deferred meanwhile (at most L5PG_UPGRADE_TIMEOUT_MS per step of
+// the handshake), and an exception (std::bad_alloc) abandons it before it goes on.
+Route upgrade_claimed(int fd, const iovec* iov, int iovcnt, bool rdma) {
+    const CancellationDeferred whole_upgrade;
     std::byte first[16];
     const size_t n = gather_prefix(iov, iovcnt, first, sizeof first);
     Channel* channel = nullptr;
-    const UpgradeResult result =
-        rdma ? try_upgrade_rdma(fd, first, n, channel) : try_upgrade(fd, first, n, channel);
+    UpgradeResult result = UpgradeResult::Failed;
+    try {
+        result =
+            rdma ? try_upgrade_rdma(fd, first, n, channel) : try_upgrade(fd, first, n, channel);
+    } catch (...) {
+        fd_abandon_upgrade(fd);
+        throw;
+    }
     switch (result) {
         case UpgradeResult::Upgraded:
             if (fd_attach_channel(fd, *channel))
@@ -141,6 +138,22 @@ Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) {
             return {RouteKind::Error, {}};
     }
     return {RouteKind::Real, {}};
+}
+
+// The first send on a candidate fd decides its fate (see upgrade.hpp).
+Route decide_candidate(int fd, const iovec* iov, int iovcnt, bool rdma) {
+    // Arguments the kernel refuses before it sends anything: the bare socket says so, and
+    // the fd stays a candidate. A null piece the kernel would find only after sending the
+    // pieces before it (part of a StartupMessage on the bare socket): EFAULT from us.
+    if (iov_refusal(iov, iovcnt) != 0)
+        return {RouteKind::Real, {}};
+    if (null_piece(iov, iovcnt)) {
+        errno = EFAULT;
+        return {RouteKind::Error, {}};
+    }
+    if (!fd_claim_for_upgrade(fd))  // another thread's first send, dup() or close() was first
+        return route_send(fd, iov, iovcnt);
+    return upgrade_claimed(fd, iov, iovcnt, rdma);
 }
 
 Route route_send(int fd, const iovec* iov, int iovcnt) {

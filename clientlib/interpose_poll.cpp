@@ -4,6 +4,7 @@
 // flags, re-check, and block in the real ppoll() on the sockets, where a doorbell byte
 // or EOF wakes us. select()/pselect() are mapped onto the same code.
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <time.h>
 
@@ -328,7 +329,20 @@ class MixedPoll {
     std::pmr::vector<Entry> entries_;
 };
 
+// The kernel refuses more entries than the process may have descriptors (EINVAL) before it
+// reads one; asked only of long arrays (a system call).
+bool beyond_fd_limit(nfds_t n) {
+    if (n <= FD_SETSIZE)
+        return false;
+    rlimit limit{};
+    return ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && n > limit.rlim_cur;
+}
+
 int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) {
+    if (beyond_fd_limit(n)) {
+        errno = EINVAL;
+        return -1;
+    }
     return within_c_boundary([&] { return MixedPoll(fds, n).run(timeout_ns, mask); });
 }
 

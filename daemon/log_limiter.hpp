@@ -26,8 +26,10 @@ class LogLimiter {
     LogLimiter(const LogLimiter&) = delete;
     LogLimiter& operator=(const LogLimiter&) = delete;
 
-    // nullopt: do not log this one. Otherwise log it, with the number suppressed before.
-    [[nodiscard]] std::optional<uint64_t> admit(clock::time_point now) noexcept {
+    // nullopt: do not log this one (a line at `level`). Otherwise log it, with the number
+    // suppressed before.
+    [[nodiscard]] std::optional<uint64_t> admit(
+        clock::time_point now, spdlog::level::level_enum level = spdlog::level::warn) noexcept {
         std::lock_guard lock(mutex_);
         if (!started_ || now - window_start_ >= interval_) {
             started_ = true;
@@ -36,38 +38,34 @@ class LogLimiter {
         }
         if (logged_in_window_ >= burst_) {
             ++suppressed_;
+            suppressed_level_ = std::max(suppressed_level_, level);
             return std::nullopt;
         }
         ++logged_in_window_;
-        return std::exchange(suppressed_, 0);
+        return take_suppressed().count;
     }
 
     // How many were suppressed in an interval that is over, which no line has reported yet
-    // (then reported: the next line says 0 more), and the highest level among those log()
-    // suppressed; nullopt if none or the interval runs on.
+    // (then reported: the next line says 0 more), and the highest level among them; nullopt
+    // if none or the interval runs on.
     struct Unreported {
         uint64_t count = 0;
-        spdlog::level::level_enum level = spdlog::level::info;
+        spdlog::level::level_enum level = spdlog::level::trace;
     };
     [[nodiscard]] std::optional<Unreported> take_unreported(clock::time_point now) noexcept {
         std::lock_guard lock(mutex_);
         if (suppressed_ == 0 || now - window_start_ < interval_)
             return std::nullopt;
-        const Unreported unreported{std::exchange(suppressed_, 0), suppressed_level_};
-        suppressed_level_ = spdlog::level::trace;
-        return unreported;
+        return take_suppressed();
     }
 
     // Logs the formatted line at `level` if admit() lets it through (formatting only then),
     // followed by " (N similar messages not logged)" when some were suppressed.
     template <class... Args>
     void log(spdlog::level::level_enum level, fmt::format_string<Args...> format, Args&&... args) {
-        const std::optional<uint64_t> suppressed = admit(clock::now());
-        if (!suppressed) {
-            std::lock_guard lock(mutex_);
-            suppressed_level_ = std::max(suppressed_level_, level);
+        const std::optional<uint64_t> suppressed = admit(clock::now(), level);
+        if (!suppressed)
             return;
-        }
         std::string line = fmt::format(format, std::forward<Args>(args)...);
         if (*suppressed > 0)
             line += fmt::format(" ({} similar messages not logged)", *suppressed);
@@ -75,6 +73,12 @@ class LogLimiter {
     }
 
   private:
+    // The count and level handed out with a line or a tail, and reset. Under mutex_.
+    Unreported take_suppressed() noexcept {
+        return {std::exchange(suppressed_, 0),
+                std::exchange(suppressed_level_, spdlog::level::trace)};
+    }
+
     std::mutex mutex_;
     const clock::duration interval_;
     const unsigned burst_;
