@@ -221,6 +221,7 @@ class Session final : public ClientEndHost {
 
     // departure (session_depart.cpp)
     [[nodiscard]] bool drain_client_data();
+    [[nodiscard]] bool watch_departed_login(std::span<const std::byte> bytes);
     void discard_upstream();
     void watch_departed_client();
     void finish_departure(std::string_view how, bool timed_out = false);

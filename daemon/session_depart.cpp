@@ -133,8 +133,11 @@ void Session::discard_upstream() {
     std::array<std::byte, kDiscardChunk> sink;
     for (int i = 0; i < kDiscardReads; ++i) {
         const ssize_t n = ::recv(upstream_.get(), sink.data(), sink.size(), MSG_DONTWAIT);
-        if (n > 0)
+        if (n > 0) {
+            if (key_watcher_ && !watch_departed_login({sink.data(), static_cast<size_t>(n)}))
+                return;
             continue;
+        }
         // ECONNRESET: Postgres left with bytes we forwarded unread (its backend was
         // terminated, or ended at a Terminate with more behind it) -- what a direct client
         // would have caused too, and everything the client published was handed over.
@@ -150,6 +153,23 @@ void Session::discard_upstream() {
               true);
         return;
     }
+}
+
+// Under passthrough, what a client sent behind its StartupMessage waits until Postgres asks
+// it to authenticate (holding_for_authentication()). Once it has left, Postgres's output is
+// discarded, and the ask is looked for here: what the client sent then goes on to Postgres,
+// as it would from a direct client that left, instead of waiting for the drain timeout.
+// False once the session is closed (Postgres accepted the login unasked).
+bool Session::watch_departed_login(std::span<const std::byte> bytes) {
+    if (!watch_for_key(bytes)) {
+        close(departure_reason_ +
+                  "; Postgres accepted its login without asking it to authenticate (auth "
+                  "passthrough): nothing it sent was forwarded",
+              true);
+        return false;
+    }
+    release_held_input();
+    return state_ != SessionState::Closed;
 }
 
 // The departed client's socket is readable: doorbell bytes to drop, or its end. EOF,

@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import paths, pgwire
+from tests.harness import l5wire, paths, pgwire
 from tests.harness.client import shim_debug_lines, shim_preload, upgraded
 from tests.harness.cluster import PgCluster
 from tests.harness.l5pgd import L5pgd
@@ -411,6 +412,48 @@ def test_passthrough_refuses_a_login_postgres_did_not_authenticate(workdir, peer
             assert types == ["E"], types  # nothing of the login reached the client
         time.sleep(0.5)  # had it been forwarded, Postgres would have run it by now
         assert sql_as_postgres(peer_cluster, f"select to_regclass('{table}') is null") == "t"
+
+
+@pytest.mark.timeout(60)
+def test_passthrough_client_leaving_before_the_password_ask_ends_at_once(workdir, peer_cluster):
+    """An SHM client under passthrough sends its StartupMessage and a query and leaves before
+    Postgres asks for its password: the query waits for the ask, which l5pgd now sees while
+    it discards Postgres's output for the departed client. The session ends when Postgres
+    has its bytes (it refuses them: they are no password), not at the drain timeout, and is
+    no error of l5pgd's. (It waited limits.drain_timeout_ms and closed as an error.)"""
+    d = L5pgd(workdir / "l5pgd-passthrough-leaving", peer_cluster, user="postgres",
+              auth_overrides=["auth.local=passthrough", "auth.tcp=reject",
+                              "auth.upstream_authenticates=true"],
+              extra_overrides=["upstream.host=127.0.0.1", "limits.drain_timeout_ms=60000"])
+    with d:
+        errors = d.metric("l5pg_session_errors_total", transport="shm")
+        # The postmaster stopped: the connection waits in its accept queue, and Postgres asks
+        # for the password only after the client has left.
+        postmaster = int((peer_cluster.data_dir / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)
+        try:
+            c = l5wire.ShmClient(d.socket_path)
+            assert c.upgrade() == b"L"
+            sql = b"select 1\0"
+            c.write_bytes(pgwire.startup_packet(user=ALICE, database=ALICE) +
+                          b"Q" + struct.pack("!I", 4 + len(sql)) + sql)
+            deadline = time.monotonic() + 10
+            while "login: role" not in d.log_text():
+                assert time.monotonic() < deadline, d.log_tail()
+                time.sleep(0.02)
+            c.close(clean=True)
+            deadline = time.monotonic() + 10
+            while "client closed the connection" not in d.log_text():
+                assert time.monotonic() < deadline, d.log_tail()
+                time.sleep(0.02)
+        finally:
+            os.kill(postmaster, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while d.metric("l5pg_sessions_active", transport="shm") != 0:
+            assert time.monotonic() < deadline, d.log_tail()
+            time.sleep(0.05)
+        assert d.metric("l5pg_session_errors_total", transport="shm") == errors, d.log_tail()
+        assert "drain timeout" not in d.log_text()
 
 
 def test_passthrough_needs_the_operators_word(l5pgd_binary):
