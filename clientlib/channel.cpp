@@ -122,10 +122,7 @@ class EndWaiter {
         if (p.revents & POLLNVAL) {
             // Another thread closed the fd: no doorbell can reach us, but as on a socket the
             // call waits on for its answer, looking at the ring every millisecond.
-            const timespec ms{0, 1'000'000};
-            const int saved = errno;  // a signal's EINTR is not the caller's answer
-            ::nanosleep(&ms, nullptr);
-            errno = saved;
+            pause_keeping_errno(1'000'000);
             return wait::Woken::Again;
         }
         ch_.end->on_socket_readable(fd_);
@@ -251,25 +248,35 @@ bool channel_try_add_ref(Channel& channel) {
 // (l5pgd's doorbells) makes the kernel report ECONNRESET to l5pgd instead of EOF (a TCP
 // socket sends a reset). l5pgd forwards what we published either way (issue 20), but
 // leave nothing that resets: shut both directions, so no further doorbell can arrive on
-// a Unix socket, then drain what did. l5pgd sees EOF. errno is the caller's afterwards.
+// a Unix socket, then drain what did. l5pgd sees EOF.
 namespace {
 void quiesce_socket(int fd) {
-    const int saved = errno;
     (void)::shutdown(fd, SHUT_RDWR);
     size_t count = 0;
     (void)wait::drain_doorbells(fd, count);
-    errno = saved;
 }
 }  // namespace
 
+// The last reference goes inside the caller's libc call (close(), dup2(), a recv() whose fd
+// was closed meanwhile), which must leave errno as it would: the teardown (quiescing,
+// unmapping, an RDMA queue pair's) does not change it.
 void channel_release(Channel& ch, int closing_fd) {
     if (ch.refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
         return;
     const CancellationDeferred teardown;  // runs to its end: the slot is freed
+    const int saved = errno;
     ch.end->close_by_application();
     if (closing_fd >= 0)
         quiesce_socket(closing_fd);
     free_slot(ch);
+    errno = saved;
+}
+
+void pause_keeping_errno(long nanoseconds) {
+    const timespec pause{0, nanoseconds};
+    const int saved = errno;  // a signal's EINTR is not the caller's answer
+    ::nanosleep(&pause, nullptr);
+    errno = saved;
 }
 
 void channel_forget_all_after_fork() {

@@ -70,6 +70,8 @@ struct Channel {
 // itself; `closing_fd` is that socket when the caller is about to close it (see quiesce_socket() in
 // channel.cpp).
 void channel_release(Channel& channel, int closing_fd = -1);
+// nanosleep() for a short pause inside an interposed call, errno untouched.
+void pause_keeping_errno(long nanoseconds);
 // In a forked child: unmap every channel (the child's copy only) and free the pool.
 void channel_forget_all_after_fork();
 

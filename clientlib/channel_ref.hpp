@@ -60,13 +60,10 @@ class ChannelRef {
 
   private:
     explicit ChannelRef(Channel* ch) : ch_(ch) {}
-    // The last reference may go here, after the call set errno: unmapping must not change it.
+    // The last reference may go here, after the call set errno (channel_release keeps it).
     void reset() {
-        if (ch_ == nullptr)
-            return;
-        const int saved = errno;
-        channel_release(*std::exchange(ch_, nullptr));
-        errno = saved;
+        if (ch_ != nullptr)
+            channel_release(*std::exchange(ch_, nullptr));
     }
 
     Channel* ch_ = nullptr;

@@ -126,10 +126,7 @@ bool fd_await_upgrade(int fd) {
     while (g_table[fd].load(std::memory_order_acquire) == kUpgrading) {
         if (monotonic_ns() >= deadline)
             return false;
-        const timespec pause{0, 100'000};
-        const int saved = errno;  // a signal's EINTR is not the caller's answer
-        ::nanosleep(&pause, nullptr);
-        errno = saved;
+        pause_keeping_errno(100'000);
     }
     return true;
 }

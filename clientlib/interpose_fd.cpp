@@ -24,14 +24,9 @@ using namespace l5pg::shim;
 namespace {
 
 // `closing_fd`: the fd the caller is about to close, or -1.
-// A close() that succeeds leaves errno as it was: the channel's teardown (unmapping, an RDMA
-// queue pair's) must not change it.
 void release_entry(const FdEntry& entry, int closing_fd = -1) {
-    if (entry.kind != FdKind::Upgraded)
-        return;
-    const int saved = errno;
-    channel_release(*entry.channel, closing_fd);
-    errno = saved;
+    if (entry.kind == FdKind::Upgraded)
+        channel_release(*entry.channel, closing_fd);
 }
 
 // close_range(2) and closefrom(3) close each fd the shim tracks in the range as close()
@@ -79,11 +74,7 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
     // signal interrupted (EINTR) goes on in the background, as EINPROGRESS's does.
     if (rc != 0 && errno != EINPROGRESS && errno != EINTR)
         return rc;
-    {
-        const int saved = errno;
-        release_entry(fd_forget(fd));
-        errno = saved;
-    }
+    release_entry(fd_forget(fd));  // errno stays EINPROGRESS or EINTR
     if (settings().mode != TransportMode::Off) {
         const int saved = errno;
         if (is_l5pgd_socket(addr, len)) {

@@ -45,10 +45,20 @@ int64_t now_ns() {
     return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// A null array goes to the kernel, which answers EFAULT (a pointer it cannot read otherwise
-// crashes the program here, where the kernel would answer EFAULT too).
+// The kernel refuses more entries than the process may have descriptors (EINVAL) before it
+// reads one; asked only of long arrays (a system call).
+bool beyond_fd_limit(nfds_t n) {
+    if (n <= FD_SETSIZE)
+        return false;
+    rlimit limit{};
+    return ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && n > limit.rlim_cur;
+}
+
+// A null array, or one longer than the kernel takes, goes to the kernel, which answers
+// EFAULT or EINVAL (a pointer it cannot read otherwise crashes the program here, where the
+// kernel would answer EFAULT too).
 bool any_tracked(const pollfd* fds, nfds_t n) {
-    if (fds == nullptr)
+    if (fds == nullptr || beyond_fd_limit(n))
         return false;
     for (nfds_t i = 0; i < n; ++i) {
         const FdKind kind = fd_lookup(fds[i].fd).kind;
@@ -247,6 +257,11 @@ class MixedPoll {
     // channel (for other entries too, counted_in), which the destructor gives back.
     int become_ordinary(nfds_t i) {
         entries_[i].kind = FdKind::Untracked;
+        return probe_now(i);
+    }
+
+    // An ordinary entry's revents, looked at now without waiting; 1 if it is ready.
+    int probe_now(nfds_t i) {
         pollfd probe{fds_[i].fd, fds_[i].events, 0};
         fds_[i].revents = real().poll(&probe, 1, 0) > 0 ? probe.revents : 0;
         return fds_[i].revents != 0 ? 1 : 0;
@@ -275,12 +290,7 @@ class MixedPoll {
                 ordinary_ready += fds_[i].revents != 0 ? 1 : 0;
                 continue;
             }
-            pollfd probe{fds_[i].fd, fds_[i].events, 0};
-            fds_[i].revents = 0;
-            if (real().poll(&probe, 1, 0) > 0) {
-                fds_[i].revents = probe.revents;
-                ++ordinary_ready;
-            }
+            ordinary_ready += probe_now(i);
         }
         return ring_ready + ordinary_ready;
     }
@@ -329,20 +339,7 @@ class MixedPoll {
     std::pmr::vector<Entry> entries_;
 };
 
-// The kernel refuses more entries than the process may have descriptors (EINVAL) before it
-// reads one; asked only of long arrays (a system call).
-bool beyond_fd_limit(nfds_t n) {
-    if (n <= FD_SETSIZE)
-        return false;
-    rlimit limit{};
-    return ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && n > limit.rlim_cur;
-}
-
 int poll_ns(pollfd* fds, nfds_t n, int64_t timeout_ns, const sigset_t* mask) {
-    if (beyond_fd_limit(n)) {
-        errno = EINVAL;
-        return -1;
-    }
     return within_c_boundary([&] { return MixedPoll(fds, n).run(timeout_ns, mask); });
 }
 

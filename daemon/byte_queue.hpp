@@ -82,11 +82,7 @@ class ByteQueue {
     // Compacts and grows as the top of the file says (std::vector's own growth doubles
     // what it holds, consumed front included, which breaks the bound).
     void make_room(size_t n) {
-        if (head_ > 0 && head_ >= size())
-            compact();
-        if (data_.size() + n <= data_.capacity())
-            return;
-        if (head_ > 0)
+        if (head_ > 0 && (head_ >= size() || data_.size() + n > data_.capacity()))
             compact();
         if (data_.size() + n > data_.capacity())
             data_.reserve(2 * data_.size() + n);

@@ -147,7 +147,12 @@ IoStatus ShmClientEnd::reserve(size_t want, std::span<std::byte>& space) {
         // Full. Dekker: arm, then re-check, so the client's next consume rings our doorbell.
         to_client_.arm();
         grant_doorbells(1);
-        if (to_client_.free_bytes() == 0) {
+        const shm::RingStatus room = to_client_.room();
+        if (room == shm::RingStatus::Corrupt) {
+            close_for_read_position();
+            return IoStatus::Error;
+        }
+        if (room == shm::RingStatus::Full) {
             ring_full_ = true;
             return IoStatus::WouldBlock;
         }
@@ -192,14 +197,12 @@ void ShmClientEnd::close_for_read_position() {
 bool ShmClientEnd::resume_output() {
     if (!ring_full_)
         return false;
-    if (to_client_.free_bytes() == 0) {
-        // No room, or a read position that cannot be (free_bytes() says 0 for both): the
-        // session would wait for room that never comes, and say nothing.
-        std::span<std::byte> unused;
-        if (to_client_.reserve(1, unused) == shm::RingStatus::Corrupt)
-            close_for_read_position();
+    // A read position that cannot be: the session would wait for room that never comes.
+    const shm::RingStatus room = to_client_.room();
+    if (room == shm::RingStatus::Corrupt)
+        close_for_read_position();
+    if (room != shm::RingStatus::Ok)
         return false;
-    }
     (void)to_client_.disarm();
     ring_full_ = false;
     return true;
@@ -214,7 +217,9 @@ bool ShmClientEnd::arm_before_block(bool input_wanted, uint64_t wait_id) {
     if (ring_full_)
         to_client_.arm();
     grant_doorbells(ring_full_ ? 2 : 1);
-    return (input_wanted && from_client_.has_data()) || (ring_full_ && to_client_.free_bytes() > 0);
+    // A corrupt read position wakes us too: resume_output() closes the session.
+    return (input_wanted && from_client_.has_data()) ||
+           (ring_full_ && to_client_.room() != shm::RingStatus::Full);
 }
 
 // A false return means the client took the flag: it rang (the byte is drained by

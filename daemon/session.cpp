@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cassert>
 
 #include <fmt/format.h>
@@ -97,6 +98,10 @@ void Session::set_event(event* ev, bool on) {
 void Session::arm_timer(uint32_t ms) {
     const timeval tv = to_timeval(std::chrono::milliseconds(ms));
     evtimer_add(timer_.get(), &tv);
+}
+
+void Session::arm_timer_until(const wait::Deadline& deadline) {
+    arm_timer(static_cast<uint32_t>(std::max(deadline.poll_ms(), 1)));
 }
 
 void Session::timer_cb(int, short, void* arg) {

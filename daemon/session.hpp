@@ -277,6 +277,7 @@ class Session final : public ClientEndHost {
     static void upstream_write_cb(int fd, short what, void* arg);
     static void timer_cb(int fd, short what, void* arg);
     void arm_timer(uint32_t ms);
+    void arm_timer_until(const wait::Deadline& deadline);  // at least 1 ms: a passed one fires
     void set_event(event* ev, bool on);
 
     Worker& worker_;

@@ -24,7 +24,8 @@ bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
         return false;
     protocol::write_be32(startup_.data() + 8, translation->backend.key.backend_pid);
     protocol::write_be32(startup_.data() + 12, translation->backend.key.secret);
-    dial_.pinned = translation->backend.address;
+    if (translation->backend.address.length > 0)  // else: what upstream.* names now
+        dial_.pinned = translation->backend.address;
     cancel_in_flight_ = std::move(translation->in_flight);
     return true;
 }

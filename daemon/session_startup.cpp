@@ -609,7 +609,7 @@ void Session::connect_upstream() {
     }
     const config::UpstreamConfig& cfg = worker_.config().upstream;
     dial_.deadline = connect_deadline(cfg);
-    if (dial_.pinned && dial_.pinned->length > 0) {
+    if (dial_.pinned) {
         on_upstream_lookup(
             std::make_shared<const UpstreamAddresses>(UpstreamAddresses{{*dial_.pinned}, {}}));
         return;
@@ -628,7 +628,7 @@ void Session::connect_upstream() {
     if (known)
         on_upstream_lookup(std::move(known));
     else
-        arm_timer(static_cast<uint32_t>(std::max(dial_.deadline.poll_ms(), 1)));
+        arm_timer_until(dial_.deadline);
 }
 
 void Session::on_upstream_lookup(UpstreamResolver::Answer addresses) {
@@ -660,7 +660,7 @@ void Session::connect_to_address() {
     upstream_ = std::move(attempt.fd);
     watch_upstream();
     if (attempt.in_progress) {
-        arm_timer(static_cast<uint32_t>(std::max(dial_.deadline.poll_ms(), 1)));
+        arm_timer_until(dial_.deadline);
         set_event(upstream_write_.get(), true);
         return;
     }

@@ -253,12 +253,16 @@ void* wait_for_sleep(void* conn) {
     return nullptr;
 }
 
-const char* cancel_after_200ms(pthread_t thread) {
-    ::usleep(200 * 1000);
-    ::pthread_cancel(thread);
+const char* join_outcome(pthread_t thread) {
     void* result = nullptr;
     ::pthread_join(thread, &result);
     return result == PTHREAD_CANCELED ? "cancelled" : "returned";
+}
+
+const char* cancel_after_200ms(pthread_t thread) {
+    ::usleep(200 * 1000);
+    ::pthread_cancel(thread);
+    return join_outcome(thread);
 }
 
 void* poll_for_ever(void* fd) {
@@ -298,8 +302,7 @@ int cancel_during_upgrade_mode() {
     (void)!::read(s.to_main[0], &byte, 1);
     ::pthread_cancel(thread);
     (void)!::write(s.to_thread[1], &byte, 1);
-    void* result = nullptr;
-    ::pthread_join(thread, &result);
+    const char* outcome = join_outcome(thread);
     for (int round = 0; round < 1000; ++round) {  // PQconnectPoll as PQconnectdb would
         const PostgresPollingStatusType status = PQconnectPoll(s.conn);
         if (status == PGRES_POLLING_OK || status == PGRES_POLLING_FAILED)
@@ -313,9 +316,8 @@ int cancel_during_upgrade_mode() {
     PGresult* res = PQexec(s.conn, "select 42");
     if (PQresultStatus(res) != PGRES_TUPLES_OK)
         die(s.conn, "select 42");
-    std::printf("thread=%s transport=%d after=%s\n",
-                result == PTHREAD_CANCELED ? "cancelled" : "returned",
-                transport_of(PQsocket(s.conn)), PQgetvalue(res, 0, 0));
+    std::printf("thread=%s transport=%d after=%s\n", outcome, transport_of(PQsocket(s.conn)),
+                PQgetvalue(res, 0, 0));
     PQclear(res);
     PQfinish(s.conn);
     return 0;

@@ -31,6 +31,12 @@ size_t RingWriter::free_bytes() noexcept {
     return payload_that_fits();
 }
 
+RingStatus RingWriter::room() noexcept {
+    if (!refresh_read_pos())
+        return RingStatus::Corrupt;
+    return payload_that_fits() > 0 ? RingStatus::Ok : RingStatus::Full;
+}
+
 bool RingWriter::empty() noexcept {
     return refresh_read_pos() && cached_read_pos_ == write_pos_;
 }

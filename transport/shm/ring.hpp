@@ -48,6 +48,9 @@ class RingWriter {
 
     // Bytes free for the next reserve (after refreshing the reader position).
     [[nodiscard]] size_t free_bytes() noexcept;
+    // Whether a record fits now (Ok), not yet (Full), or never: the reader's position is
+    // impossible (Corrupt), which free_bytes() reports as no room.
+    [[nodiscard]] RingStatus room() noexcept;
     [[nodiscard]] bool empty() noexcept;  // reader has consumed everything published
 
     // After publishing: seq_cst fence, then if the reader armed reader_waiting, clear
