@@ -321,15 +321,17 @@ def test_memfd_attached_twice_is_declined(plain_l5pgd):
 
         first.close()
         first = None
-
-        def attachable_again():
+        # Once attached, the memfd is sealed for good (no hole punching, no new writer): it
+        # served its session and is declined from then on, with the reason.
+        def declined_as_sealed():
             nonlocal third
             if third is not None:
                 third.close()
             third = l5wire.connect_unix(d.socket_path)
-            return l5wire.send_upgrade(third, size, size, fd) == b"L"
+            assert l5wire.send_upgrade(third, size, size, fd) == b"N"
+            return "memfd is already sealed against writing" in d.log_text()
 
-        wait_for(attachable_again, 10, "the memfd to be attachable once its session closed")
+        wait_for(declined_as_sealed, 10, "the decline, with the reason, once its session closed")
     finally:
         for s in (first, second, third):
             if s is not None:

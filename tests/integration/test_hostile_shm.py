@@ -238,6 +238,16 @@ def _unsealed(tmp_path):
     return RING, RING, l5wire.make_memfd(RING, RING, seal=False)
 
 
+def _unallocated(tmp_path):
+    # Pages l5pgd would be the first to touch, and be charged for in its memory cgroup.
+    return RING, RING, l5wire.make_memfd(RING, RING, allocate=False)
+
+
+def _sealed_by_client(tmp_path):
+    # F_SEAL_SEAL set by the client: l5pgd could not seal out hole punching.
+    return RING, RING, l5wire.make_memfd(RING, RING, extra_seals=l5wire.F_SEAL_SEAL)
+
+
 def _wrong_size(tmp_path):
     return RING, RING, l5wire.make_memfd(RING, RING, size=4096 + RING + RING + 4096)
 
@@ -269,10 +279,14 @@ def _regular_file(tmp_path):
 
 
 # What l5pgd logs when it declines (checked where the reason is specific to the case).
-REFUSAL_LOG = {"old_layout_version": "unsupported segment layout version"}
+REFUSAL_LOG = {"old_layout_version": "unsupported segment layout version",
+               "unallocated_memfd": "memfd has pages the client did not allocate",
+               "sealed_by_client": "memfd is already sealed against writing or further seals"}
 
 REFUSALS = {
     "unsealed_memfd": _unsealed,
+    "unallocated_memfd": _unallocated,
+    "sealed_by_client": _sealed_by_client,
     "wrong_size": _wrong_size,
     "bad_magic": _bad_magic,
     "old_layout_version": _old_layout,

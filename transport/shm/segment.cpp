@@ -12,7 +12,13 @@
 namespace l5pg::shm {
 namespace {
 
+// What the client seals before passing the memfd: without these the client could shrink
+// the file under l5pgd and make its next access to the mapping raise SIGBUS.
 constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+// What l5pgd adds once it has mapped the memfd, so the client must leave them to it:
+// FUTURE_WRITE refuses hole punching (fallocate, MADV_REMOVE) and new writable mappings,
+// while the two existing mappings keep working; SEAL keeps it that way.
+constexpr int kServerSeals = F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 
 size_t total_size(size_t c2s, size_t s2c) noexcept {
     return kHeaderSize + c2s + s2c;
@@ -62,15 +68,38 @@ bool verify_seals_and_size(int fd, size_t c2s, size_t s2c, SysError& error) noex
     const int seals = ::fcntl(fd, F_GET_SEALS);
     if (seals < 0)
         return fail(error, "passed fd is not a sealable memfd (F_GET_SEALS)", errno);
-    // Without these seals the client could shrink the file under us and make our next
-    // access to the mapping raise SIGBUS.
     if ((seals & kRequiredSeals) != kRequiredSeals)
         return fail(error, "memfd is not sealed against shrinking and growing", 0);
+    if ((seals & (F_SEAL_SEAL | F_SEAL_FUTURE_WRITE | F_SEAL_WRITE)) != 0)
+        return fail(error,
+                    "memfd is already sealed against writing or further seals (a memfd serves "
+                    "one session; a libl5pg older than l5pgd seals it itself)",
+                    0);
     struct stat st {};
     if (::fstat(fd, &st) != 0)
         return fail(error, "fstat of the memfd", errno);
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != total_size(c2s, s2c))
         return fail(error, "memfd size does not match the requested ring sizes", 0);
+    return true;
+}
+
+// Shared-memory pages are charged to the memory cgroup of the process that first touches
+// them. The client allocates every page of the segment before passing it (create()), so
+// l5pgd, which then seals the memfd against hole punching, is never charged for a client's
+// rings, during its session or after, for as long as the client keeps the memfd.
+bool seal_fully_allocated(int fd, size_t c2s, size_t s2c, SysError& error) noexcept {
+    if (::fcntl(fd, F_ADD_SEALS, kServerSeals) != 0)
+        return fail(error, "sealing the memfd against new writers (F_SEAL_FUTURE_WRITE)", errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+        return fail(error, "fstat of the memfd", errno);
+    // st_blocks counts 512-byte units of the pages a tmpfs file has allocated; checked after
+    // sealing, so no hole can appear once it has passed.
+    if (static_cast<uint64_t>(st.st_blocks) * 512 < total_size(c2s, s2c))
+        return fail(error,
+                    "memfd has pages the client did not allocate (it must fallocate the whole "
+                    "segment before passing it)",
+                    0);
     return true;
 }
 
@@ -105,9 +134,12 @@ std::optional<Segment> Segment::create(size_t c2s_size, size_t s2c_size, SysErro
         fail(error, "memfd_create", errno);
         return std::nullopt;
     }
-    if (::ftruncate(fd, static_cast<off_t>(total_size(c2s_size, s2c_size))) != 0 ||
-        ::fcntl(fd, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) {
-        fail(error, "sizing and sealing the memfd", errno);
+    // Every page is allocated here, charged to the client (see seal_fully_allocated); the
+    // server adds the rest of the seals once it has mapped the segment.
+    const auto total = static_cast<off_t>(total_size(c2s_size, s2c_size));
+    if (::ftruncate(fd, total) != 0 || ::fallocate(fd, 0, 0, total) != 0 ||
+        ::fcntl(fd, F_ADD_SEALS, kRequiredSeals) != 0) {
+        fail(error, "sizing, allocating and sealing the memfd", errno);
         ::close(fd);
         return std::nullopt;
     }
@@ -139,7 +171,8 @@ std::optional<Segment> Segment::attach(int fd, size_t c2s_size, size_t s2c_size,
     if (verify_seals_and_size(fd, c2s_size, s2c_size, error))
         base = map_segment(fd, c2s_size, s2c_size, reserved, error);
     if (base != nullptr &&
-        !verify_header(*reinterpret_cast<const Header*>(base), c2s_size, s2c_size, error)) {
+        (!seal_fully_allocated(fd, c2s_size, s2c_size, error) ||
+         !verify_header(*reinterpret_cast<const Header*>(base), c2s_size, s2c_size, error))) {
         ::munmap(base, reserved);
         base = nullptr;
     }

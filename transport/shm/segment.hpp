@@ -18,13 +18,14 @@ struct SysError {
 
 class Segment {
   public:
-    // Client: memfd_create(MFD_CLOEXEC|MFD_ALLOW_SEALING), ftruncate, seal
-    // (SHRINK|GROW|SEAL), map, write the header fields. Sizes must be valid_ring_size().
+    // Client: memfd_create(MFD_CLOEXEC|MFD_ALLOW_SEALING), ftruncate, fallocate every page,
+    // seal SHRINK|GROW, map, write the header fields. Sizes must be valid_ring_size().
     [[nodiscard]] static std::optional<Segment> create(size_t c2s_size, size_t s2c_size,
                                                        SysError& error) noexcept;
     // Server: takes ownership of `fd` (closed on failure too). Verifies F_GET_SEALS has
-    // at least SHRINK and GROW, fstat size == kHeaderSize + c2s + s2c, the header's
-    // magic/version/sizes match the upgrade request, then maps it.
+    // SHRINK and GROW but not SEAL, FUTURE_WRITE or WRITE, fstat size == kHeaderSize + c2s +
+    // s2c, maps it, seals FUTURE_WRITE|SEAL (no hole punching from then on), then verifies
+    // that every page is allocated and the header's magic/version/sizes match the request.
     [[nodiscard]] static std::optional<Segment> attach(int fd, size_t c2s_size, size_t s2c_size,
                                                        SysError& error) noexcept;
 

@@ -37,12 +37,16 @@ struct HeaderFields {
 };
 
 // A memfd sized `file_size` with the given header fields written by hand and the given
-// seals applied (0 = none; no MFD_ALLOW_SEALING at all when `allow_sealing` is false).
-int raw_memfd(size_t file_size, const HeaderFields& h, int seals, bool allow_sealing = true) {
+// seals applied (0 = none; no MFD_ALLOW_SEALING at all when `allow_sealing` is false),
+// every page allocated unless `allocate` is false.
+int raw_memfd(size_t file_size, const HeaderFields& h, int seals, bool allow_sealing = true,
+              bool allocate = true) {
     const int fd =
         ::memfd_create("l5pg-test", MFD_CLOEXEC | (allow_sealing ? MFD_ALLOW_SEALING : 0));
     REQUIRE(fd >= 0);
     REQUIRE(::ftruncate(fd, static_cast<off_t>(file_size)) == 0);
+    if (allocate)
+        REQUIRE(::fallocate(fd, 0, 0, static_cast<off_t>(file_size)) == 0);
     REQUIRE(::pwrite(fd, &h.magic, 8, offsetof(Header, magic)) == 8);
     REQUIRE(::pwrite(fd, &h.version, 4, offsetof(Header, version)) == 4);
     REQUIRE(::pwrite(fd, &h.header_size, 4, offsetof(Header, header_size)) == 4);
@@ -53,7 +57,7 @@ int raw_memfd(size_t file_size, const HeaderFields& h, int seals, bool allow_sea
     return fd;
 }
 
-constexpr int kGoodSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+constexpr int kGoodSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 constexpr size_t kSmallTotal = kHeaderSize + 2 * kMinRingSize;
 
 // attach() must fail, set a message, and close the fd it was given.
@@ -85,13 +89,12 @@ TEST_CASE("Segment: create sets up header, fd and seals", "[shm][segment]") {
     CHECK(h.s2c.reader_waiting.load() == 0);
     CHECK(h.s2c.writer_waiting.load() == 0);
 
-    const int seals = ::fcntl(seg.fd(), F_GET_SEALS);
-    CHECK((seals & F_SEAL_SHRINK) != 0);
-    CHECK((seals & F_SEAL_GROW) != 0);
-    CHECK((seals & F_SEAL_SEAL) != 0);
+    // SEAL and FUTURE_WRITE are left to the server, which adds them once it has mapped.
+    CHECK(::fcntl(seg.fd(), F_GET_SEALS) == (F_SEAL_SHRINK | F_SEAL_GROW));
     struct stat st {};
     REQUIRE(::fstat(seg.fd(), &st) == 0);
     CHECK(static_cast<size_t>(st.st_size) == kHeaderSize + 8192 + 4096);
+    CHECK(static_cast<size_t>(st.st_blocks) * 512 == kHeaderSize + 8192 + 4096);
     CHECK((::fcntl(seg.fd(), F_GETFD) & FD_CLOEXEC) != 0);
     // Grow/shrink are refused.
     CHECK(::ftruncate(seg.fd(), 0) != 0);
@@ -138,6 +141,20 @@ TEST_CASE("Segment: create + attach round trip", "[shm][segment]") {
         b->s2c_data()[i + 16384] = std::byte((i * 3) & 0xff);
         CHECK(a.s2c_data()[i] == std::byte((i * 3) & 0xff));
     }
+
+    // Attached, the memfd is sealed against hole punching and new writable mappings (whose
+    // pages l5pgd would be charged for); the two existing mappings still write.
+    CHECK(::fcntl(fd, F_GET_SEALS) ==
+          (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL));
+    errno = 0;
+    CHECK(::fallocate(a.fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kHeaderSize, 4096) != 0);
+    CHECK(errno == EPERM);
+    CHECK(::madvise(a.c2s_data(), 4096, MADV_REMOVE) != 0);
+    CHECK(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd(), 0) == MAP_FAILED);
+    // One memfd, one session: attaching it again is refused.
+    SysError again;
+    CHECK_FALSE(Segment::attach(dup_or_fail(a.fd()), 8192, 16384, again).has_value());
+    CHECK_THAT(std::string(again.what), Catch::Matchers::Contains("already sealed"));
 
     // The attached segment survives the creator going away.
     a.reset();
@@ -221,8 +238,28 @@ TEST_CASE("Segment: attach rejects bad input", "[shm][segment]") {
                             "not sealable");
         expect_attach_fails(raw_memfd(kSmallTotal, {}, F_SEAL_SHRINK), kMinRingSize, kMinRingSize,
                             "only SHRINK");
-        expect_attach_fails(raw_memfd(kSmallTotal, {}, F_SEAL_GROW | F_SEAL_SEAL), kMinRingSize,
-                            kMinRingSize, "only GROW");
+        expect_attach_fails(raw_memfd(kSmallTotal, {}, F_SEAL_GROW), kMinRingSize, kMinRingSize,
+                            "only GROW");
+    }
+    SECTION("seals that are the server's to add") {
+        expect_attach_fails(raw_memfd(kSmallTotal, {}, kGoodSeals | F_SEAL_SEAL), kMinRingSize,
+                            kMinRingSize, "SEAL: the server could not add FUTURE_WRITE");
+        expect_attach_fails(raw_memfd(kSmallTotal, {}, kGoodSeals | F_SEAL_FUTURE_WRITE),
+                            kMinRingSize, kMinRingSize, "FUTURE_WRITE: no writable mapping");
+    }
+    SECTION("pages the client did not allocate") {
+        // l5pgd would be the first to touch them and be charged for them.
+        SysError err;
+        CHECK_FALSE(Segment::attach(raw_memfd(kSmallTotal, {}, kGoodSeals, true, false),
+                                    kMinRingSize, kMinRingSize, err)
+                        .has_value());
+        REQUIRE(err.what != nullptr);
+        CHECK_THAT(std::string(err.what), Catch::Matchers::Contains("did not allocate"));
+        // One page punched out of an allocated memfd before it was passed.
+        const int fd = raw_memfd(kSmallTotal, {}, kGoodSeals);
+        REQUIRE(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                            static_cast<off_t>(kHeaderSize + kMinRingSize), 4096) == 0);
+        expect_attach_fails(fd, kMinRingSize, kMinRingSize, "one page punched out");
     }
     SECTION("the control: a hand-made sealed memfd is accepted") {
         SysError err;
