@@ -45,6 +45,7 @@ void ShmClientEnd::grant_doorbells(unsigned occasions) noexcept {
 }
 
 bool ShmClientEnd::account_doorbells(size_t count) {
+    poke_rung_ = poke_rung_ || count > 0;
     doorbells_received_ += count;
     metrics_.doorbells_received(count);
     doorbell_credit_ -= static_cast<int64_t>(count);
@@ -107,13 +108,19 @@ void ShmClientEnd::progress(bool forwarding) {
 // A client that returns from recv() with data still in our ring arms reader_waiting and
 // pokes us with a doorbell byte: it may next wait in an epoll we do not interpose
 // (psycopg 3, asyncio), which only wakes if a byte arrives on its socket. Data already
-// published never triggers reader_needs_wakeup() again, so answer here.
+// published never triggers reader_needs_wakeup() again, so answer here. A poke is the
+// flag and a doorbell byte: answered only once a doorbell has come since the last answer,
+// or a client could set the flag again and again and make the worker send a doorbell for
+// each store while it polls its sessions, without ringing itself (at most one answer per
+// doorbell received: like any doorbell, it then costs the client as much as the worker).
 void ShmClientEnd::answer_poke() {
-    if (host_.client_gone() ||
+    if (!poke_rung_ || host_.client_gone() ||
         segment_.header().s2c.reader_waiting.load(std::memory_order_relaxed) == 0)
         return;
-    if (!to_client_.empty() && to_client_.reader_needs_wakeup())
+    if (!to_client_.empty() && to_client_.reader_needs_wakeup()) {
+        poke_rung_ = false;
         wake_client();
+    }
 }
 
 IoStatus ShmClientEnd::peek(std::span<const std::byte>& data) {

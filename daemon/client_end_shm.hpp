@@ -70,6 +70,8 @@ class ShmClientEnd final : public ClientEnd {
     static constexpr int64_t kDoorbellSlack = 4096;
     int64_t doorbell_credit_ = kDoorbellSlack;
     uint64_t doorbells_received_ = 0;
+    // Doorbells drained since a poke was last answered: a poke is a flag and a doorbell.
+    bool poke_rung_ = false;
 };
 
 }  // namespace l5pg::daemon

@@ -141,14 +141,18 @@ void Session::timer_cb(int, short, void* arg) {
 
 void Session::client_read_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
-    self->worker_.note_activity();
     if (self->client_gone_) {
+        self->worker_.note_activity();
         self->watch_departed_client();
     } else if (self->state_ == SessionState::Startup && !self->end_->polled()) {
+        self->worker_.note_activity();
         self->on_startup_readable();  // the socket itself, before any upgrade
     } else {
         self->end_->on_socket_readable();
-        (void)self->pump();
+        // A doorbell that moved nothing (a poke, a client ringing for no reason) says no
+        // request is coming: no reason to end the worker's idle stretch and spin again.
+        if (self->pump())
+            self->worker_.note_activity();
     }
     self->continue_departure();
 }

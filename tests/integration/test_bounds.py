@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -228,6 +229,64 @@ def test_doorbell_flood_neither_stalls_other_clients_nor_goes_unnoticed(start_l5
     finally:
         flooder.close(clean=False)
     assert during < 2 * before, f"median psql latency {before:.1f} ms -> {during:.1f} ms"
+    assert d.alive()
+
+
+def test_poke_flag_without_doorbell_is_not_answered(start_l5pgd):
+    """A poke is the s2c reader_waiting flag and a doorbell byte. An SHM client that leaves
+    data unread and only sets the flag, over and over, without ringing, gets no doorbell
+    back, however busy its worker is with another session: before, the worker answered
+    every store it saw while polling, a send() for a memory write. Rung, the flag is
+    answered once per doorbell (the last step)."""
+    from tests.harness import l5wire
+    d = start_l5pgd()
+    busy = ShmClient(d.socket_path)
+    c = ShmClient(d.socket_path, c2s=4096, s2c=4096)
+    stop = threading.Event()
+    queries = 0
+
+    def keep_worker_polling():
+        nonlocal queries
+        while not stop.is_set():
+            busy.query("select 1")
+            queries += 1
+
+    try:
+        assert busy.upgrade() == b"L" and c.upgrade() == b"L"
+        assert busy.startup(application_name="l5pg-busy")[-1][0] == "Z"
+        assert c.startup(application_name="l5pg-poker")[-1][0] == "Z"
+        body = b"select 1\0"
+        c.write_bytes(b"Q" + struct.pack("!I", len(body) + 4) + body)
+        wait_for(lambda: c.s2c_next_length() != 0, 5, "the answer in the ring, unread")
+        c.drain_socket()
+        before = c.doorbells_received
+        flag = l5wire.OFF_S2C + l5wire.RC_READER_WAITING
+        poller = threading.Thread(target=keep_worker_polling)
+        poller.start()
+        try:
+            deadline = time.monotonic() + 2
+            stores = 0
+            while time.monotonic() < deadline:
+                c.poke32(flag, 1)
+                stores += 1
+                c.drain_socket()
+        finally:
+            stop.set()
+            poller.join()
+        answered = c.doorbells_received - before
+        print(f"{stores} flag stores while {queries} queries kept the worker polling: "
+              f"{answered} doorbells back")
+        assert queries > 0 and stores > 0
+        # At most one: the doorbell that carried the query may still count as a poke's.
+        assert answered <= 1
+        # The flag with a doorbell is a poke, and answered.
+        c.poke32(flag, 1)
+        assert c.doorbell()
+        c.sock.settimeout(5)
+        assert c.sock.recv(1) == b"\x01"
+    finally:
+        c.close(clean=False)
+        busy.close()
     assert d.alive()
 
 
