@@ -392,6 +392,7 @@ class Session final : public ClientEndHost {
         std::chrono::steady_clock::time_point upstream_born;  // when the backend started
         uint64_t upstream_epoch = 0;  // the worker's upstream_epoch() when it was opened
         bool terminated = false;      // the client sent Terminate, which Postgres did not get
+        bool terminate_queued = false;  // ... until the connection was not kept: queued for it
         std::unique_ptr<protocol::PoolReset> reset;  // running after a clean departure
         // A new backend's, before its client is greeted; a kept one's, before reuse.
         std::unique_ptr<protocol::PoolLoginCheck> login_check;

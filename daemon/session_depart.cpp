@@ -102,11 +102,17 @@ void Session::continue_departure() {
         // from ever blocking).
         end_->on_input_done();
         set_polled(false);
-        if (try_pool_reset())
+        if (!pool_.terminate_queued && try_pool_reset())
             return;
-        if (pool_.terminated)  // held back for the pool: Postgres gets it after all
-            (void)::send(upstream_.get(), protocol::kTerminateMessage.data(),
-                         protocol::kTerminateMessage.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (pool_.terminated && !pool_.terminate_queued) {
+            // Held back for the pool, Postgres gets it after all, through the queue: sent
+            // straight, a socket with less room than 5 bytes would take part of it and the
+            // SHUT_WR below would leave Postgres a truncated message.
+            pool_.terminate_queued = true;
+            to_upstream_.append(protocol::kTerminateMessage);
+            if (!drain_client_data() || state_ == SessionState::Closed)
+                return;  // on_upstream_writable() resumes
+        }
         // Everything is in Postgres's socket: let it read to the end, then EOF.
         (void)::shutdown(upstream_.get(), SHUT_WR);
         upstream_shut_ = true;
