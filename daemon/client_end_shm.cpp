@@ -143,6 +143,12 @@ void ShmClientEnd::consume(size_t n) {
 }
 
 IoStatus ShmClientEnd::reserve(size_t want, std::span<std::byte>& space) {
+    if (!pending_.empty()) {
+        if (!flush_pending())
+            return IoStatus::Error;
+        if (!pending_.empty())
+            return IoStatus::WouldBlock;
+    }
     for (;;) {
         const shm::RingStatus status = to_client_.reserve(want, space);
         if (status == shm::RingStatus::Ok)
@@ -151,20 +157,50 @@ IoStatus ShmClientEnd::reserve(size_t want, std::span<std::byte>& space) {
             close_for_read_position();
             return IoStatus::Error;
         }
-        // Full. Dekker: arm, then re-check, so the client's next consume rings our doorbell.
-        to_client_.arm();
-        grant_doorbells(1);
-        const shm::RingStatus room = to_client_.room();
-        if (room == shm::RingStatus::Corrupt) {
-            close_for_read_position();
+        const shm::RingStatus room = await_room();
+        if (room == shm::RingStatus::Corrupt)
             return IoStatus::Error;
-        }
-        if (room == shm::RingStatus::Full) {
-            ring_full_ = true;
+        if (room == shm::RingStatus::Full)
             return IoStatus::WouldBlock;
-        }
-        (void)to_client_.disarm();
     }
+}
+
+shm::RingStatus ShmClientEnd::await_room() {
+    to_client_.arm();
+    grant_doorbells(1);
+    const shm::RingStatus room = to_client_.room();
+    if (room == shm::RingStatus::Corrupt)
+        close_for_read_position();
+    else if (room == shm::RingStatus::Full)
+        ring_full_ = true;
+    else
+        (void)to_client_.disarm();
+    return room;
+}
+
+bool ShmClientEnd::flush_pending() {
+    bool published = false;
+    while (!pending_.empty() && !host_.client_gone()) {
+        shm::RingStatus status = shm::RingStatus::Ok;
+        const size_t n = to_client_.write(pending_.front(), status);
+        if (status == shm::RingStatus::Corrupt) {
+            close_for_read_position();
+            return false;
+        }
+        if (n > 0) {
+            pending_.consume(n);
+            published = true;
+            continue;
+        }
+        const shm::RingStatus room = await_room();
+        if (room == shm::RingStatus::Corrupt)
+            return false;
+        if (room == shm::RingStatus::Full)
+            break;
+    }
+    if (published)
+        wake_reader_if_waiting();
+    return true;
 }
 
 // Read back from shared memory by the session (for its message tracker): a client that
@@ -177,20 +213,12 @@ void ShmClientEnd::commit(size_t n) {
 }
 
 void ShmClientEnd::send(std::span<const std::byte> bytes) {
-    while (!bytes.empty()) {
-        shm::RingStatus status = shm::RingStatus::Ok;
-        const size_t n = to_client_.write(bytes, status);
-        if (status == shm::RingStatus::Corrupt || n == 0) {
-            host_.close("cannot write to the client ring", true);
-            return;
-        }
-        bytes = bytes.subspan(n);
-    }
-    wake_reader_if_waiting();
+    pending_.append(bytes);
+    (void)flush_pending();
 }
 
 void ShmClientEnd::send_if_room(std::span<const std::byte> message) {
-    if (to_client_.free_bytes() < message.size() + 64)
+    if (!pending_.empty() || to_client_.free_bytes() < message.size() + 64)
         return;
     shm::RingStatus status = shm::RingStatus::Ok;
     (void)to_client_.write(message, status);  // on_close() rings the doorbell
@@ -212,7 +240,9 @@ bool ShmClientEnd::resume_output() {
         return false;
     (void)to_client_.disarm();
     ring_full_ = false;
-    return true;
+    if (!flush_pending())  // full again if not all of it fitted
+        return false;
+    return pending_.empty() && !ring_full_;
 }
 
 bool ShmClientEnd::arm_before_block(bool input_wanted, uint64_t wait_id) {
@@ -248,6 +278,7 @@ bool ShmClientEnd::shares_sole_cpu(uint32_t worker_sole_cpu) noexcept {
 
 void ShmClientEnd::on_client_gone(bool) {
     ring_full_ = false;  // stop waiting for the client to make room
+    pending_.clear();
 }
 
 // Everything we published stays readable: the flag tells the client that no more will

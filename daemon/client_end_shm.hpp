@@ -5,6 +5,7 @@
 // is checked by the rings (transport/shm/ring.cpp); nonsense closes just this session.
 #pragma once
 
+#include "daemon/byte_queue.hpp"
 #include "daemon/client_end.hpp"
 #include "daemon/doorbell_coalescer.hpp"
 #include "daemon/metrics.hpp"
@@ -33,8 +34,8 @@ class ShmClientEnd final : public ClientEnd {
     void commit(size_t n) override;
     void send(std::span<const std::byte> bytes) override;
     void send_if_room(std::span<const std::byte> message) override;
-    void flush() override {}
-    [[nodiscard]] bool output_queued() const noexcept override { return false; }
+    void flush() override { (void)flush_pending(); }
+    [[nodiscard]] bool output_queued() const noexcept override { return !pending_.empty(); }
     [[nodiscard]] bool has_room() override { return !ring_full_; }
     [[nodiscard]] bool resume_output() override;
     [[nodiscard]] bool arm_before_block(bool input_wanted, uint64_t wait_id) override;
@@ -53,6 +54,11 @@ class ShmClientEnd final : public ClientEnd {
     void grant_doorbells(unsigned occasions) noexcept;
     [[nodiscard]] bool account_doorbells(size_t count);  // false: closed (doorbell flood)
     void answer_poke();
+    // The ring is full: arms writer_waiting, then re-checks (Dekker). Full (ring_full_ set:
+    // the client's next consume rings us), Ok (disarmed: try again), Corrupt (closed).
+    [[nodiscard]] shm::RingStatus await_room();
+    // Moves pending_ into the ring as far as it has room; false: closed (corrupt ring).
+    bool flush_pending();
 
     shm::Segment segment_;
     SegmentRegistry::Claim claim_;  // segment_'s entry in the registry
@@ -66,6 +72,11 @@ class ShmClientEnd final : public ClientEnd {
     void close_for_read_position();
 
     bool ring_full_ = false;  // the server->client ring had no room
+    // What send() could not put into the ring at once (a pooled session's greeting with
+    // the answers behind it can exceed a small ring): it goes first once there is room,
+    // and reserve() waits for it. Only the session's own messages land here, a few per
+    // session; Postgres's stream goes through reserve(), which stops reading when full.
+    ByteQueue pending_;
     // Doorbell credit (see grant_doorbells()): what a session starts with and may save up.
     static constexpr int64_t kDoorbellSlack = 4096;
     int64_t doorbell_credit_ = kDoorbellSlack;

@@ -31,6 +31,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -1394,3 +1395,96 @@ def test_pooled_shm_client_sending_big_records_costs_l5pgd_no_more(l5pgd, shim):
     figures = f"l5pgd CPU: {big:.2f} s through a 16 MiB ring, {small:.2f} s through 64 KiB"
     print(figures)
     assert big < 3 * max(small, 0.05), figures
+
+
+# -- a pipelining SHM client with a small ring -----------------------------------------------
+
+class CoalescingRelay:
+    """A Unix socket in front of Postgres's (same port, its own directory) that holds what
+    Postgres sends on a connection until `readies` ReadyForQuery messages have come, then
+    passes it on in one send, and everything after as it comes: what l5pgd reads when
+    Postgres answered a pipelining client before l5pgd read the greeting."""
+
+    def __init__(self, directory, cluster, readies=2):
+        self.target = str(Path(cluster.socket_dir) / f".s.PGSQL.{cluster.port}")
+        self.readies = readies
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(str(Path(directory) / f".s.PGSQL.{cluster.port}"))
+        self.listener.listen(8)
+        self.sockets = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self.target)
+            self.sockets += [downstream, upstream]
+            threading.Thread(target=self._pipe, args=(downstream, upstream), daemon=True).start()
+            threading.Thread(target=self._hold_then_pipe, args=(upstream, downstream),
+                             daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _hold_then_pipe(self, src, dst):
+        held, seen, pos = b"", 0, 0
+        try:
+            while seen < self.readies:
+                data = src.recv(65536)
+                if not data:
+                    break
+                held += data
+                while len(held) - pos >= 5:
+                    (length,) = struct.unpack("!I", held[pos + 1:pos + 5])
+                    if len(held) - pos < 1 + length:
+                        break
+                    seen += held[pos:pos + 1] == b"Z"
+                    pos += 1 + length
+            dst.sendall(held)
+        except OSError:
+            return
+        self._pipe(src, dst)
+
+    def close(self):
+        for s in self.sockets:
+            s.close()
+
+
+def test_greeting_and_pipelined_answer_beyond_a_small_ring(workdir, cluster):
+    """An SHM client with 4 KiB rings sends a query behind its StartupMessage; Postgres's
+    greeting and the 6,000-byte answer reach l5pgd in one read (a relay holds them): the
+    greeting goes to the client and the answer follows as the client makes room. Before,
+    what did not fit into the ring at once closed the session."""
+    from tests.harness.l5wire import ShmClient
+    relay_dir = Path(tempfile.mkdtemp(prefix="relay-", dir=workdir))
+    relay = CoalescingRelay(relay_dir, cluster)
+    base = Path(tempfile.mkdtemp(prefix="pool-", dir=workdir))
+    d = L5pgd(base, cluster, workers=1, extra_overrides=["pool.mode=session"],
+              upstream_socket_dir=str(relay_dir))
+    d.start()
+    c = ShmClient(d.socket_path, c2s=4096, s2c=4096)
+    try:
+        assert c.upgrade() == b"L"
+        body = b"select repeat('x', 6000)\0"
+        c.write_bytes(pgwire.startup_packet(application_name=new_app()) +
+                      b"Q" + struct.pack("!I", len(body) + 4) + body)
+        greeting = c.read_until_ready(timeout=WAIT)
+        assert [t for t, _ in greeting if t in "EKZ"] == ["K", "Z"], greeting
+        answer = c.read_until_ready(timeout=WAIT)
+        rows = [b for t, b in answer if t == "D"]
+        assert len(rows) == 1 and rows[0].endswith(b"x" * 6000), [t for t, _ in answer]
+        assert "cannot write to the client ring" not in d.log_text()
+    finally:
+        c.close(clean=False)
+        d.stop()
+        relay.close()
