@@ -119,9 +119,7 @@ void Session::timer_cb(int, short, void* arg) {
         // Not everything reached Postgres (an error), or Postgres is still busy with it
         // (closing the upstream now changes nothing for the backend).
         self->departure_error_ = self->departure_error_ || !self->upstream_shut_;
-        self->finish_departure(self->upstream_shut_ ? " (Postgres still busy at drain timeout)"
-                                                    : " (drain timeout: not all of it sent)",
-                               /*timed_out=*/true);
+        self->finish_departure(self->departure_timeout_reason(), /*timed_out=*/true);
     } else if (self->state_ == SessionState::Startup) {
         self->close("startup packet timeout", true);
     } else if (self->state_ == SessionState::Refusing) {

@@ -224,6 +224,7 @@ class Session final : public ClientEndHost {
     [[nodiscard]] bool watch_departed_login(std::span<const std::byte> bytes);
     void discard_upstream();
     void watch_departed_client();
+    [[nodiscard]] std::string_view departure_timeout_reason() const;
     void finish_departure(std::string_view how, bool timed_out = false);
 
     // RDMA upgrade and forwarding (session_rdma.cpp, docs/wire-format.md section 5)

@@ -195,6 +195,17 @@ void Session::watch_departed_client() {
     set_event(client_read_.get(), false);
 }
 
+// Why a departing session was still open at limits.drain_timeout_ms.
+std::string_view Session::departure_timeout_reason() const {
+    if (!upstream_shut_)
+        return " (drain timeout: not all of it sent)";
+    // A half-closed client that stopped reading holds Postgres up as much as a long
+    // statement does: say which.
+    if (client_may_read_ && end_->output_queued())
+        return " (drain timeout: the client, gone half-way, did not read Postgres's answers)";
+    return " (Postgres still busy at drain timeout)";
+}
+
 void Session::finish_departure(std::string_view how, bool timed_out) {
     if (departure_error_ && !timed_out && !client_eof_) {
         // A client closing normally tears its RDMA queue pair down before it closes its

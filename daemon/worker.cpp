@@ -337,14 +337,17 @@ Worker::PollRound Worker::poll_sessions() {
         for (size_t i = 0; i < scans && rdma_endpoint_->poll(ready) == ready.size(); ++i) {
         }
     }
-    // Index loop: a session may close (and leave polled_) while being polled.
-    for (size_t i = 0; i < polled_.size(); ++i) {
+    // Index loop: a session may close (and leave polled_) while being polled, and the next
+    // one then takes its index: the index moves on only past a session still there.
+    for (size_t i = 0; i < polled_.size();) {
         Session* session = polled_[i];
         // Read before the poll: whether Postgres owed this session an answer already.
         if (session->awaiting_upstream())
             round.upstream_pending = true;
         if (session->poll_channel())
             round.progress = true;
+        if (i < polled_.size() && polled_[i] == session)
+            ++i;
     }
     return round;
 }

@@ -60,6 +60,29 @@ def test_drain_timeout_bounds_a_departed_session(workdir, cluster, l5pgd_binary,
 
 
 @pytest.mark.timeout(60)
+def test_drain_timeout_names_a_half_closed_client_that_does_not_read(workdir, cluster,
+                                                                     l5pgd_binary):
+    """A socket client shuts down its sending side after a query with a large answer and
+    never reads: Postgres is held up by the client, not busy, and the log says so at the
+    drain timeout."""
+    d = L5pgd(workdir / f"l5pgd-drain-{uuid.uuid4().hex[:6]}", cluster,
+              extra_overrides=["limits.drain_timeout_ms=300"])
+    d.start()
+    try:
+        s = pgwire.unix_login(d.socket_path)
+        sql = b"select repeat('x', 1000) from generate_series(1, 50000)\0"
+        s.sendall(b"Q" + len(sql).__add__(4).to_bytes(4, "big") + sql)
+        s.shutdown(__import__("socket").SHUT_WR)
+        wait_for(lambda: d.metric("l5pg_sessions_active", transport="unix") == 0, 5,
+                 "the departed session closed (drain timeout 300 ms)")
+        assert "the client, gone half-way, did not read Postgres's answers" in d.log_text(), \
+            d.log_tail()
+        s.close()
+    finally:
+        d.stop()
+
+
+@pytest.mark.timeout(60)
 def test_sigint_waits_for_departing_sessions(workdir, cluster, l5pgd_binary, shim):
     """SIGINT waits for every session to end, departing ones included:
     megabytes a client published just before it left still reach Postgres."""
