@@ -428,8 +428,16 @@ ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) {
 
 // ---------------------------------------------------------------- poll support
 
+// Called from a thread that may not be the one using the connection (foreign_waiters.cpp,
+// when epoll_ctl() first sees a socket that may be ours). An SHM end's state is atomics in
+// shared memory; an RDMA end's (its queue pair and completion queues) is not thread-safe
+// and is the using thread's, which prepares it at the next return of a call on it
+// (prepare_return()). Until then an epoll waiter may miss data already received: RDMA
+// connections are not made once epoll is in use (upgrade_rdma.cpp), and the README names
+// this for those made before.
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) {
-    ch.end->prepare_for_foreign_wait(fd);
+    if (!ch.rdma)
+        ch.end->prepare_for_foreign_wait(fd);
 }
 
 short channel_revents(Channel& ch, short events) {

@@ -263,6 +263,12 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
             .end();
         return abandon_rdma(stream, fd, "no channel", saved_errno);
     }
+    // Another thread may have registered a socket with epoll since the check above (the
+    // soft device's wire, the channel's setup take milliseconds): look again while the
+    // upgrade can still be abandoned.
+    note_io_uring_instances();
+    if (foreign_waiters_possible())
+        return abandon_rdma(stream, fd, "the application started waiting in epoll", saved_errno);
     std::array<std::byte, rdma::kHelloSize> hello{};
     rdma::encode_hello(rdma->hello(), hello);
     if (!stream.send_all(hello.data(), hello.size()))
