@@ -115,14 +115,15 @@ void fd_abandon_upgrade(int fd) {
     (void)g_table[fd].compare_exchange_strong(expected, kUntracked, std::memory_order_acq_rel);
 }
 
-// An upgrade waits for l5pgd's answer for up to upgrade_timeout_ms per step (RDMA's take a
-// few): four of them bound a wait that a signal handler interrupting the upgrading thread
-// itself would otherwise never end.
+// An upgrade ends within upgrade_timeout_ms (UpgradeClock, upgrade_common.hpp: all its
+// steps, a fresh connection after an abandoned TLS handshake too); twice that bounds a
+// wait that a signal handler interrupting the upgrading thread itself would otherwise
+// never end.
 bool fd_await_upgrade(int fd) {
     if (!in_range(fd))
         return true;
     const int64_t deadline =
-        monotonic_ns() + int64_t{4} * settings().upgrade_timeout_ms * 1'000'000;
+        monotonic_ns() + int64_t{2} * settings().upgrade_timeout_ms * 1'000'000;
     while (g_table[fd].load(std::memory_order_acquire) == kUpgrading) {
         if (monotonic_ns() >= deadline)
             return false;

@@ -173,7 +173,7 @@ bool HandshakeStream::connect_tls() {
         if (named)
             (void)SSL_set_tlsext_host_name(ssl_.get(), s.ssl_host);
     }
-    const wait::Deadline deadline = upgrade_deadline(s.upgrade_timeout_ms);
+    const wait::Deadline deadline = upgrade_deadline();
     if (tls_call([&] { return SSL_connect(ssl_.get()); }, deadline) != 1) {
         const long verify = SSL_get_verify_result(ssl_.get());
         (void)fail(verify != X509_V_OK ? X509_verify_cert_error_string(verify)
@@ -214,7 +214,7 @@ int HandshakeStream::tls_call(Op op, const wait::Deadline& deadline) {
 // bytes moved, waiting for `events` on EAGAIN, within L5PG_UPGRADE_TIMEOUT_MS.
 template <class Step>
 bool HandshakeStream::move_all(size_t len, short events, Step step) {
-    const wait::Deadline deadline = upgrade_deadline(settings().upgrade_timeout_ms);
+    const wait::Deadline deadline = upgrade_deadline();
     size_t done = 0;
     while (done < len) {
         const ssize_t n = step(done, deadline);

@@ -161,6 +161,7 @@ UpgradeResult try_upgrade(int fd, const std::byte* first, size_t len, Channel*& 
     if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;
     const int saved_errno = errno;
+    const UpgradeClock clock;
     note_io_uring_instances();
     shm::SysError error;
     std::optional<shm::Segment> segment =

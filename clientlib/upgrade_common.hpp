@@ -18,11 +18,22 @@ namespace l5pg::shim {
 // Whether the application made the socket non-blocking (the channel keeps that up).
 [[nodiscard]] bool socket_nonblocking(int fd);
 
-// The time budget of one handshake step (L5PG_UPGRADE_TIMEOUT_MS): a loop of short reads
-// or writes within it draws on the one deadline (transport/wait/deadline.hpp).
-[[nodiscard]] inline wait::Deadline upgrade_deadline(int budget_ms) {
-    return wait::Deadline::after(std::chrono::milliseconds(budget_ms));
-}
+// One deadline for a whole upgrade, L5PG_UPGRADE_TIMEOUT_MS from its start: every wait of
+// every step draws on it (an RDMA upgrade has a dozen, each of which took the whole budget
+// before). Started by the upgrading thread for the duration of its try_upgrade*().
+class UpgradeClock {
+  public:
+    UpgradeClock();
+    ~UpgradeClock();
+    UpgradeClock(const UpgradeClock&) = delete;
+    UpgradeClock& operator=(const UpgradeClock&) = delete;
+
+  private:
+    bool started_ = false;  // false when an outer clock of this thread runs already
+};
+
+// The running upgrade's deadline, or L5PG_UPGRADE_TIMEOUT_MS from now outside one.
+[[nodiscard]] wait::Deadline upgrade_deadline();
 
 // Waits (bounded by L5PG_UPGRADE_TIMEOUT_MS) for a non-blocking connect() in progress on
 // fd to finish; false with errno set (ETIMEDOUT, or the connect's error).

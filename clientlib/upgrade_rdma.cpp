@@ -324,6 +324,7 @@ UpgradeResult try_upgrade_rdma(int fd, const std::byte* first, size_t len, Chann
     if (!first_packet_may_upgrade(fd, first, len))
         return UpgradeResult::Plain;
     const int saved_errno = errno;
+    const UpgradeClock clock;
     try {
         return try_upgrade_rdma_impl(fd, channel, saved_errno);
     } catch (const abi::__forced_unwind&) {

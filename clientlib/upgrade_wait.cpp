@@ -10,9 +10,42 @@
 #include "clientlib/upgrade_common.hpp"
 
 namespace l5pg::shim {
+namespace {
+
+// The upgrading thread's deadline (steady clock, ns since its epoch); 0: none running.
+thread_local int64_t t_upgrade_deadline_ns = 0;
+
+wait::Deadline::clock::duration upgrade_budget() {
+    return std::chrono::milliseconds(settings().upgrade_timeout_ms);
+}
+
+}  // namespace
+
+UpgradeClock::UpgradeClock() {
+    if (t_upgrade_deadline_ns != 0)
+        return;
+    started_ = true;
+    t_upgrade_deadline_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            (wait::Deadline::clock::now() + upgrade_budget()).time_since_epoch())
+            .count();
+}
+
+UpgradeClock::~UpgradeClock() {
+    if (started_)
+        t_upgrade_deadline_ns = 0;
+}
+
+wait::Deadline upgrade_deadline() {
+    if (t_upgrade_deadline_ns == 0)
+        return wait::Deadline::after(upgrade_budget());
+    return wait::Deadline::at(wait::Deadline::clock::time_point(
+        std::chrono::duration_cast<wait::Deadline::clock::duration>(
+            std::chrono::nanoseconds(t_upgrade_deadline_ns))));
+}
 
 bool await_connected(int fd) {
-    if (wait::wait_ready(fd, POLLOUT, upgrade_deadline(settings().upgrade_timeout_ms)) <= 0)
+    if (wait::wait_ready(fd, POLLOUT, upgrade_deadline()) <= 0)
         return false;  // ETIMEDOUT or poll's error
     int err = 0;
     socklen_t len = sizeof err;
@@ -26,7 +59,7 @@ bool await_connected(int fd) {
 }
 
 char await_answer(int fd) {
-    const wait::Deadline deadline = upgrade_deadline(settings().upgrade_timeout_ms);
+    const wait::Deadline deadline = upgrade_deadline();
     for (;;) {
         if (wait::wait_ready(fd, POLLIN, deadline) <= 0)
             return 0;

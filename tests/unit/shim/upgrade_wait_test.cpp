@@ -111,3 +111,35 @@ TEST_CASE("upgrade wait: the deadline still ends a wait that gets no answer", "[
     CHECK(err == ETIMEDOUT);
     CHECK(std::chrono::steady_clock::now() - start >= 50ms);
 }
+
+TEST_CASE("upgrade wait: the steps of one upgrade share one deadline", "[shim]") {
+    ::setenv("L5PG_UPGRADE_TIMEOUT_MS", "2000", 1);
+    l5pg::shim::load_settings();
+    ::unsetenv("L5PG_UPGRADE_TIMEOUT_MS");
+    const SocketPair pair;
+    const auto start = std::chrono::steady_clock::now();
+    char first = 0;
+    char second = 'x';
+    int err = 0;
+    {
+        const l5pg::shim::UpgradeClock clock;
+        // The first answer comes after 1.5 s of the 2 s; the second never.
+        std::thread answer([&] {
+            std::this_thread::sleep_for(1500ms);
+            const char accepted = 'L';
+            (void)::write(pair.daemon.get(), &accepted, 1);
+        });
+        first = l5pg::shim::await_answer(pair.client.get());
+        answer.join();
+        second = l5pg::shim::await_answer(pair.client.get());
+        err = errno;
+    }
+    const auto took = std::chrono::steady_clock::now() - start;
+    l5pg::shim::load_settings();  // the defaults again
+    CHECK(first == 'L');
+    CHECK(second == 0);
+    CHECK(err == ETIMEDOUT);
+    // 2 s in all, where each step had its own 2 s before (3.5 s).
+    CHECK(took >= 2000ms);
+    CHECK(took < 3000ms);
+}
