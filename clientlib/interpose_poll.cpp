@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory_resource>
 #include <vector>
 
@@ -376,13 +377,47 @@ int64_t timeval_ns(const timeval* tv) {
     return timeout_ns(sec, int64_t{tv->tv_usec % 1'000'000} * 1000);
 }
 
+// The fds a select() looks at: `nfds` bits of each set, as the kernel reads them, also
+// beyond FD_SETSIZE (a program may size its own sets larger; glibc's FD_ISSET() would
+// abort there), but not beyond the descriptors the process may have: the kernel stops at
+// its descriptor table too.
+int select_span(int nfds) {
+    if (nfds <= FD_SETSIZE)
+        return std::max(nfds, 0);
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
+        return FD_SETSIZE;
+    return static_cast<int>(std::min<rlim_t>(nfds, std::max<rlim_t>(limit.rlim_cur, FD_SETSIZE)));
+}
+
+// A set's bit for `fd`, word by word as glibc lays the set out (FD_ISSET without its
+// FD_SETSIZE check).
+constexpr int kSetWordBits = 8 * sizeof(unsigned long);
+
+std::byte* set_word(fd_set* set, int fd) {
+    return reinterpret_cast<std::byte*>(set) + (fd / kSetWordBits) * sizeof(unsigned long);
+}
+
+bool fd_bit(const fd_set* set, int fd) {
+    unsigned long word = 0;
+    std::memcpy(&word, set_word(const_cast<fd_set*>(set), fd), sizeof word);
+    return ((word >> (fd % kSetWordBits)) & 1) != 0;
+}
+
+void clear_fd_bit(fd_set* set, int fd) {
+    unsigned long word = 0;
+    std::memcpy(&word, set_word(set, fd), sizeof word);
+    word &= ~(1UL << (fd % kSetWordBits));
+    std::memcpy(set_word(set, fd), &word, sizeof word);
+}
+
 short select_events(int fd, const fd_set* rd, const fd_set* wr, const fd_set* ex) {
     short events = 0;
-    if (rd && FD_ISSET(fd, rd))
+    if (rd && fd_bit(rd, fd))
         events |= POLLIN;
-    if (wr && FD_ISSET(fd, wr))
+    if (wr && fd_bit(wr, fd))
         events |= POLLOUT;
-    if (ex && FD_ISSET(fd, ex))
+    if (ex && fd_bit(ex, fd))
         events |= POLLPRI;
     return events;
 }
@@ -411,12 +446,12 @@ int report_select(const std::pmr::vector<pollfd>& fds, fd_set* rd, fd_set* wr, f
         const int fd = entry.fd < 0 ? ~entry.fd : entry.fd;
         const short re = entry.fd < 0 ? 0 : entry.revents;
         auto report = [&](fd_set* set, bool on) {
-            if (set == nullptr || !FD_ISSET(fd, set))
+            if (set == nullptr || !fd_bit(set, fd))
                 return;
             if (on)
                 ++count;
             else
-                FD_CLR(fd, set);
+                clear_fd_bit(set, fd);
         };
         report(rd, re & (POLLIN | POLLHUP | POLLERR));
         report(wr, re & (POLLOUT | POLLERR));
@@ -433,7 +468,7 @@ int report_select(const std::pmr::vector<pollfd>& fds, fd_set* rd, fd_set* wr, f
 // that ended it (exception_never_coming), until the caller's timeout.
 int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
                const sigset_t* mask) {
-    nfds = std::min(nfds, FD_SETSIZE);
+    nfds = select_span(nfds);
     size_t asked = 0;
     for (int fd = 0; fd < nfds; ++fd)
         asked += select_events(fd, rd, wr, ex) != 0 ? 1 : 0;
@@ -475,7 +510,7 @@ int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
 }
 
 bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) {
-    for (int fd = 0; fd < std::min(nfds, FD_SETSIZE); ++fd) {
+    for (int fd = 0, span = select_span(nfds); fd < span; ++fd) {
         if (select_events(fd, rd, wr, ex) == 0)
             continue;
         const FdKind kind = fd_lookup(fd).kind;

@@ -522,6 +522,50 @@ def test_select_over_many_descriptors(l5pgd, shim):
                    "sock_writable": True, "row": 3}, out
 
 
+# select() with nfds beyond FD_SETSIZE, on sets the program sized itself (the kernel reads
+# nfds bits of each): the descriptors above 1024 are waited for and reported as the kernel
+# does, beside an upgraded one. Before, the shim looked at 1024 bits only and left the bits
+# above as they came in, reported ready.
+BIG_SELECT_SCRIPT = r'''
+import ctypes, json, os, resource, psycopg
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), max(hard, 2048)))
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+ready_r, ready_w = os.pipe()
+idle_r, idle_w = os.pipe()
+os.dup2(ready_r, 1500)
+os.dup2(idle_r, 1600)
+os.write(ready_w, b"x")
+Set = ctypes.c_ulong * (2048 // (8 * ctypes.sizeof(ctypes.c_ulong)))
+bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+def make(*fds):
+    s = Set()
+    for fd in fds:
+        s[fd // bits] |= 1 << (fd % bits)
+    return s
+def has(s, fd):
+    return bool(s[fd // bits] >> (fd % bits) & 1)
+rd, wr = make(sock, 1500, 1600), make(sock)
+libc = ctypes.CDLL(None, use_errno=True)
+class Timeval(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+rc = libc.select(1601, ctypes.byref(rd), ctypes.byref(wr), None,
+                 ctypes.byref(Timeval(2, 0)))
+print(json.dumps({"transport": libc.l5pg_fd_transport(sock), "rc": rc,
+                  "read": [fd for fd in (sock, 1500, 1600) if has(rd, fd)],
+                  "write": [fd for fd in (sock,) if has(wr, fd)] == [sock],
+                  "row": conn.execute("select 3").fetchone()[0]}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_select_beyond_fd_setsize(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), BIG_SELECT_SCRIPT)
+    assert out == {"transport": 1, "rc": 2, "read": [1500], "write": True, "row": 3}, out
+
+
 # os.closerange() calls close_range(): the upgraded connection is closed as close() closes
 # it (l5pgd sees the session end), and the fd number, handed out again for a pipe, is a
 # plain pipe, not the old connection.
