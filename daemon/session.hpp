@@ -391,8 +391,8 @@ class Session final : public ClientEndHost {
         std::vector<std::byte> client_chunk;  // the client's bytes, copied to be walked and sent
         uint64_t readies = 0;  // ReadyForQuery from Postgres (the greeting's not counted)
         std::chrono::steady_clock::time_point upstream_born;  // when the backend started
-        uint64_t upstream_epoch = 0;  // the worker's upstream_epoch() when it was opened
-        bool terminated = false;      // the client sent Terminate, which Postgres did not get
+        uint64_t upstream_epoch = 0;    // the worker's upstream_epoch() when it was opened
+        bool terminated = false;        // the client sent Terminate, which Postgres did not get
         bool terminate_queued = false;  // ... until the connection was not kept: queued for it
         std::unique_ptr<protocol::PoolReset> reset;  // running after a clean departure
         // A new backend's, before its client is greeted; a kept one's, before reuse.
