@@ -62,6 +62,15 @@ int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) {
     return rc;
 }
 
+// dup2() and dup3() close fd2 first: an upgraded fd2 says goodbye to l5pgd as close() does,
+// before the kernel drops the socket (l5pgd would otherwise see its EOF without the closed
+// flag: a client that vanished). Only when the call will go ahead: `fd` is open.
+void release_before_replacing(int fd, int fd2) {
+    if (fd == fd2 || fd_lookup(fd2).kind != FdKind::Upgraded || real().fcntl(fd, F_GETFD) < 0)
+        return;
+    release_entry(fd_forget(fd2), fd2);
+}
+
 }  // namespace
 
 extern "C" {
@@ -126,6 +135,7 @@ int dup(int fd) {
 }
 
 int dup2(int fd, int fd2) {
+    release_before_replacing(fd, fd2);
     const int rc = real().dup2(fd, fd2);
     if (rc >= 0)
         fd_duplicate(fd, rc);
@@ -133,6 +143,7 @@ int dup2(int fd, int fd2) {
 }
 
 int dup3(int fd, int fd2, int flags) {
+    release_before_replacing(fd, fd2);
     const int rc = real().dup3(fd, fd2, flags);
     if (rc >= 0)
         fd_duplicate(fd, rc);

@@ -23,6 +23,7 @@ import pytest
 from tests.harness import paths
 from tests.harness import libc_types, socket_flags
 from tests.harness.client import direct_unix_target, run, run_python_json, shm_target
+from tests.harness.waiting import wait_for
 
 # psycopg's connection socket is upgraded by the shim; a pipe beside it is an ordinary fd.
 # poll() is called directly through ctypes, so its return value is seen as it is (Python's
@@ -564,6 +565,32 @@ print(json.dumps({"transport": libc.l5pg_fd_transport(sock), "rc": rc,
 def test_select_beyond_fd_setsize(l5pgd, shim):
     out, _ = run_python_json(shm_target(l5pgd), BIG_SELECT_SCRIPT)
     assert out == {"transport": 1, "rc": 2, "read": [1500], "write": True, "row": 3}, out
+
+
+# dup2() onto an upgraded descriptor closes it as close() does: l5pgd learns of a clean
+# close (the segment's closed flag before the socket's EOF), not of a client that vanished.
+DUP2_OVER_SCRIPT = r'''
+import ctypes, json, os, psycopg
+conn = psycopg.connect("", autocommit=True, application_name="l5pg-dup2-over")
+sock = conn.pgconn.socket
+transport = ctypes.CDLL(None).l5pg_fd_transport(sock)
+r, w = os.pipe()
+os.dup2(r, sock)
+os.write(w, b"p")
+print(json.dumps({"transport": transport, "after": ctypes.CDLL(None).l5pg_fd_transport(sock),
+                  "read": os.read(sock, 1).decode()}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_dup2_onto_an_upgraded_fd_closes_it_cleanly(l5pgd, shim):
+    log0 = len(l5pgd.log_text())
+    out, _ = run_python_json(shm_target(l5pgd), DUP2_OVER_SCRIPT)
+    assert out == {"transport": 1, "after": 0, "read": "p"}, out
+    wait_for(lambda: "closing: " in l5pgd.log_text()[log0:], 10, "the session's close")
+    # Before: "client socket error: Connection reset by peer" (the EOF came first).
+    closing = [line for line in l5pgd.log_text()[log0:].splitlines() if "closing: " in line]
+    assert closing[0].endswith("closing: client closed the connection"), closing
 
 
 # os.closerange() calls close_range(): the upgraded connection is closed as close() closes
