@@ -6,6 +6,7 @@
 #include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <atomic>
@@ -118,11 +119,19 @@ bool HandshakeStream::configure(SSL_CTX* ctx) {
         (SSL_CTX_use_certificate_chain_file(ctx, s.ssl_cert) != 1 ||
          SSL_CTX_use_PrivateKey_file(ctx, s.ssl_key, SSL_FILETYPE_PEM) != 1))
         return false;
-    if (s.ssl_mode != SslMode::VerifyCa && s.ssl_mode != SslMode::VerifyFull) {
+    // As libpq: a root certificate file that exists is used whatever the mode, so `require`
+    // and `prefer` verify the chain as `verify-ca` does when there is one; the verify modes
+    // cannot do without.
+    const bool system = std::strcmp(s.ssl_root_cert, "system") == 0;
+    struct stat st {};
+    const bool have_root =
+        system || (s.ssl_root_cert[0] != '\0' && ::stat(s.ssl_root_cert, &st) == 0);
+    if (!have_root) {
+        if (s.ssl_mode == SslMode::VerifyCa || s.ssl_mode == SslMode::VerifyFull)
+            return false;
         SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
         return true;
     }
-    const bool system = std::strcmp(s.ssl_root_cert, "system") == 0;
     if (system ? SSL_CTX_set_default_verify_paths(ctx) != 1
                : SSL_CTX_load_verify_locations(ctx, s.ssl_root_cert, nullptr) != 1)
         return false;

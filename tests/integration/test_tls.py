@@ -401,6 +401,20 @@ def test_unverifiable_server_gets_no_upgrade_and_libpq_carries_on(required_rdma,
     assert_fresh_tls_connection(r, "TLS with l5pgd failed")
 
 
+def test_require_with_a_root_certificate_verifies_as_libpq_does(required_rdma, pki):
+    """L5PG_SSLMODE=require with a root certificate that exists verifies the chain, as
+    libpq's sslmode=require does (verify-ca): a CA that did not sign l5pgd's certificate
+    gets no upgrade. Before, require never verified."""
+    r = rdma_conninfo(required_rdma, L5PG_SSLMODE="require", L5PG_SSLROOTCERT=pki / "client.crt",
+                      PGSSLMODE="require")
+    assert_fresh_tls_connection(r, "TLS with l5pgd failed")
+    # The right CA: upgraded, without a name check (require is verify-ca, not verify-full).
+    r = rdma_conninfo(required_rdma, L5PG_SSLMODE="require", L5PG_SSLROOTCERT=pki / "ca.crt",
+                      L5PG_SSLHOST="not-the-server")
+    assert r.returncode == 0 and "42" in r.stdout, r.stderr
+    assert upgraded_rdma(r.stderr), r.stderr
+
+
 def test_encrypted_client_key_is_not_prompted_for(required_rdma, pki):
     """An L5PG_SSLKEY with a passphrase: OpenSSL's default callback would prompt for it on
     the terminal, or read stdin, inside libpq's send(). It fails to load instead, and the
