@@ -57,11 +57,17 @@ bool peer_ip(int fd, char* out, size_t size) {
     socklen_t len = sizeof peer;
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0)
         return false;
-    const void* addr =
-        peer.ss_family == AF_INET6
-            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&peer)->sin_addr);
-    return ::inet_ntop(peer.ss_family, addr, out, static_cast<socklen_t>(size)) != nullptr;
+    if (peer.ss_family == AF_INET6) {
+        const in6_addr& v6 = reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr;
+        // An IPv6 socket connected to an IPv4 address reports it mapped (::ffff:a.b.c.d),
+        // which no IPv4 entry of the certificate matches: compare the IPv4 address itself.
+        if (IN6_IS_ADDR_V4MAPPED(&v6))
+            return ::inet_ntop(AF_INET, &v6.s6_addr[12], out, static_cast<socklen_t>(size)) !=
+                   nullptr;
+        return ::inet_ntop(AF_INET6, &v6, out, static_cast<socklen_t>(size)) != nullptr;
+    }
+    const void* addr = &reinterpret_cast<sockaddr_in*>(&peer)->sin_addr;
+    return ::inet_ntop(AF_INET, addr, out, static_cast<socklen_t>(size)) != nullptr;
 }
 
 }  // namespace

@@ -401,6 +401,18 @@ def test_unverifiable_server_gets_no_upgrade_and_libpq_carries_on(required_rdma,
     assert_fresh_tls_connection(r, "TLS with l5pgd failed")
 
 
+def test_verify_full_over_an_ipv4_mapped_address(required_rdma, pki):
+    """libpq connects an IPv6 socket to ::ffff:127.0.0.1 (l5pgd listens on 127.0.0.1):
+    verify-full without L5PG_SSLHOST checks the peer's IPv4 address against the
+    certificate's, as it does over an IPv4 socket. Before, the mapped form matched no
+    IPv4 entry and the upgrade failed."""
+    target = rdma_target(required_rdma, device="soft", host="::ffff:127.0.0.1", L5PG_DEBUG=1,
+                         L5PG_SSLMODE="verify-full", L5PG_SSLROOTCERT=pki / "ca.crt")
+    r = run(psql_cmd("-c", r"\conninfo", "-c", "select 42"), target, check=False, timeout=60)
+    assert r.returncode == 0 and "42" in r.stdout, r.stderr
+    assert upgraded_rdma(r.stderr), "\n".join(shim_debug_lines(r.stderr))
+
+
 def test_require_with_a_root_certificate_verifies_as_libpq_does(required_rdma, pki):
     """L5PG_SSLMODE=require with a root certificate that exists verifies the chain, as
     libpq's sslmode=require does (verify-ca): a CA that did not sign l5pgd's certificate
