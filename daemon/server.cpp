@@ -21,6 +21,7 @@
 #include "daemon/process_signals.hpp"
 #include "daemon/upstream.hpp"
 #include "protocol/error_response.hpp"
+#include "transport/shm/segment.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -148,6 +149,10 @@ int Server::run() {
                  !config().rdma.enabled ? "disabled"
                  : rdma_ready           ? "enabled"
                                         : "unavailable");
+    if (config().shm.enabled && !shm::server_seals_supported())
+        spdlog::warn(
+            "shm is enabled, but this kernel refuses F_SEAL_FUTURE_WRITE (Linux 5.1 and later "
+            "have it): every shared-memory upgrade will be declined, clients stay on the socket");
     service_.ready();
     heartbeat_timer_.reset(event_new(base_.get(), -1, EV_PERSIST, heartbeat_cb, this));
     const timeval every =

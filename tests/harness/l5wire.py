@@ -66,14 +66,14 @@ def upgrade_packet(c2s, s2c, version=L5_VERSION, transport=L5_TRANSPORT_SHM):
 def make_memfd(c2s, s2c, size=None, seal=True, magic=MAGIC, layout_version=LAYOUT_VERSION,
                header_size=HEADER_SIZE, hdr_c2s=None, hdr_s2c=None, name="l5wire",
                allocate=True, extra_seals=0):
-    """A memfd laid out as an L5 segment (header written), every page allocated as the
+    """A memfd laid out as an L5 segment (header written), every page written as the
     shim does (unless `allocate` is false), optionally sealed as the shim seals it (l5pgd
     adds FUTURE_WRITE and SEAL itself)."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     total = HEADER_SIZE + c2s + s2c if size is None else size
     os.ftruncate(fd, total)
-    if allocate:
-        os.posix_fallocate(fd, 0, total)
+    if allocate:  # written: a page only fallocate()d is a hole to tmpfs (and to l5pgd)
+        os.pwrite(fd, bytes(total), 0)
     hdr = struct.pack("<QIIQQ", magic, layout_version, header_size,
                       c2s if hdr_c2s is None else hdr_c2s, s2c if hdr_s2c is None else hdr_s2c)
     os.pwrite(fd, hdr, 0)

@@ -84,22 +84,39 @@ bool verify_seals_and_size(int fd, size_t c2s, size_t s2c, SysError& error) noex
 }
 
 // Shared-memory pages are charged to the memory cgroup of the process that first touches
-// them. The client allocates every page of the segment before passing it (create()), so
-// l5pgd, which then seals the memfd against hole punching, is never charged for a client's
-// rings, during its session or after, for as long as the client keeps the memfd.
-bool seal_fully_allocated(int fd, size_t c2s, size_t s2c, SysError& error) noexcept {
+// them. The client writes every page of the segment before passing it (create()), so l5pgd,
+// which then seals the memfd against hole punching, is never charged for a client's rings,
+// during its session or after, for as long as the client keeps the memfd.
+bool seal_and_check_pages(int fd, size_t c2s, size_t s2c, SysError& error) noexcept {
     if (::fcntl(fd, F_ADD_SEALS, kServerSeals) != 0)
         return fail(error, "sealing the memfd against new writers (F_SEAL_FUTURE_WRITE)", errno);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0)
-        return fail(error, "fstat of the memfd", errno);
-    // st_blocks counts 512-byte units of the pages a tmpfs file has allocated; checked after
-    // sealing, so no hole can appear once it has passed.
-    if (static_cast<uint64_t>(st.st_blocks) * 512 < total_size(c2s, s2c))
+    // Checked after sealing, so no hole can appear once it has passed. SEEK_HOLE, not
+    // st_blocks: tmpfs reports a page that was allocated but never written (fallocate) as
+    // a hole, and st_blocks can be made up elsewhere (a huge page faulted beyond the rings).
+    // (The offset moved is the client's too: it never reads or writes the memfd itself.)
+    const off_t hole = ::lseek(fd, 0, SEEK_HOLE);
+    if (hole < 0)
+        return fail(error, "lseek(SEEK_HOLE) on the memfd", errno);
+    if (static_cast<uint64_t>(hole) < total_size(c2s, s2c))
         return fail(error,
-                    "memfd has pages the client did not allocate (it must fallocate the whole "
-                    "segment before passing it)",
+                    "memfd has pages the client did not allocate (it must write every page of "
+                    "the segment before passing it)",
                     0);
+    return true;
+}
+
+// The client's own pages, charged to it: fallocate() takes them (ENOSPC at a memory limit,
+// rather than a fault later) and a write to each makes them data (seal_and_check_pages()).
+// Through the first mapping of each part (map_segment()): the header, then each ring.
+bool allocate_pages(int fd, std::byte* base, size_t c2s, size_t s2c) noexcept {
+    constexpr size_t kSmallestPage = 4096;
+    if (::fallocate(fd, 0, 0, static_cast<off_t>(total_size(c2s, s2c))) != 0)
+        return false;
+    const std::pair<std::byte*, size_t> parts[] = {
+        {base, kHeaderSize}, {base + kHeaderSize, c2s}, {base + kHeaderSize + 2 * c2s, s2c}};
+    for (const auto& [start, size] : parts)
+        for (size_t offset = 0; offset < size; offset += kSmallestPage)
+            start[offset] = std::byte{0};
     return true;
 }
 
@@ -121,6 +138,15 @@ bool verify_header(const Header& header, size_t c2s, size_t s2c, SysError& error
 
 }  // namespace
 
+bool server_seals_supported() noexcept {
+    const int fd = ::memfd_create("l5pg-seal-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return false;
+    const bool ok = ::fcntl(fd, F_ADD_SEALS, kServerSeals) == 0;
+    ::close(fd);
+    return ok;
+}
+
 Segment::Segment(int fd, std::byte* base, size_t reserved, size_t c2s, size_t s2c) noexcept
     : fd_(fd), base_(base), reserved_(reserved), c2s_size_(c2s), s2c_size_(s2c) {}
 
@@ -134,18 +160,23 @@ std::optional<Segment> Segment::create(size_t c2s_size, size_t s2c_size, SysErro
         fail(error, "memfd_create", errno);
         return std::nullopt;
     }
-    // Every page is allocated here, charged to the client (see seal_fully_allocated); the
-    // server adds the rest of the seals once it has mapped the segment.
-    const auto total = static_cast<off_t>(total_size(c2s_size, s2c_size));
-    if (::ftruncate(fd, total) != 0 || ::fallocate(fd, 0, 0, total) != 0 ||
+    // The server adds the rest of the seals once it has mapped the segment.
+    const size_t total = total_size(c2s_size, s2c_size);
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0 ||
         ::fcntl(fd, F_ADD_SEALS, kRequiredSeals) != 0) {
-        fail(error, "sizing, allocating and sealing the memfd", errno);
+        fail(error, "sizing and sealing the memfd", errno);
         ::close(fd);
         return std::nullopt;
     }
     size_t reserved = 0;
     std::byte* base = map_segment(fd, c2s_size, s2c_size, reserved, error);
     if (base == nullptr) {
+        ::close(fd);
+        return std::nullopt;
+    }
+    if (!allocate_pages(fd, base, c2s_size, s2c_size)) {
+        fail(error, "allocating the memfd's pages", errno);
+        ::munmap(base, reserved);
         ::close(fd);
         return std::nullopt;
     }
@@ -171,7 +202,7 @@ std::optional<Segment> Segment::attach(int fd, size_t c2s_size, size_t s2c_size,
     if (verify_seals_and_size(fd, c2s_size, s2c_size, error))
         base = map_segment(fd, c2s_size, s2c_size, reserved, error);
     if (base != nullptr &&
-        (!seal_fully_allocated(fd, c2s_size, s2c_size, error) ||
+        (!seal_and_check_pages(fd, c2s_size, s2c_size, error) ||
          !verify_header(*reinterpret_cast<const Header*>(base), c2s_size, s2c_size, error))) {
         ::munmap(base, reserved);
         base = nullptr;

@@ -16,6 +16,10 @@ struct SysError {
     const char* what = nullptr;  // static string naming the failed step
 };
 
+// Whether this kernel lets the server seal a segment as attach() must (F_SEAL_FUTURE_WRITE,
+// Linux 5.1): without it every upgrade is declined. Tried on a memfd of its own.
+[[nodiscard]] bool server_seals_supported() noexcept;
+
 class Segment {
   public:
     // Client: memfd_create(MFD_CLOEXEC|MFD_ALLOW_SEALING), ftruncate, fallocate every page,
