@@ -61,6 +61,19 @@ std::span<std::byte> piece_at(const iovec* iov, int iovcnt, size_t offset) {
 }
 
 // Says once (under L5PG_DEBUG) that the channel broke or l5pgd closed it.
+// A number for the calling thread, unique among live threads: the address of its own
+// thread-local byte.
+thread_local char t_thread_byte;
+uintptr_t thread_mark() {
+    return reinterpret_cast<uintptr_t>(&t_thread_byte);
+}
+
+// An RDMA end remembers which thread used it last (channel_prepare_for_foreign_wait()).
+void note_user(Channel& ch) {
+    if (ch.rdma)
+        ch.last_user.store(thread_mark(), std::memory_order_relaxed);
+}
+
 void say_gone(Channel& ch, int fd, IoStatus status) {
     if (ch.said_gone)
         return;
@@ -300,6 +313,7 @@ size_t iov_total(const iovec* iov, int iovcnt) {
 }
 
 ssize_t channel_send(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags, bool nosignal) {
+    note_user(ch);
     const size_t total = iov_total(iov, iovcnt);
     size_t sent = 0;
     SocketTimeout timeout(fd, Want::Write);
@@ -371,6 +385,7 @@ IoResult fill_from_end(Channel& ch, int fd, const RecvTarget& to, bool peek, siz
 }
 
 ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) {
+    note_user(ch);
     const bool peek = (flags & MSG_PEEK) != 0;
     if (peek && !ch.end->can_peek())
         return fail(EOPNOTSUPP);
@@ -430,17 +445,19 @@ ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) {
 
 // Called from a thread that may not be the one using the connection (foreign_waiters.cpp,
 // when epoll_ctl() first sees a socket that may be ours). An SHM end's state is atomics in
-// shared memory; an RDMA end's (its queue pair and completion queues) is not thread-safe
-// and is the using thread's, which prepares it at the next return of a call on it
-// (prepare_return()). Until then an epoll waiter may miss data already received: RDMA
-// connections are not made once epoll is in use (upgrade_rdma.cpp), and the README names
-// this for those made before.
+// shared memory. An RDMA end's (its queue pair and completion queues) is not thread-safe:
+// prepared here only by the thread that used it last (the program's single thread, or the
+// one that registers its own connection); another thread's is left to that thread, which
+// prepares it at the next return of a call on it (prepare_return()). Until then an epoll
+// waiter may miss what arrives: RDMA connections are not made once epoll is in use
+// (upgrade_rdma.cpp), and the README names this for those made before.
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) {
-    if (!ch.rdma)
+    if (!ch.rdma || ch.last_user.load(std::memory_order_relaxed) == thread_mark())
         ch.end->prepare_for_foreign_wait(fd);
 }
 
 short channel_revents(Channel& ch, short events) {
+    note_user(ch);
     short revents = 0;
     if ((events & kPollReadable) && ch.end->ready(Want::Read))
         revents |= events & kPollReadable;
@@ -469,6 +486,7 @@ void channel_disarm(Channel& ch, short events, CountedWants counted) {
 }
 
 void channel_drain(Channel& ch, int fd) {
+    note_user(ch);
     ch.end->on_socket_readable(fd);
 }
 

@@ -45,8 +45,11 @@ struct Channel {
     wait::AdaptiveSpin spin;               // whether waiting on this connection should spin
     // Threads in a wait that armed, for Want::Read and Want::Write (end_waiters.hpp).
     std::array<std::atomic<uint32_t>, 2> waiters{};
-    int transport = 0;                     // L5PG_TRANSPORT_*, for l5pg_fd_transport()
-    bool said_gone = false;                // EOF or breakage logged (L5PG_DEBUG) already
+    int transport = 0;       // L5PG_TRANSPORT_*, for l5pg_fd_transport()
+    bool said_gone = false;  // EOF or breakage logged (L5PG_DEBUG) already
+    // RDMA: the thread that last used the end (thread_mark() in channel.cpp), which an
+    // epoll_ctl() on another thread must leave it to (channel_prepare_for_foreign_wait()).
+    std::atomic<uintptr_t> last_user{0};
     transport::ChannelEnd* end = nullptr;  // one of the two below, or a unit test's own
     std::optional<ShmEnd> shm;
     std::optional<RdmaEnd> rdma;

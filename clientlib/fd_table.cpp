@@ -69,7 +69,24 @@ FdEntry decode(uint32_t raw) {
     return channel ? FdEntry{FdKind::Upgraded, channel} : FdEntry{};
 }
 
+// The highest fd number ever given a tracked entry: select() looks for upgraded fds no
+// further (interpose_poll.cpp). Only grows, as the kernel's descriptor table does.
+std::atomic<int> g_highest_tracked{-1};
+
+// Every entry fd_duplicate() and the candidates' setters store goes through here.
+void store_tracked(int fd, uint32_t raw) {
+    int highest = g_highest_tracked.load(std::memory_order_relaxed);
+    while (raw != kUntracked && fd > highest &&
+           !g_highest_tracked.compare_exchange_weak(highest, fd, std::memory_order_relaxed)) {
+    }
+    g_table[fd].store(raw, std::memory_order_release);
+}
+
 }  // namespace
+
+int fd_highest_tracked() {
+    return g_highest_tracked.load(std::memory_order_relaxed);
+}
 
 FdEntry fd_lookup(int fd) {
     if (!in_range(fd))
@@ -83,12 +100,12 @@ void fd_table_take_ownership() {
 
 void fd_set_candidate(int fd) {
     if (in_range(fd) && owned_here())
-        g_table[fd].store(kCandidate, std::memory_order_release);
+        store_tracked(fd, kCandidate);
 }
 
 void fd_set_rdma_candidate(int fd) {
     if (in_range(fd) && owned_here())
-        g_table[fd].store(kRdmaCandidate, std::memory_order_release);
+        store_tracked(fd, kRdmaCandidate);
 }
 
 bool fd_claim_for_upgrade(int fd) {
@@ -115,15 +132,14 @@ void fd_abandon_upgrade(int fd) {
     (void)g_table[fd].compare_exchange_strong(expected, kUntracked, std::memory_order_acq_rel);
 }
 
-// An upgrade ends within upgrade_timeout_ms (UpgradeClock, upgrade_common.hpp: all its
-// steps, a fresh connection after an abandoned TLS handshake too); twice that bounds a
-// wait that a signal handler interrupting the upgrading thread itself would otherwise
-// never end.
+// An upgrade ends within twice upgrade_timeout_ms (UpgradeClock, upgrade_common.hpp: the
+// attempt's steps, then a fallback to plain TCP); three times that bounds a wait that a
+// signal handler interrupting the upgrading thread itself would otherwise never end.
 bool fd_await_upgrade(int fd) {
     if (!in_range(fd))
         return true;
     const int64_t deadline =
-        monotonic_ns() + int64_t{2} * settings().upgrade_timeout_ms * 1'000'000;
+        monotonic_ns() + int64_t{3} * settings().upgrade_timeout_ms * 1'000'000;
     while (g_table[fd].load(std::memory_order_acquire) == kUpgrading) {
         if (monotonic_ns() >= deadline)
             return false;
@@ -156,7 +172,7 @@ void fd_duplicate(int from, int to) {
             // Should the upgrade outlast the wait, the copy must not touch the bare socket
             // beside the rings: it reads EOF and writes EPIPE, as a forked child's.
             if (!fd_await_upgrade(from)) {
-                g_table[to].store(kForked, std::memory_order_release);
+                store_tracked(to, kForked);
                 return;
             }
             raw = g_table[from].load(std::memory_order_acquire);
@@ -178,16 +194,16 @@ void fd_duplicate(int from, int to) {
         // ChannelRef::of() checks): `to` is a copy of a socket whose session ends, which must
         // neither reach that other connection's rings nor write on l5pgd's session socket.
         if (channel == nullptr || !channel_try_add_ref(*channel)) {
-            g_table[to].store(kForked, std::memory_order_release);
+            store_tracked(to, kForked);
             return;
         }
         if (g_table[from].load(std::memory_order_acquire) != raw) {
             channel_release(*channel);
-            g_table[to].store(kForked, std::memory_order_release);
+            store_tracked(to, kForked);
             return;
         }
     }
-    g_table[to].store(raw, std::memory_order_release);
+    store_tracked(to, raw);
 }
 
 // A socket another thread was upgrading when the parent forked goes onto the parent's rings

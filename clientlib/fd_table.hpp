@@ -27,6 +27,8 @@ struct FdEntry {
 };
 
 [[nodiscard]] FdEntry fd_lookup(int fd);
+// The highest fd that was ever tracked (-1: none): no fd above it is or was ours.
+[[nodiscard]] int fd_highest_tracked();
 // At load and in a forked child: this process owns the table. In a process that does not
 // (a vfork() child, in its parent's memory) the calls below leave tracked entries alone and
 // fd_forget() returns Untracked: the child's fds are plain copies of the parent's.

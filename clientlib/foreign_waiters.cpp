@@ -1,13 +1,9 @@
 #include "clientlib/foreign_waiters.hpp"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <array>
 #include <atomic>
 #include <cstring>
 
@@ -15,6 +11,7 @@
 #include "clientlib/channel_ref.hpp"
 #include "clientlib/debug_log.hpp"
 #include "clientlib/fd_table.hpp"
+#include "clientlib/proc_fds.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 
@@ -57,35 +54,14 @@ bool is_io_uring(int dir, const char* name) {
            std::memcmp(link, kTarget, sizeof kTarget - 1) == 0;
 }
 
-int fd_number(const char* name) {
-    int fd = 0;
-    for (; *name >= '0' && *name <= '9'; ++name)
-        fd = fd * 10 + (*name - '0');
-    return fd;
-}
-
-// The first io_uring instance among the process's descriptors, or -1. getdents64() rather
-// than readdir(), which allocates.
+// The first io_uring instance among the process's descriptors, or -1.
 int find_io_uring() {
-    const int dir = static_cast<int>(::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dir < 0)
-        return -1;
-    alignas(8) std::array<char, 4096> buf;
     int found = -1;
-    for (;;) {
-        const long n = ::syscall(SYS_getdents64, dir, buf.data(), buf.size());
-        if (n <= 0)
-            break;
-        for (long at = 0; at < n && found < 0;) {
-            const auto* entry = reinterpret_cast<const dirent64*>(buf.data() + at);
-            at += entry->d_reclen;
-            if (entry->d_name[0] != '.' && is_io_uring(dir, entry->d_name))
-                found = fd_number(entry->d_name);
-        }
-        if (found >= 0)
-            break;
-    }
-    (void)real().close(dir);
+    (void)walk_open_fds([&](int dir, const char* name, int fd) {
+        if (is_io_uring(dir, name))
+            found = fd;
+        return found >= 0;
+    });
     return found;
 }
 

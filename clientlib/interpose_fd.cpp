@@ -64,9 +64,11 @@ int fcntl_common(RealFcntl real_fcntl, int fd, int cmd, unsigned long arg) {
 
 // dup2() and dup3() close fd2 first: an upgraded fd2 says goodbye to l5pgd as close() does,
 // before the kernel drops the socket (l5pgd would otherwise see its EOF without the closed
-// flag: a client that vanished). Only when the call will go ahead: `fd` is open.
-void release_before_replacing(int fd, int fd2) {
-    if (fd == fd2 || fd_lookup(fd2).kind != FdKind::Upgraded || real().fcntl(fd, F_GETFD) < 0)
+// flag: a client that vanished). Only when the call will go ahead: `fd` is open, and the
+// flags are ones dup3() takes.
+void release_before_replacing(int fd, int fd2, int flags = 0) {
+    if (fd == fd2 || (flags & ~O_CLOEXEC) != 0 || fd_lookup(fd2).kind != FdKind::Upgraded ||
+        real().fcntl(fd, F_GETFD) < 0)
         return;
     release_entry(fd_forget(fd2), fd2);
 }
@@ -143,7 +145,7 @@ int dup2(int fd, int fd2) {
 }
 
 int dup3(int fd, int fd2, int flags) {
-    release_before_replacing(fd, fd2);
+    release_before_replacing(fd, fd2, flags);
     const int rc = real().dup3(fd, fd2, flags);
     if (rc >= 0)
         fd_duplicate(fd, rc);

@@ -23,6 +23,7 @@
 #include "clientlib/channel_ref.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/foreign_waiters.hpp"
+#include "clientlib/proc_fds.hpp"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/settings.hpp"
 #include "transport/wait/block.hpp"
@@ -377,17 +378,24 @@ int64_t timeval_ns(const timeval* tv) {
     return timeout_ns(sec, int64_t{tv->tv_usec % 1'000'000} * 1000);
 }
 
-// The fds a select() looks at: `nfds` bits of each set, as the kernel reads them, also
-// beyond FD_SETSIZE (a program may size its own sets larger; glibc's FD_ISSET() would
-// abort there), but not beyond the descriptors the process may have: the kernel stops at
-// its descriptor table too.
-int select_span(int nfds) {
+// How many bits of each set a select() looks at: `nfds`, also beyond FD_SETSIZE (a program
+// may size its own sets larger; glibc's FD_ISSET() would abort there), but no further than
+// the kernel reads, which stops at the size of its descriptor table. That size is not
+// known here, but it is never below the highest descriptor open now or ever tracked, +1:
+// looking for our fds needs no more than the latter; waiting for all of them, the former.
+int select_span(int nfds, int highest_fd) {
     if (nfds <= FD_SETSIZE)
         return std::max(nfds, 0);
-    rlimit limit{};
-    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0)
-        return FD_SETSIZE;
-    return static_cast<int>(std::min<rlim_t>(nfds, std::max<rlim_t>(limit.rlim_cur, FD_SETSIZE)));
+    return std::min(nfds, std::max(FD_SETSIZE, highest_fd + 1));
+}
+
+int highest_open_fd() {
+    int highest = -1;
+    (void)walk_open_fds([&](int, const char*, int fd) {
+        highest = std::max(highest, fd);
+        return false;
+    });
+    return highest;
 }
 
 // A set's bit for `fd`, word by word as glibc lays the set out (FD_ISSET without its
@@ -468,7 +476,7 @@ int report_select(const std::pmr::vector<pollfd>& fds, fd_set* rd, fd_set* wr, f
 // that ended it (exception_never_coming), until the caller's timeout.
 int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
                const sigset_t* mask) {
-    nfds = select_span(nfds);
+    nfds = select_span(nfds, nfds > FD_SETSIZE ? highest_open_fd() : -1);
     size_t asked = 0;
     for (int fd = 0; fd < nfds; ++fd)
         asked += select_events(fd, rd, wr, ex) != 0 ? 1 : 0;
@@ -510,7 +518,7 @@ int select_ns(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
 }
 
 bool select_has_tracked(int nfds, const fd_set* rd, const fd_set* wr, const fd_set* ex) {
-    for (int fd = 0, span = select_span(nfds); fd < span; ++fd) {
+    for (int fd = 0, span = select_span(nfds, fd_highest_tracked()); fd < span; ++fd) {
         if (select_events(fd, rd, wr, ex) == 0)
             continue;
         const FdKind kind = fd_lookup(fd).kind;

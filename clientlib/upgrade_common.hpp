@@ -20,7 +20,9 @@ namespace l5pg::shim {
 
 // One deadline for a whole upgrade, L5PG_UPGRADE_TIMEOUT_MS from its start: every wait of
 // every step draws on it (an RDMA upgrade has a dozen, each of which took the whole budget
-// before). Started by the upgrading thread for the duration of its try_upgrade*().
+// before). Started by the upgrading thread for the duration of its try_upgrade*(); a
+// fallback to plain TCP after the attempt failed (begin_fallback()) gets one more budget,
+// so that a slow attempt does not also cost the application its connection.
 class UpgradeClock {
   public:
     UpgradeClock();
@@ -28,8 +30,16 @@ class UpgradeClock {
     UpgradeClock(const UpgradeClock&) = delete;
     UpgradeClock& operator=(const UpgradeClock&) = delete;
 
+    // The rest of the running upgrade (an abandoned attempt's goodbye, a fresh connection)
+    // has L5PG_UPGRADE_TIMEOUT_MS from now; once per upgrade.
+    static void begin_fallback();
+
   private:
-    bool started_ = false;  // false when an outer clock of this thread runs already
+    // The thread's clock before this one (a signal handler's upgrade inside another's),
+    // restored at the end. A clock left behind by a siglongjmp() out of an upgrade is
+    // replaced by the next one.
+    int64_t outer_deadline_ns_;
+    bool outer_fallback_;
 };
 
 // The running upgrade's deadline, or L5PG_UPGRADE_TIMEOUT_MS from now outside one.

@@ -125,6 +125,7 @@ const char* answer_text(char answer) {
 // The upgrade will not happen: the connection carries on as plain TCP for libpq. After
 // TLS began that needs a fresh connection (reconnect.hpp).
 UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno, const char* why) {
+    UpgradeClock::begin_fallback();
     if (!stream.encrypted())
         return stay_plain(fd, saved_errno, ": ", why, ", staying on TCP");
     if (!reconnect_plain(fd))
@@ -137,6 +138,7 @@ UpgradeResult leave_for_tcp(HandshakeStream& stream, int fd, int saved_errno, co
 // says "never mind"; l5pgd answers 'N' and the connection carries on as plain TCP.
 UpgradeResult abandon_rdma(HandshakeStream& stream, int fd, const char* why, int saved_errno) {
     debug_log().str("fd ").inum(fd).str(": RDMA upgrade abandoned (").str(why).str(")").end();
+    UpgradeClock::begin_fallback();
     const std::array<std::byte, rdma::kHelloSize> zeros{};
     if (!stream.send_all(zeros.data(), zeros.size()))
         return UpgradeResult::Failed;
@@ -265,8 +267,8 @@ UpgradeResult try_upgrade_rdma_impl(int fd, Channel*& channel, int saved_errno) 
     }
     // Another thread may have registered a socket with epoll since the check above (the
     // soft device's wire, the channel's setup take milliseconds): look again while the
-    // upgrade can still be abandoned.
-    note_io_uring_instances();
+    // upgrade can still be abandoned. (io_uring instances are looked for above only: a look
+    // is rate-limited to one a second.)
     if (foreign_waiters_possible())
         return abandon_rdma(stream, fd, "the application started waiting in epoll", saved_errno);
     std::array<std::byte, rdma::kHelloSize> hello{};

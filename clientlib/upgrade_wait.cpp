@@ -14,34 +14,39 @@ namespace {
 
 // The upgrading thread's deadline (steady clock, ns since its epoch); 0: none running.
 thread_local int64_t t_upgrade_deadline_ns = 0;
+thread_local bool t_upgrade_fallback = false;  // begin_fallback() was called
 
-wait::Deadline::clock::duration upgrade_budget() {
-    return std::chrono::milliseconds(settings().upgrade_timeout_ms);
+int64_t budget_from_now_ns() {
+    const auto at =
+        wait::Deadline::clock::now() + std::chrono::milliseconds(settings().upgrade_timeout_ms);
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
 }
 
 }  // namespace
 
-UpgradeClock::UpgradeClock() {
-    if (t_upgrade_deadline_ns != 0)
-        return;
-    started_ = true;
-    t_upgrade_deadline_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(
-            (wait::Deadline::clock::now() + upgrade_budget()).time_since_epoch())
-            .count();
+UpgradeClock::UpgradeClock()
+    : outer_deadline_ns_(t_upgrade_deadline_ns), outer_fallback_(t_upgrade_fallback) {
+    t_upgrade_deadline_ns = budget_from_now_ns();
+    t_upgrade_fallback = false;
 }
 
 UpgradeClock::~UpgradeClock() {
-    if (started_)
-        t_upgrade_deadline_ns = 0;
+    t_upgrade_deadline_ns = outer_deadline_ns_;
+    t_upgrade_fallback = outer_fallback_;
+}
+
+void UpgradeClock::begin_fallback() {
+    if (t_upgrade_deadline_ns == 0 || t_upgrade_fallback)
+        return;
+    t_upgrade_fallback = true;
+    t_upgrade_deadline_ns = budget_from_now_ns();
 }
 
 wait::Deadline upgrade_deadline() {
-    if (t_upgrade_deadline_ns == 0)
-        return wait::Deadline::after(upgrade_budget());
+    const int64_t at_ns = t_upgrade_deadline_ns != 0 ? t_upgrade_deadline_ns : budget_from_now_ns();
     return wait::Deadline::at(wait::Deadline::clock::time_point(
         std::chrono::duration_cast<wait::Deadline::clock::duration>(
-            std::chrono::nanoseconds(t_upgrade_deadline_ns))));
+            std::chrono::nanoseconds(at_ns))));
 }
 
 bool await_connected(int fd) {

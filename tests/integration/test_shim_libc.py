@@ -567,6 +567,52 @@ def test_select_beyond_fd_setsize(l5pgd, shim):
     assert out == {"transport": 1, "rc": 2, "read": [1500], "write": True, "row": 3}, out
 
 
+# select(nfds = the descriptor limit) on glibc's own 1024-bit sets, as programs that pass
+# getdtablesize() do, with a limit of a million descriptors: the shim reads no more of the
+# sets than the kernel does (up to the highest descriptor open), so sets that end at an
+# unmapped page are fine.
+HUGE_NFDS_SCRIPT = r'''
+import ctypes, json, mmap, resource, psycopg
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+def set_before_a_guard_page():
+    page = mmap.PAGESIZE
+    base = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    assert libc.mprotect(base + page, page, 0) == 0  # PROT_NONE
+    return (ctypes.c_ulong * (1024 // (8 * ctypes.sizeof(ctypes.c_ulong)))).from_address(
+        base + page - 128)
+bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+rd, wr = set_before_a_guard_page(), set_before_a_guard_page()
+rd[sock // bits] |= 1 << (sock % bits)
+wr[sock // bits] |= 1 << (sock % bits)
+class Timeval(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+rc = libc.select(hard, ctypes.byref(rd), ctypes.byref(wr), None, ctypes.byref(Timeval(1, 0)))
+print(json.dumps({"transport": libc.l5pg_fd_transport(sock), "nfds_over_1024": hard > 1024,
+                  "rc": rc, "readable": bool(rd[sock // bits] >> (sock % bits) & 1),
+                  "writable": bool(wr[sock // bits] >> (sock % bits) & 1),
+                  "row": conn.execute("select 3").fetchone()[0]}))
+'''
+
+
+@pytest.mark.timeout(60)
+def test_select_with_nfds_at_the_descriptor_limit(l5pgd, shim):
+    out, _ = run_python_json(shm_target(l5pgd), HUGE_NFDS_SCRIPT)
+    if not out["nfds_over_1024"]:
+        pytest.skip("the hard descriptor limit here is 1024")
+    assert out == {"transport": 1, "nfds_over_1024": True, "rc": 1, "readable": False,
+                   "writable": True, "row": 3}, out
+
+
 # dup2() onto an upgraded descriptor closes it as close() does: l5pgd learns of a clean
 # close (the segment's closed flag before the socket's EOF), not of a client that vanished.
 DUP2_OVER_SCRIPT = r'''

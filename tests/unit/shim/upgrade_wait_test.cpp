@@ -143,3 +143,27 @@ TEST_CASE("upgrade wait: the steps of one upgrade share one deadline", "[shim]")
     CHECK(took >= 2000ms);
     CHECK(took < 3000ms);
 }
+
+TEST_CASE("upgrade wait: a fallback after a spent attempt gets a budget of its own", "[shim]") {
+    ::setenv("L5PG_UPGRADE_TIMEOUT_MS", "1000", 1);
+    l5pg::shim::load_settings();
+    ::unsetenv("L5PG_UPGRADE_TIMEOUT_MS");
+    const SocketPair pair;
+    char attempt = 'x';
+    char fallback = 0;
+    {
+        const l5pg::shim::UpgradeClock clock;
+        attempt = l5pg::shim::await_answer(pair.client.get());  // no answer: the budget goes
+        l5pg::shim::UpgradeClock::begin_fallback();
+        std::thread answer([&] {
+            std::this_thread::sleep_for(500ms);
+            const char declined = 'N';
+            (void)::write(pair.daemon.get(), &declined, 1);
+        });
+        fallback = l5pg::shim::await_answer(pair.client.get());
+        answer.join();
+    }
+    l5pg::shim::load_settings();
+    CHECK(attempt == 0);
+    CHECK(fallback == 'N');
+}
