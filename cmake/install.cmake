@@ -61,6 +61,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION database)
 # against. libibverbs is loaded at run time only when RDMA verbs are used, so it is not
 # among them; rdma-core's libibverbs1 (and a provider) is only needed for RDMA NICs.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# The unit runs as `postgres`, the user postgresql-common creates (as Debian's pgbouncer,
+# which depends on it for the same reason).
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "postgresql-common")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libibverbs1, rdma-core, postgresql")
 # The maintainer scripts stop l5pgd at removal, restart a running one after an upgrade,
 # and let systemd forget the unit (cmake/debian/post*, prerm).

@@ -65,6 +65,8 @@ def test_control_fields(deb):
     names = [d.strip().split()[0] for d in depends.split(",")]
     for needed in NEEDED:
         assert any(n.startswith(needed) for n in names), f"{needed} not in Depends: {depends}"
+    # The unit's User=postgres comes from postgresql-common, as for Debian's pgbouncer.
+    assert "postgresql-common" in names, depends
     for rdma in ("libibverbs", "librdmacm", "libnl", "rdma-core"):
         assert rdma not in depends, f"Depends names {rdma}: {depends}"
     assert "libibverbs1" in field(info, "Suggests") + field(info, "Recommends")
