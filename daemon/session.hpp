@@ -178,6 +178,7 @@ class Session final : public ClientEndHost {
     [[nodiscard]] bool pool_applies(const protocol::StartupPacket& packet) const;
     // Takes a kept server connection for this client's StartupMessage, if there is one, and
     // asks it the login check (protocol/pool_login_check.hpp); the session stays Connecting.
+    [[nodiscard]] std::string pool_slot() const;
     [[nodiscard]] bool adopt_idle_upstream();
     // Sends the login check on the idle upstream socket; false if it did not fit at once.
     [[nodiscard]] bool send_login_check(protocol::PoolLoginCheck::Purpose purpose,

@@ -73,8 +73,17 @@ bool Session::pool_applies(const protocol::StartupPacket& packet) const {
     return true;
 }
 
+// Where this client's server connections are kept: its identity as l5pgd established it
+// (the peer's uid, or a TCP client's address) and its StartupMessage. A backend keeps what
+// DISCARD ALL leaves behind (a dblink or postgres_fdw connection made with a password,
+// PL/Perl or PL/Python globals, a LOADed library): two OS users mapped to one role must not
+// find each other's, which neither would get connecting directly.
+std::string Session::pool_slot() const {
+    return peer_.limit_key() + '\0' + pool_.key;
+}
+
 bool Session::adopt_idle_upstream() {
-    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_.key);
+    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_slot());
     if (!idle)
         return false;
     upstream_ = std::move(idle->fd);
@@ -484,7 +493,7 @@ void Session::return_to_pool() {
     upstream_write_.reset();
     const auto pid = pool_.greeting.key.backend_pid;
     const bool kept = worker_.upstream_pool().park(
-        std::move(pool_.key), {record_->database, record_->role},
+        pool_slot(), {record_->database, record_->role},
         UpstreamPool::Idle{std::move(upstream_), std::move(pool_.greeting), pool_.upstream_born,
                            std::move(*pool_.role_settings), upstream_address_},
         worker_.pool_limits());

@@ -2,7 +2,8 @@
 // session pooling. When a client leaves cleanly -- it sent Terminate, Postgres answered
 // everything it asked and is idle outside a transaction -- its session resets the server
 // connection (protocol/pool_reset.hpp) and parks it here with the greeting Postgres gave it
-// (protocol/server_greeting.hpp). A later client whose StartupMessage is byte for byte the
+// (protocol/server_greeting.hpp). A later client of the same identity (the same OS user over
+// a Unix socket, the same address over TCP) whose StartupMessage is byte for byte the
 // same, and who passed l5pgd's own client check, takes it: the backend's start-up, its
 // catalog caches and its first touches of shared buffers are paid once, not per client.
 //
@@ -54,10 +55,10 @@ class UpstreamPool {
     UpstreamPool(const UpstreamPool&) = delete;
     UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-    // The most recently parked connection for `startup` (a StartupMessage's bytes) whose
-    // backend is still there.
+    // The most recently parked connection for `startup` (the client's identity and its
+    // StartupMessage's bytes: Session::pool_slot()) whose backend is still there.
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
-    // Keeps `idle`, a connection of `owner` (database, role), for clients sending `startup`,
+    // Keeps `idle`, a connection of `owner` (database, role), for clients with `startup`,
     // until it has been idle for `limits.idle_timeout` or its backend has lived for
     // `limits.server_lifetime`; the oldest go beyond `limits.max_idle`. False if it was
     // closed instead (no room, or its lifetime is over).

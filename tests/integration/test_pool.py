@@ -672,6 +672,60 @@ def test_client_failing_the_check_never_gets_a_kept_backend(l5pgd):
     s.close()
 
 
+# Run as another OS user: logs in with the StartupMessage given in hex and prints the process
+# id of the backend it got.
+BACKEND_PID_PROBE = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(sys.argv[1])
+s.sendall(bytes.fromhex(sys.argv[2]))
+def message():
+    head = b""
+    while len(head) < 5:
+        head += s.recv(5 - len(head))
+    n = struct.unpack("!I", head[1:])[0] - 4
+    body = b""
+    while len(body) < n:
+        body += s.recv(n - len(body))
+    return chr(head[0]), body
+while message()[0] != "Z":
+    pass
+sql = b"select pg_backend_pid()\0"
+s.sendall(b"Q" + struct.pack("!I", len(sql) + 4) + sql)
+while True:
+    kind, body = message()
+    if kind == "D":
+        print(body[6:].decode())
+    if kind == "Z":
+        break
+s.sendall(b"X\0\0\0\4")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connects as OS user nobody: needs root")
+def test_another_os_user_of_the_same_role_gets_a_backend_of_its_own(l5pgd):
+    """root and nobody may both use role postgres (the ident map says so). root's kept
+    backend is not handed to nobody's byte-identical StartupMessage: what DISCARD ALL leaves
+    in a backend (a dblink connection made with a password, PL/Python globals) would reach
+    a user who would not get it connecting directly. nobody gets a backend of its own, kept
+    for nobody."""
+    d = l5pgd.start(ident_rules=[("root", "postgres"), ("nobody", "postgres")])
+    app = new_app()
+    first, _ = kept_backend(d, app)
+    startup = pgwire.startup_packet(application_name=app)
+    r = subprocess.run([PYTHON, "-c", BACKEND_PID_PROBE, str(d.socket_path), startup.hex()],
+                       user="nobody", capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) != first, "nobody got root's kept backend"
+    assert pool_metric(d, REUSED) == 0
+    wait_idle(d, 2)  # each kept for its own user
+    s, _ = raw_connect(d, app)
+    assert raw_pid(s) == first
+    pgwire.terminate(s)
+    s.close()
+
+
 # -- cancel ----------------------------------------------------------------------------------
 
 BACKEND_KEY_SCRIPT = r"""
