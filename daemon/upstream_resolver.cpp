@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -172,6 +173,7 @@ void UpstreamResolver::answered(Pending& pending, int result, evutil_addrinfo* f
         addresses = tcp_addresses_of(found);
     else
         addresses.lookup_failure = lookup_failure_text(result);
+    compare_with_last(pending.key, addresses);
     auto answer = std::make_shared<const UpstreamAddresses>(std::move(addresses));
     // A failure is handed to those waiting now only; the next connection asks again.
     const auto keep = answer->list.empty() ? std::chrono::milliseconds(0) : pending.keep;
@@ -186,6 +188,23 @@ void UpstreamResolver::answered(Pending& pending, int result, evutil_addrinfo* f
         waiting_.erase(it);
         done(answer);
     }
+}
+
+// A failed lookup says nothing about where the server went; a set in another order (round
+// robin) is the same set.
+void UpstreamResolver::compare_with_last(const std::string& key, const UpstreamAddresses& found) {
+    if (found.list.empty())
+        return;
+    std::vector<std::string> now;
+    for (const UpstreamAddress& address : found.list)
+        now.emplace_back(reinterpret_cast<const char*>(&address.storage), address.length);
+    std::sort(now.begin(), now.end());
+    auto [it, first] = last_found_.try_emplace(key, now);
+    if (first || it->second == now)
+        return;
+    it->second = std::move(now);
+    if (moved_)
+        moved_(key);
 }
 
 void UpstreamResolver::forget_expired(clock::time_point now) {

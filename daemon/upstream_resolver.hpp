@@ -64,6 +64,9 @@ class UpstreamResolver {
     // Before the worker's loop stops: cancels the queries still pending. Their callbacks
     // run (and evdns frees them) in the next pass of the loop, which the caller runs.
     void cancel_pending() noexcept;
+    // Called (from the event loop) when a name's answer names other addresses than its
+    // previous one did (a failover by DNS): `host:port` says which.
+    void on_moved(std::function<void(const std::string&)> moved) { moved_ = std::move(moved); }
 
   private:
     using clock = std::chrono::steady_clock;
@@ -98,6 +101,10 @@ class UpstreamResolver {
     CHandle<evdns_base, free_dns> dns_;                   // created for the first name
     std::vector<CHandle<evdns_base, free_dns>> retired_;  // see free_retired()
     std::map<std::string, Cached> cache_;
+    // Each name's last addresses found (their bytes, sorted): kept beyond the cached answer.
+    std::map<std::string, std::vector<std::string>> last_found_;
+    std::function<void(const std::string&)> moved_;
+    void compare_with_last(const std::string& key, const UpstreamAddresses& found);
     std::map<std::string, std::unique_ptr<Pending>> pending_;
     struct Waiting {
         Waiter* waiter;

@@ -71,6 +71,15 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       next_id_(uint64_t{index} << 48),
       upstream_pool_(base_.get(), metrics, admission_state.pools),
       resolver_(base_.get()) {
+    // Kept backends belong to the server they were opened on: when upstream.host comes to
+    // name other addresses (a failover by DNS), they go, as after a reload that points
+    // upstream.* elsewhere, and sessions on them are not kept.
+    resolver_.on_moved([this](const std::string& name) {
+        ++upstream_epoch_;
+        upstream_pool_.clear();
+        spdlog::info("worker {}: {} has other addresses now: kept server connections closed",
+                     index_, name);
+    });
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);
     wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));

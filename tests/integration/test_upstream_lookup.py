@@ -251,3 +251,27 @@ def test_cancel_on_a_kept_backend_goes_where_it_was_reached(workdir, cluster):
                 assert p.wait(timeout=20) == 0
             finally:
                 stop_process(p)
+
+
+@pytest.mark.timeout(90)
+def test_kept_backends_go_when_the_name_moves(workdir, cluster):
+    """A failover by DNS: once a lookup finds the name's addresses changed, the backends
+    kept from the old answer are closed (they could be an old primary, still running), and
+    a client that would have reused one gets a new backend."""
+    app = "l5pg-dns-moved"
+    pid_of = ("import sys, psycopg\n"
+              "with psycopg.connect(autocommit=True, application_name=sys.argv[1]) as c:\n"
+              "    print(c.execute('select pg_backend_pid()').fetchone()[0])\n")
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-moved", cluster, dns,
+                            ["upstream.dns_max_ttl_ms=0", "pool.mode=session"]) as d:
+            first = run_python(unix_target(d), pid_of, [app]).stdout.strip()
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, "no backend kept")
+            # The name moves; the new first address does not answer, the second does.
+            dns.records[NAME] = ["127.0.0.3", "127.0.0.1"]
+            psql(unix_target(d), "select 1", env={"PGAPPNAME": "l5pg-dns-other"})
+            wait_for(lambda: "has other addresses now" in d.log_text(), "the move noticed")
+            assert d.metric("l5pg_pool_reused_total") == 0
+            again = run_python(unix_target(d), pid_of, [app]).stdout.strip()
+            assert again != first, "a backend kept from the old answer was reused"
+            assert d.metric("l5pg_pool_reused_total") == 0
