@@ -1,6 +1,5 @@
 // Which workers went round their event loops since the last look (Worker::loop_rounds()),
-// for the systemd watchdog (Server::workers_responsive) and the heartbeat behind /healthz
-// (Server::heartbeat_cb): each keeps its own baseline.
+// for the heartbeat (Server::heartbeat_cb) behind /healthz and the systemd watchdog.
 #pragma once
 
 #include <cstdint>

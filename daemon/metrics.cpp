@@ -195,8 +195,8 @@ TransportStats Metrics::stats(Transport t) const noexcept {
 std::string Metrics::render() const {
     std::string out;
     out.reserve(4096);
-    per_transport(out, "l5pg_sessions_total", "counter", "Client sessions accepted.",
-                  sessions_total_);
+    per_transport(out, "l5pg_sessions_total", "counter",
+                  "Client sessions proxied (past their start-up).", sessions_total_);
     per_transport(out, "l5pg_sessions_active", "gauge", "Client sessions currently open.",
                   sessions_active_);
 

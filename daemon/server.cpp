@@ -63,7 +63,8 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics, Heal
       admission_(config().limits),
       base_(make_main_base()),
       service_(
-          base_.get(), [this] { return status(); }, [this] { return workers_responsive(); }) {
+          base_.get(), [this] { return status(); },
+          [this](std::chrono::microseconds allowed) { return workers_responsive(allowed); }) {
     metrics_.config_loaded(true, std::chrono::system_clock::now());
     const config::Config& config = this->config();
     const auto& listen = config.listen;
@@ -328,11 +329,22 @@ void Server::reload() {
 // For the systemd watchdog: whether every worker went round its loop since the last call
 // (half a WatchdogSec ago). One that did not is stuck in a callback, and l5pgd should be
 // restarted rather than pinged for.
-bool Server::workers_responsive() {
-    const std::vector<size_t> stuck = watchdog_rounds_.stalled(workers_);
-    for (const size_t i : stuck)
-        spdlog::error("worker {} has not gone round its loop since the last watchdog check", i);
-    return stuck.empty();
+// As of the last heartbeat (same thread, every kBeatInterval): when each worker was last
+// seen going round its loop. Two beats at least: a worker seen at the last beat counts.
+bool Server::workers_responsive(std::chrono::microseconds allowed_stall) {
+    const auto now = Health::clock::now();
+    const auto allowed =
+        std::max<Health::clock::duration>(allowed_stall, 2 * Health::kBeatInterval);
+    bool responsive = true;
+    for (size_t i = 0; i < worker_seen_.size(); ++i) {
+        if (now - worker_seen_[i] <= allowed)
+            continue;
+        responsive = false;
+        spdlog::error(
+            "worker {} has not gone round its loop for {} s: no watchdog ping", i,
+            std::chrono::duration_cast<std::chrono::seconds>(now - worker_seen_[i]).count());
+    }
+    return responsive;
 }
 
 void Server::heartbeat_cb(int, short, void* arg) {
@@ -357,13 +369,16 @@ void Server::heartbeat() {
         health_.beat(now, *laggard, static_cast<int>(laggard - worker_seen_.begin()));
 }
 
-// For systemd's STATUS=: what `systemctl status l5pgd` shows.
+// For systemd's STATUS=: what `systemctl status l5pgd` shows. The sessions past their start-up
+// by transport, their sum, then those still starting (counted apart, not twice).
 std::string Server::status() const {
-    return fmt::format(
-        "sessions: {} (shm {}, unix {}, tcp {}, rdma {}), in startup: {}{}", active_sessions(),
-        metrics_.sessions_active(Transport::Shm), metrics_.sessions_active(Transport::Unix),
-        metrics_.sessions_active(Transport::Tcp), metrics_.sessions_active(Transport::Rdma),
-        admission_.startup.in_startup(), draining() ? "; draining" : "");
+    const auto shm = metrics_.sessions_active(Transport::Shm);
+    const auto unix_ = metrics_.sessions_active(Transport::Unix);
+    const auto tcp = metrics_.sessions_active(Transport::Tcp);
+    const auto rdma = metrics_.sessions_active(Transport::Rdma);
+    return fmt::format("sessions: {} (shm {}, unix {}, tcp {}, rdma {}), in startup: {}{}",
+                       shm + unix_ + tcp + rdma, shm, unix_, tcp, rdma,
+                       admission_.startup.in_startup(), draining() ? "; draining" : "");
 }
 
 // The listeners stay open: a client whose query runs on must still be able to cancel it, and

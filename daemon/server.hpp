@@ -58,7 +58,7 @@ class Server {
     void begin_graceful_shutdown();
     void reload();
     [[nodiscard]] std::string status() const;
-    [[nodiscard]] bool workers_responsive();
+    [[nodiscard]] bool workers_responsive(std::chrono::microseconds allowed_stall);
     [[nodiscard]] const config::Config& config() const noexcept { return settings_->config; }
     void stop_accepting();
     void stop_workers();
@@ -89,7 +89,6 @@ class Server {
     std::vector<EventPtr> signal_events_;
     EventPtr drain_timer_;
     EventPtr accept_resume_;  // re-enables the listeners after an accept() failure
-    LoopRounds watchdog_rounds_;
     LoopRounds heartbeat_rounds_;
     std::vector<Health::clock::time_point> worker_seen_;  // last seen going round, by a beat
     EventPtr heartbeat_timer_;

@@ -13,7 +13,7 @@ constexpr timeval kStatusEvery{1, 0};
 }  // namespace
 
 ServiceManager::ServiceManager(event_base* base, std::function<std::string()> status,
-                               std::function<bool()> responsive)
+                               Responsive responsive)
     : notifier_(SystemdNotifier::from_environment()),
       status_(std::move(status)),
       responsive_(std::move(responsive)) {
@@ -22,7 +22,7 @@ ServiceManager::ServiceManager(event_base* base, std::function<std::string()> st
     status_timer_.reset(event_new(base, -1, EV_PERSIST, status_cb, this));
     if (const auto interval = notifier_.watchdog_interval()) {
         watchdog_timer_.reset(event_new(base, -1, EV_PERSIST, watchdog_cb, this));
-        spdlog::info("systemd watchdog: a ping every {} ms", interval->count() / 2000);
+        spdlog::info("systemd watchdog: a ping every {} ms", interval->count() / 4000);
     }
 }
 
@@ -33,10 +33,9 @@ void ServiceManager::ready() {
     notifier_.send("READY=1\nSTATUS=" + last_status_);
     evtimer_add(status_timer_.get(), &kStatusEvery);
     if (watchdog_timer_) {
-        const timeval half = to_timeval(*notifier_.watchdog_interval() / 2);
-        (void)responsive_();  // the baseline the first check compares with
+        const timeval quarter = to_timeval(*notifier_.watchdog_interval() / 4);
         notifier_.send("WATCHDOG=1");
-        evtimer_add(watchdog_timer_.get(), &half);
+        evtimer_add(watchdog_timer_.get(), &quarter);
     }
 }
 
@@ -70,16 +69,18 @@ void ServiceManager::send_status() {
     if (status == last_status_)
         return;
     last_status_ = std::move(status);
-    notifier_.send("STATUS=" + last_status_);
+    notifier_.send("STATUS=" + last_status_, /*routine=*/true);
 }
 
 // Keeps pinging while stopping and draining too: a graceful shutdown may wait for sessions
 // longer than WatchdogSec (the unit's ExecStop bounds the one `systemctl stop` begins; one
 // begun by hand lasts until its sessions end).
 void ServiceManager::watchdog_cb(int, short, void* arg) {
+    // A stall of half of WatchdogSec stops the pings; systemd acts once the last ping is
+    // WatchdogSec old: on a stall of WatchdogSec, give or take a quarter.
     auto* self = static_cast<ServiceManager*>(arg);
-    if (self->responsive_())
-        self->notifier_.send("WATCHDOG=1");
+    if (self->responsive_(*self->notifier_.watchdog_interval() / 2))
+        self->notifier_.send("WATCHDOG=1", /*routine=*/true);
 }
 
 }  // namespace l5pg::daemon

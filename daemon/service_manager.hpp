@@ -1,11 +1,12 @@
 // l5pgd's side of systemd's Type=notify contract (systemd/l5pgd.service), on the main
 // thread's event loop: READY=1 once the listeners accept, RELOADING=1 / READY=1 around a
 // reload, STOPPING=1, STATUS= with the session counts (refreshed every second while they
-// change) and WATCHDOG=1 at half of WatchdogSec. The pings come from the main loop, and
-// only while every worker's loop goes round too: a thread stuck for WatchdogSec gets l5pgd
-// restarted.
+// change) and WATCHDOG=1 every quarter of WatchdogSec. The pings come from the main loop,
+// and only while every worker's loop was seen going round within half of WatchdogSec: a
+// thread stuck for WatchdogSec gets l5pgd restarted, a shorter stall never does.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -16,10 +17,10 @@ namespace l5pg::daemon {
 
 class ServiceManager {
   public:
-    // `status` describes the sessions for STATUS=; `responsive` says whether the workers went
-    // round since its last call (both called on the main thread).
-    ServiceManager(event_base* base, std::function<std::string()> status,
-                   std::function<bool()> responsive);
+    using Responsive = std::function<bool(std::chrono::microseconds allowed_stall)>;
+    // `status` describes the sessions for STATUS=; `responsive` says whether every worker went
+    // round within `allowed_stall` (both called on the main thread).
+    ServiceManager(event_base* base, std::function<std::string()> status, Responsive responsive);
     ServiceManager(const ServiceManager&) = delete;
     ServiceManager& operator=(const ServiceManager&) = delete;
 
@@ -35,7 +36,7 @@ class ServiceManager {
 
     SystemdNotifier notifier_;
     std::function<std::string()> status_;
-    std::function<bool()> responsive_;
+    Responsive responsive_;
     std::string last_status_;
     EventPtr status_timer_;
     EventPtr watchdog_timer_;

@@ -62,11 +62,14 @@ SystemdNotifier SystemdNotifier::from_environment() {
     return notifier;
 }
 
-void SystemdNotifier::send(std::string_view state) {
+void SystemdNotifier::send(std::string_view state, bool routine) {
     if (!enabled())
         return;
-    const ssize_t sent = ::sendto(fd_.get(), state.data(), state.size(), MSG_NOSIGNAL,
-                                  reinterpret_cast<const sockaddr*>(&address_), address_length_);
+    const ssize_t sent =
+        ::sendto(fd_.get(), state.data(), state.size(), MSG_NOSIGNAL | (routine ? MSG_DONTWAIT : 0),
+                 reinterpret_cast<const sockaddr*>(&address_), address_length_);
+    if (sent < 0 && routine && errno == EAGAIN)
+        return;  // systemd is behind: this one is dropped, the next comes soon
     if (sent < 0 && !failure_logged_) {
         failure_logged_ = true;
         spdlog::warn("cannot notify systemd ({}): {}", state.substr(0, state.find('\n')),

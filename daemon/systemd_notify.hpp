@@ -31,7 +31,9 @@ class SystemdNotifier {
     [[nodiscard]] bool enabled() const noexcept { return fd_.valid(); }
     // Sends `state` ("READY=1", "STATUS=...", several lines joined with '\n'). Failures are
     // logged once and otherwise ignored: the service manager's problem is not ours to die of.
-    void send(std::string_view state);
+    // `routine`: a periodic STATUS= or WATCHDOG=1, dropped rather than block the main loop
+    // when systemd's queue is full (the next comes soon); the others wait for room.
+    void send(std::string_view state, bool routine = false);
     // How often systemd wants WATCHDOG=1, when it wants it at all.
     [[nodiscard]] std::optional<std::chrono::microseconds> watchdog_interval() const noexcept {
         return watchdog_;

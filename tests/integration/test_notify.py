@@ -1,6 +1,6 @@
 """systemd's Type=notify protocol (sd_notify(3)) against a NOTIFY_SOCKET this test owns:
-READY=1 once l5pgd accepts, RELOADING=1/READY=1 around SIGHUP, STATUS=, WATCHDOG=1 at half
-of WATCHDOG_USEC, STOPPING=1 on SIGTERM, and on SIGINT only once the drain is over."""
+READY=1 once l5pgd accepts, RELOADING=1/READY=1 around SIGHUP, STATUS=, WATCHDOG=1 every
+quarter of WATCHDOG_USEC, STOPPING=1 on SIGTERM, and on SIGINT only once the drain is over."""
 import os
 import re
 import signal
@@ -61,7 +61,7 @@ def notify(request, tmp_path):
 @pytest.mark.timeout(60)
 def test_notify_protocol(workdir, cluster, notify, monkeypatch, request):
     monkeypatch.setenv("NOTIFY_SOCKET", notify.address)
-    monkeypatch.setenv("WATCHDOG_USEC", "400000")  # pings every 200 ms
+    monkeypatch.setenv("WATCHDOG_USEC", "400000")  # pings every 100 ms
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     d = L5pgd(workdir / f"notify-{request.node.callspec.id}", cluster, workers=1)
     d.start()
