@@ -68,7 +68,8 @@ uintptr_t thread_mark() {
     return reinterpret_cast<uintptr_t>(&t_thread_byte);
 }
 
-// An RDMA end remembers which thread used it last (channel_prepare_for_foreign_wait()).
+// An RDMA end remembers which thread last sent or received on it (the connection's user;
+// a thread that only polls it is not: channel_prepare_for_foreign_wait()).
 void note_user(Channel& ch) {
     if (ch.rdma)
         ch.last_user.store(thread_mark(), std::memory_order_relaxed);
@@ -457,7 +458,6 @@ void channel_prepare_for_foreign_wait(Channel& ch, int fd) {
 }
 
 short channel_revents(Channel& ch, short events) {
-    note_user(ch);
     short revents = 0;
     if ((events & kPollReadable) && ch.end->ready(Want::Read))
         revents |= events & kPollReadable;
@@ -486,7 +486,6 @@ void channel_disarm(Channel& ch, short events, CountedWants counted) {
 }
 
 void channel_drain(Channel& ch, int fd) {
-    note_user(ch);
     ch.end->on_socket_readable(fd);
 }
 

@@ -3,6 +3,7 @@
 // spin and yield within the budget (and the caller's timeout), then arm the wake-up
 // flags, re-check, and block in the real ppoll() on the sockets, where a doorbell byte
 // or EOF wakes us. select()/pselect() are mapped onto the same code.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/select.h>
@@ -389,13 +390,21 @@ int select_span(int nfds, int highest_fd) {
     return std::min(nfds, std::max(FD_SETSIZE, highest_fd + 1));
 }
 
-int highest_open_fd() {
+// Below `limit`. From /proc (the calling thread's view, also when the main thread has
+// exited); should that fail (the process at its descriptor limit, no /proc), by asking the
+// kernel downward from `limit`, which costs a call per closed number above the highest.
+int highest_open_fd(int limit) {
+    const int saved = errno;
     int highest = -1;
-    (void)walk_open_fds([&](int, const char*, int fd) {
+    const bool walked = walk_open_fds([&](int, const char*, int fd) {
         highest = std::max(highest, fd);
         return false;
     });
-    return highest;
+    if (!walked || highest < 0)
+        for (highest = limit - 1; highest >= 0 && real().fcntl(highest, F_GETFD) < 0;)
+            --highest;
+    errno = saved;
+    return std::min(highest, limit - 1);
 }
 
 // A set's bit for `fd`, word by word as glibc lays the set out (FD_ISSET without its
@@ -476,7 +485,7 @@ int report_select(const std::pmr::vector<pollfd>& fds, fd_set* rd, fd_set* wr, f
 // that ended it (exception_never_coming), until the caller's timeout.
 int select_fds(int nfds, fd_set* rd, fd_set* wr, fd_set* ex, int64_t timeout_ns,
                const sigset_t* mask) {
-    nfds = select_span(nfds, nfds > FD_SETSIZE ? highest_open_fd() : -1);
+    nfds = select_span(nfds, nfds > FD_SETSIZE ? highest_open_fd(nfds) : -1);
     size_t asked = 0;
     for (int fd = 0; fd < nfds; ++fd)
         asked += select_events(fd, rd, wr, ex) != 0 ? 1 : 0;

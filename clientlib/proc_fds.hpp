@@ -23,11 +23,13 @@ inline int fd_number(const char* name) {
 }
 }  // namespace detail
 
-// Calls visit(dir, name, fd) for each open descriptor (`dir`: the open /proc/self/fd, for
+// Calls visit(dir, name, fd) for each open descriptor (`dir`: the open directory, for
 // *at() calls on `name`) until it returns true. False when /proc/self/fd cannot be read.
 template <class Visit>
 bool walk_open_fds(Visit&& visit) {
-    const int dir = static_cast<int>(::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // thread-self: /proc/self/fd lists nothing once the main thread has exited.
+    const int dir =
+        static_cast<int>(::open("/proc/thread-self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dir < 0)
         return false;
     alignas(8) std::array<char, 4096> buf;

@@ -68,19 +68,20 @@ void ServiceManager::send_status() {
     std::string status = status_();
     if (status == last_status_)
         return;
-    last_status_ = std::move(status);
-    notifier_.send("STATUS=" + last_status_, /*routine=*/true);
+    if (notifier_.send("STATUS=" + status, /*routine=*/true))
+        last_status_ = std::move(status);  // else tried again at the next tick
 }
 
 // Keeps pinging while stopping and draining too: a graceful shutdown may wait for sessions
 // longer than WatchdogSec (the unit's ExecStop bounds the one `systemctl stop` begins; one
 // begun by hand lasts until its sessions end).
 void ServiceManager::watchdog_cb(int, short, void* arg) {
-    // A stall of half of WatchdogSec stops the pings; systemd acts once the last ping is
-    // WatchdogSec old: on a stall of WatchdogSec, give or take a quarter.
+    // A stall of half of WatchdogSec stops the pings (at the next check, a quarter later at
+    // most); systemd acts once the last ping is WatchdogSec old: after a stall of 1.25 to 1.5
+    // times WatchdogSec.
     auto* self = static_cast<ServiceManager*>(arg);
     if (self->responsive_(*self->notifier_.watchdog_interval() / 2))
-        self->notifier_.send("WATCHDOG=1", /*routine=*/true);
+        (void)self->notifier_.send("WATCHDOG=1", /*routine=*/true);
 }
 
 }  // namespace l5pg::daemon

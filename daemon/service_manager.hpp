@@ -3,7 +3,8 @@
 // reload, STOPPING=1, STATUS= with the session counts (refreshed every second while they
 // change) and WATCHDOG=1 every quarter of WatchdogSec. The pings come from the main loop,
 // and only while every worker's loop was seen going round within half of WatchdogSec: a
-// thread stuck for WatchdogSec gets l5pgd restarted, a shorter stall never does.
+// thread stuck for 1.25 to 1.5 times WatchdogSec gets l5pgd restarted, one stuck for less
+// than WatchdogSec never does.
 #pragma once
 
 #include <chrono>

@@ -484,9 +484,9 @@ void Session::read_reset_answer() {
 
 // A reload may have turned pooling off, or pointed upstream.* elsewhere, while the reset ran.
 void Session::return_to_pool() {
-    if (!pool_wanted() || !on_current_upstream()) {
-        close(departure_reason_ + "; server connection closed (pooling is off now, or " +
-              "upstream.* was changed)");
+    if (!pool_wanted() || !on_current_upstream() || worker_.address_retired(upstream_address_)) {
+        close(departure_reason_ + "; server connection closed (pooling is off now, upstream.* " +
+              "was changed, or upstream.host no longer has the address it was reached at)");
         return;
     }
     upstream_read_.reset();

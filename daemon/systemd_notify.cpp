@@ -62,19 +62,22 @@ SystemdNotifier SystemdNotifier::from_environment() {
     return notifier;
 }
 
-void SystemdNotifier::send(std::string_view state, bool routine) {
+bool SystemdNotifier::send(std::string_view state, bool routine) {
     if (!enabled())
-        return;
+        return true;
     const ssize_t sent =
         ::sendto(fd_.get(), state.data(), state.size(), MSG_NOSIGNAL | (routine ? MSG_DONTWAIT : 0),
                  reinterpret_cast<const sockaddr*>(&address_), address_length_);
-    if (sent < 0 && routine && errno == EAGAIN)
-        return;  // systemd is behind: this one is dropped, the next comes soon
-    if (sent < 0 && !failure_logged_) {
+    if (sent >= 0)
+        return true;
+    if (routine && errno == EAGAIN)
+        return false;  // systemd is behind: this one is dropped, the next comes soon
+    if (!failure_logged_) {
         failure_logged_ = true;
         spdlog::warn("cannot notify systemd ({}): {}", state.substr(0, state.find('\n')),
                      std::strerror(errno));
     }
+    return false;
 }
 
 uint64_t monotonic_usec() noexcept {

@@ -33,7 +33,8 @@ class SystemdNotifier {
     // logged once and otherwise ignored: the service manager's problem is not ours to die of.
     // `routine`: a periodic STATUS= or WATCHDOG=1, dropped rather than block the main loop
     // when systemd's queue is full (the next comes soon); the others wait for room.
-    void send(std::string_view state, bool routine = false);
+    // True when sent (or not enabled).
+    bool send(std::string_view state, bool routine = false);
     // How often systemd wants WATCHDOG=1, when it wants it at all.
     [[nodiscard]] std::optional<std::chrono::microseconds> watchdog_interval() const noexcept {
         return watchdog_;

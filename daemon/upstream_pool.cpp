@@ -102,6 +102,20 @@ void UpstreamPool::clear() {
         evtimer_del(expiry_timer_.get());
 }
 
+size_t UpstreamPool::drop_reached_at(const std::set<std::string>& addresses) {
+    size_t dropped = 0;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (addresses.contains(it->idle.address.bytes())) {
+            it = drop(it);
+            ++dropped;
+        } else {
+            ++it;
+        }
+    }
+    arm_expiry();
+    return dropped;
+}
+
 UpstreamPool::Entries::iterator UpstreamPool::drop(Entries::iterator at) {
     say_terminate(at->idle.fd.get());
     count(*at, -1);

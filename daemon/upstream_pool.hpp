@@ -21,6 +21,7 @@
 #include <chrono>
 #include <list>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -69,6 +70,9 @@ class UpstreamPool {
     void apply(const Limits& limits);
     // Closes every idle connection.
     void clear();
+    // Closes those whose server was reached at one of `addresses` (UpstreamAddress::bytes());
+    // how many.
+    size_t drop_reached_at(const std::set<std::string>& addresses);
     [[nodiscard]] size_t size() const noexcept { return entries_.size(); }
 
   private:

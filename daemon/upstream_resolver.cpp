@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -191,20 +192,23 @@ void UpstreamResolver::answered(Pending& pending, int result, evutil_addrinfo* f
 }
 
 // A failed lookup says nothing about where the server went; a set in another order (round
-// robin) is the same set.
+// robin) is the same set, and one with more addresses loses none.
 void UpstreamResolver::compare_with_last(const std::string& key, const UpstreamAddresses& found) {
     if (found.list.empty())
         return;
     std::vector<std::string> now;
     for (const UpstreamAddress& address : found.list)
-        now.emplace_back(reinterpret_cast<const char*>(&address.storage), address.length);
+        now.push_back(address.bytes());
     std::sort(now.begin(), now.end());
     auto [it, first] = last_found_.try_emplace(key, now);
-    if (first || it->second == now)
+    if (first)
         return;
-    it->second = std::move(now);
-    if (moved_)
-        moved_(key);
+    std::vector<std::string> gone;
+    std::set_difference(it->second.begin(), it->second.end(), now.begin(), now.end(),
+                        std::back_inserter(gone));
+    it->second = now;
+    if (!gone.empty() && moved_)
+        moved_(key, gone, now);
 }
 
 void UpstreamResolver::forget_expired(clock::time_point now) {

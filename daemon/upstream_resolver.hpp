@@ -64,9 +64,12 @@ class UpstreamResolver {
     // Before the worker's loop stops: cancels the queries still pending. Their callbacks
     // run (and evdns frees them) in the next pass of the loop, which the caller runs.
     void cancel_pending() noexcept;
-    // Called (from the event loop) when a name's answer names other addresses than its
-    // previous one did (a failover by DNS): `host:port` says which.
-    void on_moved(std::function<void(const std::string&)> moved) { moved_ = std::move(moved); }
+    // Called (from the event loop) when a name's answer lacks addresses its previous one had
+    // (a failover by DNS): the name (host:port), the addresses gone and those it has now,
+    // as UpstreamAddress::bytes().
+    using Moved = std::function<void(const std::string& name, const std::vector<std::string>& gone,
+                                     const std::vector<std::string>& now)>;
+    void on_moved(Moved moved) { moved_ = std::move(moved); }
 
   private:
     using clock = std::chrono::steady_clock;
@@ -103,7 +106,7 @@ class UpstreamResolver {
     std::map<std::string, Cached> cache_;
     // Each name's last addresses found (their bytes, sorted): kept beyond the cached answer.
     std::map<std::string, std::vector<std::string>> last_found_;
-    std::function<void(const std::string&)> moved_;
+    Moved moved_;
     void compare_with_last(const std::string& key, const UpstreamAddresses& found);
     std::map<std::string, std::unique_ptr<Pending>> pending_;
     struct Waiting {

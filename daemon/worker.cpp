@@ -71,14 +71,18 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       next_id_(uint64_t{index} << 48),
       upstream_pool_(base_.get(), metrics, admission_state.pools),
       resolver_(base_.get()) {
-    // Kept backends belong to the server they were opened on: when upstream.host comes to
-    // name other addresses (a failover by DNS), they go, as after a reload that points
-    // upstream.* elsewhere, and sessions on them are not kept.
-    resolver_.on_moved([this](const std::string& name) {
-        ++upstream_epoch_;
-        upstream_pool_.clear();
-        spdlog::info("worker {}: {} has other addresses now: kept server connections closed",
-                     index_, name);
+    // Kept backends belong to the server they were opened on: when upstream.host's addresses
+    // lose one (a failover by DNS), those reached there go, and none more is kept there.
+    resolver_.on_moved([this](const std::string& name, const std::vector<std::string>& gone,
+                              const std::vector<std::string>& now) {
+        retired_addresses_.insert(gone.begin(), gone.end());
+        for (const std::string& address : now)
+            retired_addresses_.erase(address);
+        const size_t closed = upstream_pool_.drop_reached_at(retired_addresses_);
+        spdlog::info(
+            "worker {}: {} lost {} of its addresses: {} kept server connection(s) there "
+            "closed",
+            index_, name, gone.size(), closed);
     });
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);

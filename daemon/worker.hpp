@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -100,6 +101,11 @@ class Worker {
     [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
     // Looks upstream.host up for this worker's sessions, without blocking them.
     [[nodiscard]] UpstreamResolver& resolver() noexcept { return resolver_; }
+    // Whether upstream.host's answers no longer have `address` (no server connection reached
+    // there is kept).
+    [[nodiscard]] bool address_retired(const UpstreamAddress& address) const {
+        return retired_addresses_.contains(address.bytes());
+    }
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
     // SIGINT's graceful shutdown: new sessions are refused, cancel requests forwarded.
     [[nodiscard]] bool draining() const noexcept {
@@ -215,6 +221,7 @@ class Worker {
     std::vector<std::byte> scratch_;               // see scratch()
     UpstreamPool upstream_pool_;                   // after base_, which must outlive its events
     UpstreamResolver resolver_;                    // after base_, before the sessions waiting
+    std::set<std::string> retired_addresses_;      // see address_retired()
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop

@@ -255,9 +255,9 @@ def test_cancel_on_a_kept_backend_goes_where_it_was_reached(workdir, cluster):
 
 @pytest.mark.timeout(90)
 def test_kept_backends_go_when_the_name_moves(workdir, cluster):
-    """A failover by DNS: once a lookup finds the name's addresses changed, the backends
-    kept from the old answer are closed (they could be an old primary, still running), and
-    a client that would have reused one gets a new backend."""
+    """A failover by DNS: once a lookup finds an address gone from the name's answer, the
+    backends kept from there are closed (they could be an old primary, still running), and
+    none reached there is kept any more; an address that stays keeps its backends."""
     app = "l5pg-dns-moved"
     pid_of = ("import sys, psycopg\n"
               "with psycopg.connect(autocommit=True, application_name=sys.argv[1]) as c:\n"
@@ -267,11 +267,22 @@ def test_kept_backends_go_when_the_name_moves(workdir, cluster):
                             ["upstream.dns_max_ttl_ms=0", "pool.mode=session"]) as d:
             first = run_python(unix_target(d), pid_of, [app]).stdout.strip()
             wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, "no backend kept")
-            # The name moves; the new first address does not answer, the second does.
+            # An address more is no move: the kept backend stays.
             dns.records[NAME] = ["127.0.0.3", "127.0.0.1"]
             psql(unix_target(d), "select 1", env={"PGAPPNAME": "l5pg-dns-other"})
-            wait_for(lambda: "has other addresses now" in d.log_text(), "the move noticed")
-            assert d.metric("l5pg_pool_reused_total") == 0
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 2, "both kept")
+            assert "lost" not in d.log_text()
+            # 127.0.0.1 is gone from the answer (nothing listens at 127.0.0.3): a new
+            # connection's lookup finds it out, and both backends kept from there go.
+            dns.records[NAME] = ["127.0.0.3"]
+            r = run(psql_cmd("-c", "select 1"), unix_target(d), check=False, timeout=30,
+                    env={"PGAPPNAME": "l5pg-dns-third"})
+            assert r.returncode != 0
+            wait_for(lambda: "lost 1 of its addresses: 2 kept server connection(s) there closed"
+                     in d.log_text(), "the move noticed")
+            assert d.metric("l5pg_pool_idle_connections") == 0
+            # Back at 127.0.0.1 (a failback): a new backend, not the old one.
+            dns.records[NAME] = ["127.0.0.1"]
             again = run_python(unix_target(d), pid_of, [app]).stdout.strip()
             assert again != first, "a backend kept from the old answer was reused"
             assert d.metric("l5pg_pool_reused_total") == 0
