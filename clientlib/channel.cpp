@@ -230,6 +230,7 @@ Channel* channel_acquire_rdma(std::unique_ptr<rdma::ClientChannel>& rdma, bool n
     Channel* ch = claim_slot(nonblocking);
     if (ch == nullptr)
         return nullptr;
+    ch->last_user.store(thread_mark(), std::memory_order_relaxed);  // the upgrading thread
     return publish(*ch, ch->rdma.emplace(std::move(rdma)), L5PG_TRANSPORT_RDMA);
 }
 

@@ -400,9 +400,16 @@ int highest_open_fd(int limit) {
         highest = std::max(highest, fd);
         return false;
     });
-    if (!walked || highest < 0)
-        for (highest = limit - 1; highest >= 0 && real().fcntl(highest, F_GETFD) < 0;)
+    if (!walked || highest < 0) {
+        // No descriptor at or above the descriptor limit, beyond the ones ever tracked.
+        rlimit fds{};
+        const auto cap = ::getrlimit(RLIMIT_NOFILE, &fds) == 0
+                             ? std::max<rlim_t>(fds.rlim_cur, fd_highest_tracked() + 1)
+                             : static_cast<rlim_t>(limit);
+        for (highest = static_cast<int>(std::min<rlim_t>(limit, cap)) - 1;
+             highest >= 0 && real().fcntl(highest, F_GETFD) < 0;)
             --highest;
+    }
     errno = saved;
     return std::min(highest, limit - 1);
 }

@@ -203,11 +203,13 @@ void UpstreamResolver::compare_with_last(const std::string& key, const UpstreamA
     auto [it, first] = last_found_.try_emplace(key, now);
     if (first)
         return;
+    if (it->second == now)
+        return;
     std::vector<std::string> gone;
     std::set_difference(it->second.begin(), it->second.end(), now.begin(), now.end(),
                         std::back_inserter(gone));
     it->second = now;
-    if (!gone.empty() && moved_)
+    if (moved_)
         moved_(key, gone, now);
 }
 

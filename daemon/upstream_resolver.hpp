@@ -64,9 +64,9 @@ class UpstreamResolver {
     // Before the worker's loop stops: cancels the queries still pending. Their callbacks
     // run (and evdns frees them) in the next pass of the loop, which the caller runs.
     void cancel_pending() noexcept;
-    // Called (from the event loop) when a name's answer lacks addresses its previous one had
-    // (a failover by DNS): the name (host:port), the addresses gone and those it has now,
-    // as UpstreamAddress::bytes().
+    // Called (from the event loop) when a name's answer has other addresses than its previous
+    // one (a failover by DNS, or an address back): the name (host:port), the addresses gone
+    // (perhaps none) and those it has now, as UpstreamAddress::bytes().
     using Moved = std::function<void(const std::string& name, const std::vector<std::string>& gone,
                                      const std::vector<std::string>& now)>;
     void on_moved(Moved moved) { moved_ = std::move(moved); }

@@ -77,7 +77,9 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
                               const std::vector<std::string>& now) {
         retired_addresses_.insert(gone.begin(), gone.end());
         for (const std::string& address : now)
-            retired_addresses_.erase(address);
+            retired_addresses_.erase(address);  // back in the answer
+        if (gone.empty())
+            return;
         const size_t closed = upstream_pool_.drop_reached_at(retired_addresses_);
         spdlog::info(
             "worker {}: {} lost {} of its addresses: {} kept server connection(s) there "
@@ -115,6 +117,7 @@ void Worker::refresh_settings() {
         was.unix_socket_dir != now.unix_socket_dir) {
         ++upstream_epoch_;
         upstream_pool_.clear();
+        retired_addresses_.clear();  // another name's answers, or a numeric address
     }
     // A reload is how an operator says that /etc/hosts or resolv.conf changed too.
     resolver_.reread_configuration();

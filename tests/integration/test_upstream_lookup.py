@@ -281,8 +281,11 @@ def test_kept_backends_go_when_the_name_moves(workdir, cluster):
             wait_for(lambda: "lost 1 of its addresses: 2 kept server connection(s) there closed"
                      in d.log_text(), "the move noticed")
             assert d.metric("l5pg_pool_idle_connections") == 0
-            # Back at 127.0.0.1 (a failback): a new backend, not the old one.
-            dns.records[NAME] = ["127.0.0.1"]
+            # 127.0.0.1 back beside 127.0.0.3 (nothing gone, an address back): a new
+            # backend, not the old one, and kept again.
+            dns.records[NAME] = ["127.0.0.3", "127.0.0.1"]
             again = run_python(unix_target(d), pid_of, [app]).stdout.strip()
             assert again != first, "a backend kept from the old answer was reused"
             assert d.metric("l5pg_pool_reused_total") == 0
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1,
+                     "the new backend kept (127.0.0.1 is no longer retired)")
