@@ -625,9 +625,9 @@ def test_different_startup_never_shares(l5pgd, other_role_and_db, differs_in):
     assert backend_pid(target, app=app) == first
 
 
-# Run as another OS user: sends the StartupMessage given in hex to l5pgd's Unix socket and
-# prints the first answer (ErrorResponse's SQLSTATE, or the message type).
-STARTUP_PROBE = r"""
+# Scripts run as another OS user: connect to l5pgd's Unix socket (argv[1]) and send the
+# StartupMessage given in hex (argv[2]); message() reads one message: (type, body).
+PROBE_PROLOGUE = r"""
 import json, socket, struct, sys
 s = socket.socket(socket.AF_UNIX)
 s.settimeout(20)
@@ -641,14 +641,28 @@ def recv(n):
             raise EOFError(buf)
         buf += chunk
     return buf
-head = recv(5)
-body = recv(struct.unpack("!I", head[1:])[0] - 4)
-out = {"type": chr(head[0])}
-if out["type"] == "E":
+def message():
+    head = recv(5)
+    return chr(head[0]), recv(struct.unpack("!I", head[1:])[0] - 4)
+"""
+
+# Prints the first answer (ErrorResponse's SQLSTATE, or the message type).
+STARTUP_PROBE = PROBE_PROLOGUE + r"""
+kind, body = message()
+out = {"type": kind}
+if kind == "E":
     fields = {p[:1].decode(): p[1:].decode() for p in body.split(b"\0") if p}
     out.update(sqlstate=fields.get("C"), message=fields.get("M"))
 print(json.dumps(out))
 """
+
+
+def run_as_nobody(d, probe, startup):
+    """Runs `probe` as OS user nobody against `d` with the StartupMessage `startup`."""
+    r = subprocess.run([PYTHON, "-c", probe, str(d.socket_path), startup.hex()],
+                       user="nobody", capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="connects as OS user nobody: needs root")
@@ -659,10 +673,7 @@ def test_client_failing_the_check_never_gets_a_kept_backend(l5pgd):
     app = new_app()
     first, _ = kept_backend(d, app)
     startup = pgwire.startup_packet(application_name=app)
-    r = subprocess.run([PYTHON, "-c", STARTUP_PROBE, str(d.socket_path), startup.hex()],
-                       user="nobody", capture_output=True, text=True, timeout=60, cwd="/")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = json.loads(run_as_nobody(d, STARTUP_PROBE, startup))
     assert out.get("sqlstate") == "28000", out
     assert pool_metric(d, REUSED) == 0
     assert pool_metric(d, IDLE) == 1
@@ -672,23 +683,8 @@ def test_client_failing_the_check_never_gets_a_kept_backend(l5pgd):
     s.close()
 
 
-# Run as another OS user: logs in with the StartupMessage given in hex and prints the process
-# id of the backend it got.
-BACKEND_PID_PROBE = r"""
-import socket, struct, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(20)
-s.connect(sys.argv[1])
-s.sendall(bytes.fromhex(sys.argv[2]))
-def message():
-    head = b""
-    while len(head) < 5:
-        head += s.recv(5 - len(head))
-    n = struct.unpack("!I", head[1:])[0] - 4
-    body = b""
-    while len(body) < n:
-        body += s.recv(n - len(body))
-    return chr(head[0]), body
+# Logs in and prints the process id of the backend it got.
+BACKEND_PID_PROBE = PROBE_PROLOGUE + r"""
 while message()[0] != "Z":
     pass
 sql = b"select pg_backend_pid()\0"
@@ -714,10 +710,8 @@ def test_another_os_user_of_the_same_role_gets_a_backend_of_its_own(l5pgd):
     app = new_app()
     first, _ = kept_backend(d, app)
     startup = pgwire.startup_packet(application_name=app)
-    r = subprocess.run([PYTHON, "-c", BACKEND_PID_PROBE, str(d.socket_path), startup.hex()],
-                       user="nobody", capture_output=True, text=True, timeout=60, cwd="/")
-    assert r.returncode == 0, r.stderr
-    assert int(r.stdout) != first, "nobody got root's kept backend"
+    assert int(run_as_nobody(d, BACKEND_PID_PROBE, startup)) != first, \
+        "nobody got root's kept backend"
     assert pool_metric(d, REUSED) == 0
     wait_idle(d, 2)  # each kept for its own user
     s, _ = raw_connect(d, app)

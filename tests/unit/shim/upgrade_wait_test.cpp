@@ -66,6 +66,19 @@ class IntervalTimer {
     struct sigaction old_ {};
 };
 
+// L5PG_UPGRADE_TIMEOUT_MS = `ms` for one test case; the defaults again after it.
+class UpgradeTimeout {
+  public:
+    explicit UpgradeTimeout(const char* ms) {
+        ::setenv("L5PG_UPGRADE_TIMEOUT_MS", ms, 1);
+        l5pg::shim::load_settings();
+        ::unsetenv("L5PG_UPGRADE_TIMEOUT_MS");
+    }
+    ~UpgradeTimeout() { l5pg::shim::load_settings(); }
+    UpgradeTimeout(const UpgradeTimeout&) = delete;
+    UpgradeTimeout& operator=(const UpgradeTimeout&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("upgrade wait: an interval timer's signals do not shorten the wait for the answer",
@@ -94,9 +107,7 @@ TEST_CASE("upgrade wait: an interval timer's signals do not shorten the wait for
 }
 
 TEST_CASE("upgrade wait: the deadline still ends a wait that gets no answer", "[shim]") {
-    ::setenv("L5PG_UPGRADE_TIMEOUT_MS", "50", 1);
-    l5pg::shim::load_settings();
-    ::unsetenv("L5PG_UPGRADE_TIMEOUT_MS");
+    const UpgradeTimeout budget("50");
     const SocketPair pair;
     const auto start = std::chrono::steady_clock::now();
     char got = 'x';
@@ -106,16 +117,13 @@ TEST_CASE("upgrade wait: the deadline still ends a wait that gets no answer", "[
         got = l5pg::shim::await_answer(pair.client.get());
         err = errno;
     }
-    l5pg::shim::load_settings();  // the defaults again
     CHECK(got == 0);
     CHECK(err == ETIMEDOUT);
     CHECK(std::chrono::steady_clock::now() - start >= 50ms);
 }
 
 TEST_CASE("upgrade wait: the steps of one upgrade share one deadline", "[shim]") {
-    ::setenv("L5PG_UPGRADE_TIMEOUT_MS", "2000", 1);
-    l5pg::shim::load_settings();
-    ::unsetenv("L5PG_UPGRADE_TIMEOUT_MS");
+    const UpgradeTimeout budget("2000");
     const SocketPair pair;
     const auto start = std::chrono::steady_clock::now();
     char first = 0;
@@ -135,7 +143,6 @@ TEST_CASE("upgrade wait: the steps of one upgrade share one deadline", "[shim]")
         err = errno;
     }
     const auto took = std::chrono::steady_clock::now() - start;
-    l5pg::shim::load_settings();  // the defaults again
     CHECK(first == 'L');
     CHECK(second == 0);
     CHECK(err == ETIMEDOUT);
@@ -145,9 +152,7 @@ TEST_CASE("upgrade wait: the steps of one upgrade share one deadline", "[shim]")
 }
 
 TEST_CASE("upgrade wait: a fallback after a spent attempt gets a budget of its own", "[shim]") {
-    ::setenv("L5PG_UPGRADE_TIMEOUT_MS", "1000", 1);
-    l5pg::shim::load_settings();
-    ::unsetenv("L5PG_UPGRADE_TIMEOUT_MS");
+    const UpgradeTimeout budget("1000");
     const SocketPair pair;
     char attempt = 'x';
     char fallback = 0;
@@ -163,7 +168,6 @@ TEST_CASE("upgrade wait: a fallback after a spent attempt gets a budget of its o
         fallback = l5pg::shim::await_answer(pair.client.get());
         answer.join();
     }
-    l5pg::shim::load_settings();
     CHECK(attempt == 0);
     CHECK(fallback == 'N');
 }
