@@ -574,14 +574,12 @@ void Session::begin_upstream(std::span<const std::byte> first_bytes, bool cancel
     if (pool_.pooled) {
         pool_.key.assign(reinterpret_cast<const char*>(first_bytes.data()), first_bytes.size());
         pool_.upstream_epoch = worker_.upstream_epoch();
-        if (adopt_idle_upstream()) {
-            startup_.clear();
-            return;
-        }
-        pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();
-    } else if (!cancel && !admin_) {
-        key_watcher_ = std::make_unique<protocol::BackendKeyWatcher>();
+        startup_.clear();
+        start_pooled_upstream();
+        return;
     }
+    if (!cancel && !admin_)
+        key_watcher_ = std::make_unique<protocol::BackendKeyWatcher>();
     open_upstream(first_bytes);
     startup_.clear();
 }

@@ -227,9 +227,8 @@ def test_stop_during_a_lookup(workdir, cluster):
 
 @pytest.mark.timeout(90)
 def test_cancel_on_a_kept_backend_goes_where_it_was_reached(workdir, cluster):
-    """The name moves (a failover by DNS) while l5pgd keeps a backend of the old server: a
-    client served by that backend cancels its statement there, not at the name's new
-    address."""
+    """The name moves (a failover by DNS) while a kept backend of the old server serves a
+    client: the client cancels its statement there, not at the name's new address."""
     app = "l5pg-dns-kept"
     connect_once = ("import sys, psycopg\n"
                     "psycopg.connect(autocommit=True, application_name=sys.argv[1]).close()\n")
@@ -238,13 +237,13 @@ def test_cancel_on_a_kept_backend_goes_where_it_was_reached(workdir, cluster):
                             ["upstream.dns_max_ttl_ms=0", "pool.mode=session"]) as d:
             run_python(unix_target(d), connect_once, [app])
             wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, "no backend kept")
-            dns.records[NAME] = ["127.0.0.3"]  # nothing listens there
             p = popen([PYTHON, "-c", LONG_QUERY_CANCELLED_ON_REQUEST, app], unix_target(d),
                       stdin=subprocess.PIPE, text=True)
             try:
                 assert p.stdout.readline().strip() == "started", p.stderr.read()
                 wait_for_backend(cluster, app)
                 assert d.metric("l5pg_pool_reused_total") == 1
+                dns.records[NAME] = ["127.0.0.3"]  # nothing listens there
                 p.stdin.write("cancel\n")
                 p.stdin.flush()
                 assert p.stdout.readline().strip() == "57014", d.log_tail()
@@ -289,3 +288,44 @@ def test_kept_backends_go_when_the_name_moves(workdir, cluster):
             assert d.metric("l5pg_pool_reused_total") == 0
             wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1,
                      "the new backend kept (127.0.0.1 is no longer retired)")
+
+
+@pytest.mark.timeout(90)
+def test_a_kept_backend_is_not_reused_after_the_name_moved(workdir, cluster):
+    """A client that finds a kept backend needs no new connection, so no lookup of its own:
+    before reusing one, l5pgd looks the name up again once its answer is older than
+    upstream.dns_max_ttl_ms, and does not reuse a backend of an address gone from it."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-reuse", cluster, dns,
+                            ["upstream.dns_max_ttl_ms=0", "pool.mode=session"]) as d:
+            psql(unix_target(d), "select 1")
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, "no backend kept")
+            asked = len(dns.queries)
+            dns.records[NAME] = ["127.0.0.3"]  # the server moved; nothing listens there
+            r = run(psql_cmd("-c", "select 1"), unix_target(d), check=False, timeout=30)
+            assert r.returncode != 0, "the backend kept from the old address was reused"
+            assert len(dns.queries) > asked
+            assert ("lost 1 of its addresses: 1 kept server connection(s) there closed"
+                    in d.log_text())
+            assert d.metric("l5pg_pool_reused_total") == 0
+            assert d.metric("l5pg_pool_idle_connections") == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_kept_backend_serves_when_the_name_is_not_answered(workdir, cluster):
+    """A lookup before reuse that gets no answer within upstream.connect_timeout_ms says
+    nothing about where the server went: the kept backend serves its client."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-late", cluster, dns,
+                            ["upstream.dns_max_ttl_ms=0", "upstream.connect_timeout_ms=700",
+                             "pool.mode=session"]) as d:
+            psql(unix_target(d), "select 1")
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1, "no backend kept")
+            asked = len(dns.queries)
+            dns.hold()
+            try:
+                assert psql(unix_target(d), "select 1") == "1"
+                assert len(dns.queries) > asked
+            finally:
+                dns.release()
+            assert d.metric("l5pg_pool_reused_total") == 1
