@@ -9,6 +9,9 @@ namespace {
 
 // Longer than any window asked about (cancelled_within()).
 constexpr std::chrono::seconds kCancelMemory{60};
+// A cancel not confirmed (InFlight::confirm()) sits in the postmaster's accept queue at worst:
+// a postmaster that takes it later than this has stalled far beyond any client's patience.
+constexpr std::chrono::hours kDoubtMemory{1};
 
 }  // namespace
 
@@ -61,7 +64,8 @@ std::optional<CancelKeys::Translation> CancelKeys::backend_for(protocol::CancelK
         return std::nullopt;
     const auto now = clock::now();
     std::erase_if(cancelled_, [now](const auto& e) {
-        return e.second.in_flight == 0 && now - e.second.settled > kCancelMemory;
+        return e.second.in_flight == 0 && now - e.second.settled > kCancelMemory &&
+               now >= e.second.doubtful;
     });
     ++cancelled_[pack(found->second.key)].in_flight;
     return Translation{found->second, InFlight(this, found->second.key)};
@@ -70,8 +74,11 @@ std::optional<CancelKeys::Translation> CancelKeys::backend_for(protocol::CancelK
 bool CancelKeys::cancelled_within(protocol::CancelKey backend, clock::duration window) const {
     const std::lock_guard lock(mutex_);
     const auto found = cancelled_.find(pack(backend));
-    return found != cancelled_.end() &&
-           (found->second.in_flight > 0 || clock::now() - found->second.settled <= window);
+    if (found == cancelled_.end())
+        return false;
+    const auto now = clock::now();
+    return found->second.in_flight > 0 || now - found->second.settled <= window ||
+           now < found->second.doubtful;
 }
 
 size_t CancelKeys::size() const {
@@ -85,10 +92,20 @@ void CancelKeys::withdraw(uint64_t client_key) noexcept {
 }
 
 void CancelKeys::settle(uint64_t backend) noexcept {
+    settle_as(backend, /*in_doubt=*/false);
+}
+
+void CancelKeys::settle_in_doubt(uint64_t backend) noexcept {
+    settle_as(backend, /*in_doubt=*/true);
+}
+
+void CancelKeys::settle_as(uint64_t backend, bool in_doubt) noexcept {
     const std::lock_guard lock(mutex_);
     Cancels& cancels = cancelled_[backend];
     --cancels.in_flight;
     cancels.settled = clock::now();
+    if (in_doubt)
+        cancels.doubtful = cancels.settled + kDoubtMemory;
 }
 
 }  // namespace l5pg::daemon

@@ -44,6 +44,7 @@ class CancelKeys {
         Handle(CancelKeys* keys, Release release, uint64_t id) noexcept
             : keys_(keys), release_(release), id_(id) {}
         [[nodiscard]] uint64_t id() const noexcept { return id_; }
+        void release_with(Release release) noexcept { release_ = release; }
 
       private:
         void release() noexcept;
@@ -65,15 +66,21 @@ class CancelKeys {
     };
 
     // A cancel for a backend on its way: from the lookup of the client's key until the
-    // session carrying the CancelRequest ends (it may wait to connect to Postgres).
+    // session carrying the CancelRequest ends (it may wait to connect to Postgres). Unless
+    // confirm()ed, its end is not known to be its outcome (its session gave up waiting for
+    // Postgres to close the connection: the postmaster may still take the request from its
+    // accept queue, much later), and its backend counts as cancelled for an hour more.
     class InFlight : public Handle {
       public:
         InFlight() = default;
+        // Postgres closed the cancel connection (it signalled the backend, or found the key
+        // wrong), or the request never reached Postgres (no connection).
+        void confirm() noexcept { release_with(&CancelKeys::settle); }
 
       private:
         friend class CancelKeys;
         InFlight(CancelKeys* keys, protocol::CancelKey backend) noexcept
-            : Handle(keys, &CancelKeys::settle, pack(backend)) {}
+            : Handle(keys, &CancelKeys::settle_in_doubt, pack(backend)) {}
     };
 
     // A backend: its own key, and the address l5pgd reached its server at.
@@ -96,7 +103,8 @@ class CancelKeys {
     // The backend `client_key` stands for, if it is a key l5pgd gave out and still holds,
     // with the cancel counted as on its way to that backend while `in_flight` lasts.
     [[nodiscard]] std::optional<Translation> backend_for(protocol::CancelKey client_key);
-    // Whether a cancel for `backend` is on its way, or its session ended within `window`.
+    // Whether a cancel for `backend` is on its way, or its session ended within `window` (or
+    // within the hour without confirm()).
     // Postgres delivers a cancel asynchronously (a process of its own signals the backend),
     // so one a client sent just before it left may land after the backend was reset: such
     // a backend is not kept, or the cancel could hit the next client's query.
@@ -112,16 +120,19 @@ class CancelKeys {
     }
     void withdraw(uint64_t client_key) noexcept;
     void settle(uint64_t backend) noexcept;
+    void settle_in_doubt(uint64_t backend) noexcept;
+    void settle_as(uint64_t backend, bool in_doubt) noexcept;
 
     struct Cancels {
         uint32_t in_flight = 0;
-        clock::time_point settled;  // when the last one's session ended
+        clock::time_point settled;   // when the last one's session ended
+        clock::time_point doubtful;  // until then one not confirmed may still land
     };
 
     mutable std::mutex mutex_;
     std::unordered_map<uint64_t, Backend> backends_;  // by client key
     // Backend key -> its cancels (on whichever server: the same key on two is conservative);
-    // settled entries older than a minute are dropped as new cancels come.
+    // settled entries older than a minute (an hour, in doubt) are dropped as new cancels come.
     std::unordered_map<uint64_t, Cancels> cancelled_;
 };
 

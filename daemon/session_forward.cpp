@@ -235,8 +235,10 @@ void Session::client_turn_over() {
 void Session::on_upstream_readable() {
     if (finish_when_ == FinishWhen::UpstreamClosed) {
         discard_upstream();
-        if (upstream_eof_)
+        if (upstream_eof_) {
+            cancel_in_flight_.confirm();  // Postgres took the request
             close(close_reason_);
+        }
     } else if (pool_.login_check)
         read_login_check_answer();
     else if (pool_.reset)

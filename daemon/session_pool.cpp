@@ -445,7 +445,8 @@ std::optional<std::string_view> Session::pool_refusal() const {
     if (!on_current_upstream())
         return "a reload pointed upstream.* elsewhere since it connected";
     if (worker_.cancel_keys().cancelled_within(pool_.greeting.key, kCancelSettles))
-        return "a cancel request for it is on its way or was sent in the last seconds";
+        return "a cancel request for it is on its way, was sent in the last seconds, or was "
+               "not seen taken by Postgres";
     return std::nullopt;
 }
 

@@ -784,7 +784,8 @@ void Session::fail_upstream_connect(int err, std::string_view lookup_failure) {
 // reason for the debug log.
 void Session::fail_startup(std::string_view sqlstate, std::string_view message,
                            std::string_view reason) {
-    if (cancel_request_) {  // libpq ignores the cancel connection's outcome
+    if (cancel_request_) {            // libpq ignores the cancel connection's outcome
+        cancel_in_flight_.confirm();  // not connected: the request never reached Postgres
         close(reason);
         return;
     }

@@ -17,10 +17,13 @@ using l5pg::protocol::CancelKey;
 
 namespace {
 
-// The backend `client` stands for; the cancel counts as delivered at once.
+// The backend `client` stands for; the cancel counts as delivered (and taken) at once.
 std::optional<CancelKey> backend_of(CancelKeys& keys, CancelKey client) {
-    const auto translation = keys.backend_for(client);
-    return translation ? std::optional(translation->backend.key) : std::nullopt;
+    auto translation = keys.backend_for(client);
+    if (!translation)
+        return std::nullopt;
+    translation->in_flight.confirm();
+    return translation->backend.key;
 }
 
 }  // namespace
@@ -73,11 +76,28 @@ TEST_CASE("CancelKeys: a cancel counts as on its way until its session lets it g
     CancelKeys::InFlight moved = std::move(first->in_flight);
     first->in_flight = CancelKeys::InFlight();  // releasing a moved-from handle settles nothing
     CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));
+    moved.confirm();
     moved = CancelKeys::InFlight();
     CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));  // the second is out
+    second->in_flight.confirm();
     second.reset();
     CHECK_FALSE(keys.cancelled_within(backend, std::chrono::seconds(-1)));
     CHECK(keys.cancelled_within(backend, std::chrono::seconds(5)));  // settled just now
+}
+
+TEST_CASE("CancelKeys: a cancel whose outcome was not seen keeps counting after its session") {
+    CancelKeys keys;
+    const CancelKey backend{4242, 0xdeadbeef};
+    const CancelKey other{4343, 0xfeedface};
+    CancelKeys::Lease lease = keys.issue({backend, {}});
+    CancelKeys::Lease other_lease = keys.issue({other, {}});
+    keys.backend_for(lease.key()).reset();  // its session gave up waiting for Postgres
+    keys.backend_for(other_lease.key())->in_flight.confirm();
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));
+    CHECK_FALSE(keys.cancelled_within(other, std::chrono::seconds(-1)));
+    // A confirmed cancel later does not clear the doubt about the first.
+    keys.backend_for(lease.key())->in_flight.confirm();
+    CHECK(keys.cancelled_within(backend, std::chrono::seconds(-1)));
 }
 
 TEST_CASE("CancelKeys: every key out is different, and assigning a lease withdraws the old") {
