@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "daemon/admin_query.hpp"
 #include "l5pg_version.hpp"
@@ -67,10 +69,11 @@ struct AdminConsole::Connection {
     EventPtr write;
     std::vector<std::byte> in;
     std::vector<std::byte> out;
-    bool may_reload = false;         // admin.users, not only admin.stats_users
-    bool started = false;            // the StartupMessage was answered
-    bool skipping_extended = false;  // an extended-protocol message was refused: until Sync
-    bool closing = false;            // end once `out` is written
+    bool may_reload = false;                // admin.users, not only admin.stats_users
+    bool started = false;                   // the StartupMessage was answered
+    bool skipping_extended = false;         // an extended-protocol message was refused: until Sync
+    bool closing = false;                   // end once `out` is written
+    std::optional<uint64_t> reload_ticket;  // a RELOAD waits for its reload's outcome
 };
 
 AdminConsole::AdminConsole(event_base* base, std::function<AdminView()> view)
@@ -112,7 +115,7 @@ void AdminConsole::write_cb(int, short, void* arg) {
 // the answers pile up (kMaxPendingOutput): then reading waits for flush() to empty them.
 void AdminConsole::on_readable(Connection& c) {
     std::byte chunk[4096];
-    while (!c.closing && c.out.size() < kMaxPendingOutput) {
+    while (!c.closing && !c.reload_ticket && c.out.size() < kMaxPendingOutput) {
         const ssize_t n = ::recv(c.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
         if (n > 0) {
             c.in.insert(c.in.end(), chunk, chunk + n);
@@ -125,7 +128,7 @@ void AdminConsole::on_readable(Connection& c) {
         drop(c);  // the session is gone (or a socket error)
         return;
     }
-    if (c.closing || c.out.size() >= kMaxPendingOutput)
+    if (c.closing || c.reload_ticket || c.out.size() >= kMaxPendingOutput)
         event_del(c.read.get());
     flush(c);
 }
@@ -138,8 +141,8 @@ bool AdminConsole::process(Connection& c) {
         return false;
     size_t done = 0;
     bool go_on = true;
-    while (go_on && c.started && c.in.size() - done >= protocol::kMessageHeaderSize &&
-           c.out.size() < kMaxPendingOutput) {
+    while (go_on && c.started && !c.reload_ticket &&
+           c.in.size() - done >= protocol::kMessageHeaderSize && c.out.size() < kMaxPendingOutput) {
         const std::span<const std::byte> rest = std::span<const std::byte>(c.in).subspan(done);
         const char type = static_cast<char>(rest[0]);
         const protocol::MessageHeaderParse header =
@@ -203,7 +206,9 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
             AdminView view = view_();
             if (!c.may_reload)
                 view.request_reload = nullptr;
-            answer_admin_query(*sql, view, out);
+            c.reload_ticket = answer_admin_query(*sql, view, out);
+            if (c.reload_ticket)
+                ++reloads_waiting_;
         } else {
             out.error("ERROR", protocol::kSqlstateProtocolViolation, "invalid message format");
             out.ready_for_query();
@@ -240,10 +245,32 @@ void AdminConsole::flush(Connection& c) {
             continue;
         }
         if (c.out.empty()) {
-            event_add(c.read.get(), nullptr);
+            if (!c.reload_ticket)
+                event_add(c.read.get(), nullptr);
             return;
         }
     }
+}
+
+void AdminConsole::answer_reloads(const ReloadLedger& ledger) {
+    if (reloads_waiting_ == 0)
+        return;
+    std::vector<Connection*> answered;
+    for (const auto& [key, c] : connections_) {
+        if (!c->reload_ticket)
+            continue;
+        const std::optional<ReloadLedger::Outcome> outcome = ledger.outcome(*c->reload_ticket);
+        if (!outcome)
+            continue;
+        protocol::BackendWriter out;
+        answer_reload(*outcome, out);
+        c->out.insert(c->out.end(), out.bytes().begin(), out.bytes().end());
+        c->reload_ticket.reset();
+        --reloads_waiting_;
+        answered.push_back(c.get());
+    }
+    for (Connection* c : answered)
+        flush(*c);  // then what the session sent behind the RELOAD
 }
 
 // False when the session is gone.
@@ -265,6 +292,8 @@ bool AdminConsole::write_out(Connection& c) {
 }
 
 void AdminConsole::drop(Connection& c) {
+    if (c.reload_ticket)
+        --reloads_waiting_;
     connections_.erase(&c);  // closes the fd: the session sees Postgres hang up
 }
 

@@ -20,6 +20,7 @@
 
 #include "daemon/admin_query.hpp"
 #include "daemon/event_ptr.hpp"
+#include "daemon/reload_ledger.hpp"
 #include "daemon/unique_fd.hpp"
 
 namespace l5pg::daemon {
@@ -36,6 +37,9 @@ class AdminConsole {
     // invalid fd with errno set. `may_reload`: its role is in admin.users, not only in
     // admin.stats_users.
     [[nodiscard]] UniqueFd open(bool may_reload);
+    // After a reload (the worker took its settings): answers the RELOADs it completes.
+    // A connection whose RELOAD waits reads nothing more until it is answered.
+    void answer_reloads(const ReloadLedger& ledger);
 
   private:
     struct Connection;
@@ -53,6 +57,7 @@ class AdminConsole {
     event_base* base_;
     const std::function<AdminView()> view_;
     std::map<const Connection*, std::unique_ptr<Connection>> connections_;
+    size_t reloads_waiting_ = 0;  // connections with a reload_ticket
 };
 
 }  // namespace l5pg::daemon

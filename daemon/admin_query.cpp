@@ -141,8 +141,8 @@ void show_rows(std::string_view column, const std::vector<std::string>& rows,
 
 }  // namespace
 
-void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendWriter& out,
-                        AdminClock clock) {
+std::optional<uint64_t> answer_admin_query(std::string_view sql, AdminView view,
+                                           protocol::BackendWriter& out, AdminClock clock) {
     const std::string command = normalize(sql);
     if (command.empty()) {
         out.empty_query_response();
@@ -162,8 +162,7 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
                    "SHOW HELP", "RELOAD"},
                   out);
     } else if (command == "reload" && view.request_reload) {
-        view.request_reload();
-        out.command_complete("RELOAD");
+        return view.request_reload();
     } else if (command == "reload") {
         out.error("ERROR", protocol::kSqlstateInsufficientPrivilege,
                   "l5pgd admin console: permission denied: RELOAD needs a role of admin.users");
@@ -172,6 +171,18 @@ void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendW
                   fmt::format("l5pgd admin console: unknown command \"{}\" (SHOW HELP lists them)",
                               valid_utf8(sql, 200)));
     }
+    out.ready_for_query();
+    return std::nullopt;
+}
+
+void answer_reload(const ReloadLedger::Outcome& outcome, protocol::BackendWriter& out) {
+    if (outcome.applied)
+        out.command_complete("RELOAD");
+    else
+        out.error("ERROR", protocol::kSqlstateConfigFileError,
+                  fmt::format("l5pgd admin console: RELOAD failed, the running configuration "
+                              "stays: {}",
+                              valid_utf8(outcome.error, 1000)));
     out.ready_for_query();
 }
 

@@ -8,18 +8,22 @@
 //   SHOW VERSION    l5pgd's version
 //   SHOW HELP       these commands
 //   RELOAD          as SIGHUP (and PgBouncer's RELOAD): l5pgd reloads its configuration;
-//                   the answer comes once the reload was asked for, its outcome is logged
+//                   the answer comes once the reload ran: RELOAD, or an ERROR (F0000)
+//                   saying why the configuration was not valid
 //
 // Case does not matter; a trailing ';' and surrounding white space are ignored.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "config/config.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pool_directory.hpp"
+#include "daemon/reload_ledger.hpp"
 #include "daemon/session_directory.hpp"
 #include "protocol/backend_messages.hpp"
 
@@ -31,18 +35,23 @@ struct AdminClock {
 
 // What the console reads: the admitted sessions, the kept server connections, the
 // configuration the answering worker runs with (after a reload, the reloaded one) and
-// l5pgd's counters; and how it asks for a reload (unset: RELOAD is refused, 42501).
+// l5pgd's counters; and how it asks for a reload, which returns a ReloadLedger ticket
+// (unset: RELOAD is refused, 42501).
 struct AdminView {
     const SessionDirectory& sessions;
     const PoolDirectory& pools;
     const config::Config& config;
     const Metrics& metrics;
-    std::function<void()> request_reload = {};
+    std::function<uint64_t()> request_reload = {};
 };
 
 // Appends the answer to `sql`, ending with ReadyForQuery. An unknown command is an ERROR
-// (SQLSTATE 0A000) naming SHOW HELP; the session goes on.
-void answer_admin_query(std::string_view sql, AdminView view, protocol::BackendWriter& out,
-                        AdminClock clock = {});
+// (SQLSTATE 0A000) naming SHOW HELP; the session goes on. For a RELOAD it appends nothing
+// and returns the reload's ticket: answer_reload() answers it once the ledger has its outcome.
+[[nodiscard]] std::optional<uint64_t> answer_admin_query(std::string_view sql, AdminView view,
+                                                         protocol::BackendWriter& out,
+                                                         AdminClock clock = {});
+// The answer to a RELOAD whose reload went as `outcome`, ending with ReadyForQuery.
+void answer_reload(const ReloadLedger::Outcome& outcome, protocol::BackendWriter& out);
 
 }  // namespace l5pg::daemon

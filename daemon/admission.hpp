@@ -17,6 +17,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
 #include "daemon/pool_directory.hpp"
+#include "daemon/reload_ledger.hpp"
 #include "daemon/segment_registry.hpp"
 #include "daemon/session_cap.hpp"
 #include "daemon/session_directory.hpp"
@@ -60,6 +61,7 @@ struct AdmissionState {
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
     PoolDirectory pools;        // the server connections kept idle, for the admin console
+    ReloadLedger reloads;       // the admin console's RELOADs and their outcomes
     // Set by SIGINT: a StartupMessage gets FATAL 57P03 while CancelRequests are still
     // forwarded, as from a Postgres in smart shutdown (the listeners stay open for them).
     std::atomic<bool> draining{false};

@@ -10,11 +10,16 @@
 namespace l5pg::daemon {
 namespace {
 
-std::optional<config::Config> load_again(const ConfigSource& source) {
+void report_invalid(const std::exception& e, std::string& error) {
+    error = e.what();
+    spdlog::error("reload: invalid configuration, keeping the running one: {}", error);
+}
+
+std::optional<config::Config> load_again(const ConfigSource& source, std::string& error) {
     try {
         return config::load(source.path, source.overrides, config::EmptyFile::Refuse);
     } catch (const config::ConfigError& e) {
-        spdlog::error("reload: invalid configuration, keeping the running one: {}", e.what());
+        report_invalid(e, error);
         return std::nullopt;
     }
 }
@@ -36,8 +41,9 @@ bool log_changes(const std::vector<config::KeyChange>& changes) {
 
 }  // namespace
 
-SettingsPtr reload_settings(const ConfigSource& source, const Settings& running) {
-    std::optional<config::Config> loaded = load_again(source);
+SettingsPtr reload_settings(const ConfigSource& source, const Settings& running,
+                            std::string& error) {
+    std::optional<config::Config> loaded = load_again(source, error);
     if (!loaded)
         return nullptr;
     const std::vector<config::KeyChange> changes = config::diff(running.config, *loaded);
@@ -48,7 +54,7 @@ SettingsPtr reload_settings(const ConfigSource& source, const Settings& running)
         // reload is how a renewed certificate or an edited ident map takes effect.
         settings = std::make_shared<const Settings>(std::move(next));
     } catch (const std::exception& e) {
-        spdlog::error("reload: invalid configuration, keeping the running one: {}", e.what());
+        report_invalid(e, error);
         return nullptr;
     }
     if (!log_changes(changes))

@@ -20,8 +20,9 @@ struct ConfigSource {
 };
 
 // The settings to apply (every file read again), or null when the configuration is
-// invalid (logged).
-[[nodiscard]] SettingsPtr reload_settings(const ConfigSource& source, const Settings& running);
+// invalid (logged, and said in `error` for the admin console's RELOAD).
+[[nodiscard]] SettingsPtr reload_settings(const ConfigSource& source, const Settings& running,
+                                          std::string& error);
 
 // What no worker holds: the log level of the process's logger.
 void apply_process_settings(const config::Config& config);

@@ -310,19 +310,24 @@ void Server::reload() {
     spdlog::info("SIGHUP: reloading the configuration{}",
                  source_.path.empty() ? std::string() : " from " + source_.path);
     service_.reloading();
-    SettingsPtr next = reload_settings(source_, *settings_);
+    const uint64_t answered = admission_.reloads.begin();
+    std::string error;
+    SettingsPtr next = reload_settings(source_, *settings_, error);
     metrics_.config_loaded(next != nullptr, std::chrono::system_clock::now());
-    if (next) {
+    const bool applied = next != nullptr;
+    if (applied) {
         settings_ = std::move(next);
         apply_process_settings(config());
         raise_fd_limit(config());
         admission_.startup.set_caps(config().limits.max_startup_sessions,
                                     config().limits.max_startup_per_peer);
         store_.publish(settings_);
-        for (auto& worker : workers_)
-            worker->wake();
         spdlog::info("reload: done");
     }
+    // The workers take the new settings, and their consoles' RELOADs get the outcome.
+    admission_.reloads.finish(answered, {applied, std::move(error)});
+    for (auto& worker : workers_)
+        worker->wake();
     service_.reloaded();
 }
 

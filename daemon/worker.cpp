@@ -51,10 +51,13 @@ wait::WaitPolicy spin_policy(const config::ShmConfig& shm) {
 }
 
 // The console's RELOAD takes SIGHUP's path: the main thread's handler (workers block the
-// signal), so that a reload runs in one place whoever asked for it.
-void request_reload_from_console() {
+// signal), so that a reload runs in one place whoever asked for it. The ticket is taken
+// first: the reload the signal causes answers it (reload_ledger.hpp).
+uint64_t request_reload_from_console(ReloadLedger& ledger) {
     spdlog::info("admin console: RELOAD requested");
+    const uint64_t ticket = ledger.ask();
     (void)::kill(::getpid(), SIGHUP);
+    return ticket;
 }
 
 }  // namespace
@@ -243,6 +246,9 @@ void Worker::wake_cb(int fd, short, void* arg) {
 
 void Worker::adopt_handed_over() {
     refresh_settings();  // a session accepted after a reload starts with its settings
+    // After the settings: a SHOW CONFIG behind a RELOAD shows what the reload applied.
+    if (admin_console_)
+        admin_console_->answer_reloads(admission_state_.reloads);
     std::vector<AcceptedClient> batch;
     {
         std::lock_guard lock(handover_mutex_);
@@ -263,8 +269,9 @@ void Worker::adopt_handed_over() {
 AdminConsole& Worker::admin_console() {
     if (!admin_console_)
         admin_console_ = std::make_unique<AdminConsole>(base_.get(), [this] {
-            return AdminView{admission_state_.sessions, admission_state_.pools, config(), metrics_,
-                             request_reload_from_console};
+            return AdminView{
+                admission_state_.sessions, admission_state_.pools, config(), metrics_,
+                [this] { return request_reload_from_console(admission_state_.reloads); }};
         });
     return *admin_console_;
 }

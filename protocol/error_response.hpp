@@ -20,6 +20,7 @@ inline constexpr std::string_view kSqlstateInsufficientResources = "53000";
 inline constexpr std::string_view kSqlstateInvalidAuthorization = "28000";
 inline constexpr std::string_view kSqlstateFeatureNotSupported = "0A000";
 inline constexpr std::string_view kSqlstateInsufficientPrivilege = "42501";
+inline constexpr std::string_view kSqlstateConfigFileError = "F0000";
 
 struct ErrorFields {
     std::string_view severity = "FATAL";  // written as both S and V fields

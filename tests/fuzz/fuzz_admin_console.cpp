@@ -87,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const auto body = in.subspan(l5pg::protocol::kMessageHeaderSize,
                                          total - l5pg::protocol::kMessageHeaderSize);
             l5pg::protocol::BackendWriter out;
-            l5pg::daemon::answer_admin_query(
+            (void)l5pg::daemon::answer_admin_query(
                 std::string_view(reinterpret_cast<const char*>(body.data()), body.size()),
                 l5pg::daemon::AdminView{directory(), pools(), config(), metrics()}, out);
             check_framing(out.bytes());

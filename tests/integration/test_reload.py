@@ -132,19 +132,32 @@ def test_bad_file_keeps_running_configuration(configured):
 
 @pytest.mark.timeout(60)
 def test_admin_console_reload(configured):
-    """RELOAD on the admin console, as PgBouncer's: the reload SIGHUP makes, answered RELOAD."""
+    """RELOAD on the admin console, as PgBouncer's: the reload SIGHUP makes, answered once it
+    ran: RELOAD, and a SHOW CONFIG behind it on the same connection shows what it applied;
+    an invalid file gets an ERROR (F0000) saying why, and changes nothing."""
     d, config = configured
     config.write_text(BASE_CONFIG.replace("spin_us: 50", "spin_us: 7"))
     answer = {}
 
     def console_reload():
-        answer["r"] = run(psql_cmd("-d", "l5pgd", "-c", "RELOAD"), unix_target(d), check=False)
+        answer["r"] = run(psql_cmd("-d", "l5pgd", "-F", "\t", "-c", "RELOAD", "-c",
+                                   "SHOW CONFIG"), unix_target(d), check=False)
 
     reload_log = d.reload(trigger=console_reload)
     r = answer["r"]
-    assert r.returncode == 0 and "RELOAD" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.stdout.splitlines()[0] == "RELOAD", r.stdout
+    assert "shm.spin_us\t7\t" in r.stdout, r.stdout
     assert "admin console: RELOAD requested" in reload_log
     assert "reload: shm.spin_us: 50 -> 7" in reload_log
+
+    config.write_text(BASE_CONFIG + "nosuch_section:\n  key: 1\n")
+    r = run(psql_cmd("-d", "l5pgd", "-v", "VERBOSITY=verbose", "-c", "RELOAD"), unix_target(d),
+            check=False)
+    assert r.returncode != 0
+    assert "F0000" in r.stderr and "RELOAD failed, the running configuration stays" in r.stderr, \
+        r.stderr
+    assert "nosuch_section" in r.stderr, r.stderr
     assert show_config(d)["shm.spin_us"][0] == "7"
 
 

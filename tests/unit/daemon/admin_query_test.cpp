@@ -44,7 +44,7 @@ std::vector<Message> ask(std::string_view sql, const SessionDirectory& sessions,
                          const config::Config& config = config::Config(),
                          const Metrics& metrics = Metrics()) {
     protocol::BackendWriter out;
-    answer_admin_query(sql, AdminView{sessions, pools, config, metrics}, out);
+    CHECK_FALSE(answer_admin_query(sql, AdminView{sessions, pools, config, metrics}, out));
     return split(out.bytes());
 }
 
@@ -140,19 +140,44 @@ TEST_CASE("admin console: names and echoed commands are valid UTF-8") {
     CHECK(unknown[0].body.find(std::string(199, 'x') + "\"") != std::string::npos);
 }
 
-TEST_CASE("admin console: RELOAD asks for a reload once and answers RELOAD") {
+TEST_CASE("admin console: RELOAD asks for a reload once and answers with its outcome") {
     const SessionDirectory sessions;
     const PoolDirectory pools;
     const config::Config config;
     const Metrics metrics;
+    ReloadLedger ledger;
     int asked = 0;
     protocol::BackendWriter out;
-    answer_admin_query(" reload; ", AdminView{sessions, pools, config, metrics, [&] { ++asked; }},
-                       out);
+    const std::optional<uint64_t> ticket =
+        answer_admin_query(" reload; ",
+                           AdminView{sessions, pools, config, metrics,
+                                     [&] {
+                                         ++asked;
+                                         return ledger.ask();
+                                     }},
+                           out);
+    REQUIRE(ticket.has_value());
+    CHECK(out.bytes().empty());  // nothing until the reload ran
+    CHECK(asked == 1);
+    CHECK_FALSE(ledger.outcome(*ticket).has_value());
+    // A reload that began before the RELOAD was asked does not answer it.
+    const uint64_t earlier = ledger.begin() - 1;
+    ledger.finish(earlier, {true, {}});
+    CHECK_FALSE(ledger.outcome(*ticket).has_value());
+    ledger.finish(ledger.begin(), {true, {}});
+    REQUIRE(ledger.outcome(*ticket).has_value());
+    answer_reload(*ledger.outcome(*ticket), out);
     const auto m = split(out.bytes());
     REQUIRE(types(m) == "CZ");
     CHECK(m[0].body == std::string("RELOAD") + '\0');
-    CHECK(asked == 1);
+    // A reload that found the configuration invalid: an ERROR saying why.
+    protocol::BackendWriter failed;
+    answer_reload({false, "unknown key \"nosuch\""}, failed);
+    const auto f = split(failed.bytes());
+    REQUIRE(types(f) == "EZ");
+    CHECK(f[0].body.find("CF0000") != std::string::npos);
+    CHECK(f[0].body.find("RELOAD failed, the running configuration stays: unknown key") !=
+          std::string::npos);
     // Where the role may not reload (no request_reload: admin.stats_users), permission denied.
     const auto refused = ask("RELOAD", sessions);
     REQUIRE(types(refused) == "EZ");
