@@ -33,8 +33,14 @@ void Health::draining() noexcept {
     draining_.store(true, std::memory_order_relaxed);
 }
 
-void Health::stopping() noexcept {
-    stopping_.store(true, std::memory_order_relaxed);
+void Health::stopping(clock::time_point now, clock::duration workers_may_take) noexcept {
+    stop_began_.store(ticks(now), std::memory_order_relaxed);
+    stop_allowed_.store((workers_may_take + kStallLimit).count(), std::memory_order_relaxed);
+    stopping_.store(true, std::memory_order_release);
+}
+
+void Health::joining(int index) noexcept {
+    joining_.store(index, std::memory_order_relaxed);
 }
 
 Health::Verdict Health::liveness(clock::time_point now) const {
@@ -44,8 +50,16 @@ Health::Verdict Health::liveness(clock::time_point now) const {
                                        whole_seconds(now - created_), whole_seconds(kStallLimit))};
         return {true, "ok (starting)"};
     }
-    if (stopping_.load(std::memory_order_relaxed))
-        return {true, "ok (stopping)"};
+    if (stopping_.load(std::memory_order_acquire)) {
+        const clock::duration stopping_for =
+            now - clock::time_point(clock::duration(stop_began_.load(std::memory_order_relaxed)));
+        const clock::duration allowed(stop_allowed_.load(std::memory_order_relaxed));
+        if (stopping_for <= allowed)
+            return {true, "ok (stopping)"};
+        return {false, fmt::format("stopping for {} s (limit {} s): worker {} has not ended",
+                                   whole_seconds(stopping_for), whole_seconds(allowed),
+                                   joining_.load(std::memory_order_relaxed))};
+    }
     const clock::duration main_idle =
         now - clock::time_point(clock::duration(main_seen_.load(std::memory_order_relaxed)));
     if (main_idle > kStallLimit)

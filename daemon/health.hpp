@@ -29,14 +29,19 @@ class Health {
     // Main thread. `started` once the listeners accept; `beat` at each heartbeat with the
     // time the least recently seen worker was last seen going round (`now` with none);
     // `draining` at SIGINT (the listeners stay open and refuse with 57P03); `stopping` once
-    // the main loop has ended (no more beats).
+    // the main loop has ended (no more beats), with how long the workers may take to end
+    // (their RDMA channels' last writes); `joining` while the main thread waits for worker
+    // `index` to end.
     void started(clock::time_point now) noexcept;
     void beat(clock::time_point now, clock::time_point laggard_seen, int laggard) noexcept;
     void draining() noexcept;
-    void stopping() noexcept;
+    void stopping(clock::time_point now, clock::duration workers_may_take) noexcept;
+    void joining(int index) noexcept;
 
-    // Any thread. Alive: every loop went round within kStallLimit (also while draining and
-    // stopping), or l5pgd has been starting for less than kStallLimit. Ready: alive, started,
+    // Any thread. Alive: every loop went round within kStallLimit (also while draining), or
+    // l5pgd has been starting for less than kStallLimit, or stopping for less than the
+    // workers may take plus kStallLimit (a worker that does not end then is stuck, and only
+    // a kill ends l5pgd). Ready: alive, started,
     // neither draining nor stopping: l5pgd takes new sessions (whether it has room for one, or
     // Postgres answers, is not asked).
     [[nodiscard]] Verdict liveness(clock::time_point now) const;
@@ -55,6 +60,9 @@ class Health {
     std::atomic<int64_t> main_seen_{0};     // the last heartbeat
     std::atomic<int64_t> laggard_seen_{0};  // the least recently seen worker, then
     std::atomic<int> laggard_{-1};          // its index
+    std::atomic<int64_t> stop_began_{0};    // stopping(): when
+    std::atomic<int64_t> stop_allowed_{0};  // ... and how long it may take (ticks)
+    std::atomic<int> joining_{-1};          // the worker the main thread waits for
 };
 
 }  // namespace l5pg::daemon

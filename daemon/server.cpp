@@ -131,8 +131,10 @@ Server::~Server() {
 void Server::stop_workers() {
     for (auto& worker : workers_)
         worker->request_stop();
-    for (auto& worker : workers_)
-        worker->join();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+        health_.joining(static_cast<int>(i));
+        workers_[i]->join();
+    }
 }
 
 int Server::run() {
@@ -160,7 +162,12 @@ int Server::run() {
         to_timeval(std::chrono::duration_cast<std::chrono::microseconds>(Health::kBeatInterval));
     event_add(heartbeat_timer_.get(), &every);
     event_base_dispatch(base_.get());
-    health_.stopping();  // no more beats: the workers may take a while to stop
+    // No more beats: the workers may take a while to stop (close_all: one completion timeout
+    // for the RDMA sessions' last writes), not for ever (/healthz).
+    health_.stopping(Health::clock::now(),
+                     config().rdma.enabled
+                         ? std::chrono::milliseconds(config().rdma.completion_timeout_ms)
+                         : Health::clock::duration::zero());
     service_.stopping();
     stop_accepting();
     stop_workers();

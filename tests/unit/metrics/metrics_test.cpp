@@ -245,11 +245,20 @@ TEST_CASE("Health: starting, beating, stalled, draining, stopping") {
     CHECK_FALSE(health.readiness(now).ok);
     CHECK(health.readiness(now).text == "draining: new sessions are refused");
 
-    // The main loop has ended: no more beats, and nothing to restart.
-    health.stopping();
-    CHECK(health.liveness(now + 10 * Health::kStallLimit).ok);
+    // The main loop has ended: no more beats, and nothing to restart while the workers may
+    // still be ending (here 5 s for RDMA channels, and the stall limit).
+    health.stopping(now, 5s);
+    health.joining(1);
+    const auto allowed = 5s + Health::kStallLimit;
+    CHECK(health.liveness(now + allowed).ok);
     CHECK(health.liveness(now).text == "ok (stopping)");
     CHECK(health.readiness(now).text == "stopping");
+    // Beyond that, a worker is stuck and l5pgd will not end by itself.
+    const Health::Verdict stuck = health.liveness(now + allowed + 1s);
+    CHECK_FALSE(stuck.ok);
+    CHECK(stuck.text == fmt::format("stopping for {} s (limit {} s): worker 1 has not ended",
+                                    (allowed + 1s) / 1s, allowed / 1s));
+    CHECK_FALSE(health.readiness(now + allowed + 1s).ok);
 }
 
 TEST_CASE("MetricsServer reports bind conflicts") {
