@@ -34,8 +34,12 @@ void DatabaseMetrics::configure(config::MetricsLabels labels, unsigned limit) {
 
 namespace {
 
+// A series per name as the label shows it: Postgres cuts names to NAMEDATALEN - 1 bytes, and
+// names that are not UTF-8 (a SQL_ASCII or LATIN1 server) show U+FFFD for what is not, so
+// two such names may show alike and are counted as one (two series with one label set
+// would make the scrape invalid).
 std::string name_label(std::string_view name) {
-    return std::string(protocol::postgres_name(name));
+    return valid_utf8(protocol::postgres_name(name));
 }
 
 template <class T>

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -366,7 +369,14 @@ TEST_CASE("database metrics: names as Postgres serves them, valid UTF-8 in the t
     REQUIRE(m.databases().counters_for("caf\xC3\xA9", "u") != nullptr);     // UTF-8 é
     REQUIRE(m.databases().counters_for("caf\xE9", "u") != nullptr);         // LATIN1 é
     REQUIRE(m.databases().counters_for("x\xED\xA0\x80y", "u") != nullptr);  // a surrogate
+    // Names that show alike are one series: a label set appears once in the scrape.
+    CHECK(m.databases().counters_for("caf\xE8", "u") == m.databases().counters_for("caf\xE9", "u"));
     const std::string text = m.render();
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        lines.push_back(line);
+    CHECK(std::set<std::string>(lines.begin(), lines.end()).size() == lines.size());
     CHECK(has_line(text, "l5pg_database_sessions_total{database=\"" + long_name + "\"} 0"));
     CHECK(has_line(text, "l5pg_database_sessions_total{database=\"caf\xC3\xA9\"} 0"));
     CHECK(has_line(text, "l5pg_database_sessions_total{database=\"caf\xEF\xBF\xBD\"} 0"));
