@@ -126,10 +126,6 @@ void Session::timer_cb(int, short, void* arg) {
         // The startup timeout still runs: a client that does not take its FATAL in time
         // does not keep the session.
         self->close("the client did not take its FATAL in time", true);
-    } else if (self->pool_.refreshing_name) {
-        self->dial_.lookup.reset();
-        self->pool_.refreshing_name = false;
-        self->take_kept_or_open();
     } else if (self->state_ == SessionState::Connecting && self->dial_.lookup.waiting()) {
         self->dial_.lookup.reset();
         self->fail_upstream_connect(0, "timeout expired");

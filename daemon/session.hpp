@@ -176,13 +176,12 @@ class Session final : public ClientEndHost {
 
     // session pooling (session_pool.cpp, upstream_pool.hpp)
     [[nodiscard]] bool pool_applies(const protocol::StartupPacket& packet) const;
+    [[nodiscard]] std::string pool_slot() const;
+    // A pooled session's start: a kept connection or a new one (upstream.host's answer
+    // refreshed, see the definition).
+    void start_pooled_upstream();
     // Takes a kept server connection for this client's StartupMessage, if there is one, and
     // asks it the login check (protocol/pool_login_check.hpp); the session stays Connecting.
-    [[nodiscard]] std::string pool_slot() const;
-    // A pooled session's start: upstream.host's answer refreshed first when a kept connection
-    // waits for this client (see the definition), then that connection or a new one.
-    void start_pooled_upstream();
-    void take_kept_or_open();
     [[nodiscard]] bool adopt_idle_upstream();
     // Sends the login check on the idle upstream socket; false if it did not fit at once.
     [[nodiscard]] bool send_login_check(protocol::PoolLoginCheck::Purpose purpose,
@@ -405,8 +404,7 @@ class Session final : public ClientEndHost {
         // What a login of this role to this database took from pg_db_role_setting when the
         // backend started (its login check at the start); unknown: not kept.
         std::optional<std::string> role_settings;
-        bool client_sent = false;      // some of the client's bytes went to Postgres
-        bool refreshing_name = false;  // start_pooled_upstream()'s lookup runs
+        bool client_sent = false;  // some of the client's bytes went to Postgres
     };
     PoolState pool_;
 

@@ -82,34 +82,17 @@ std::string Session::pool_slot() const {
     return peer_.limit_key() + '\0' + pool_.key;
 }
 
-// A kept connection was opened at one of upstream.host's addresses: before one is reused,
-// the name's answer is looked up again once older than upstream.dns_max_ttl_ms, so that a
-// failover by DNS closes those reached at an address gone from it (Worker's on_moved) even
-// when every client finds a kept connection and none would look the name up. A failed or
-// late lookup says nothing about where the server went: the kept connection serves.
+// A kept connection was opened at one of upstream.host's addresses. Clients that always find
+// one never need a lookup of their own: each start refreshes the name's answer once it is
+// older than upstream.dns_max_ttl_ms, in the background, as PgBouncer does (a login does not
+// wait for DNS). An answer without an address kept connections were reached at (a failover
+// by DNS) closes those idle there and keeps none more reached there (Worker's on_moved); the
+// client whose start asked may still get one, unless the answer was known at once.
 void Session::start_pooled_upstream() {
     const config::UpstreamConfig& cfg = worker_.config().upstream;
-    if (cfg.host.empty() || !worker_.upstream_pool().holds(pool_slot())) {
-        take_kept_or_open();
-        return;
-    }
-    UpstreamResolver::Answer known =
-        worker_.resolver().lookup(cfg.host, cfg.port, std::chrono::milliseconds(cfg.dns_max_ttl_ms),
-                                  dial_.lookup, [this](const UpstreamResolver::Answer&) {
-                                      evtimer_del(timer_.get());
-                                      pool_.refreshing_name = false;
-                                      take_kept_or_open();
-                                      continue_departure();
-                                  });
-    if (known) {
-        take_kept_or_open();
-        return;
-    }
-    pool_.refreshing_name = true;
-    arm_timer(cfg.connect_timeout_ms);
-}
-
-void Session::take_kept_or_open() {
+    if (!cfg.host.empty())
+        worker_.resolver().refresh(cfg.host, cfg.port,
+                                   std::chrono::milliseconds(cfg.dns_max_ttl_ms));
     if (adopt_idle_upstream())
         return;
     pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();

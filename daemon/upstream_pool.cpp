@@ -61,11 +61,6 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
     return taken;
 }
 
-bool UpstreamPool::holds(std::string_view startup) const {
-    return std::any_of(entries_.begin(), entries_.end(),
-                       [startup](const Entry& entry) { return entry.startup == startup; });
-}
-
 bool UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle,
                         const Limits& limits) {
     const auto now = clock::now();

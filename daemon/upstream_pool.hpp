@@ -59,8 +59,6 @@ class UpstreamPool {
     // The most recently parked connection for `startup` (the client's identity and its
     // StartupMessage's bytes: Session::pool_slot()) whose backend is still there.
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
-    // Whether a connection is kept for `startup` (perhaps one take() would find closed).
-    [[nodiscard]] bool holds(std::string_view startup) const;
     // Keeps `idle`, a connection of `owner` (database, role), for clients with `startup`,
     // until it has been idle for `limits.idle_timeout` or its backend has lived for
     // `limits.server_lifetime`; the oldest go beyond `limits.max_idle`. False if it was

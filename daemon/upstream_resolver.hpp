@@ -55,6 +55,10 @@ class UpstreamResolver {
     // `waiter` was reset first.
     [[nodiscard]] Answer lookup(const std::string& host, uint16_t port,
                                 std::chrono::milliseconds keep, Waiter& waiter, Done done);
+    // Asks for host:port's addresses, unless an answer younger than `keep` is known or a
+    // query is on its way (nobody waits for it: its answer is kept, and on_moved() learns
+    // whether the name moved).
+    void refresh(const std::string& host, uint16_t port, std::chrono::milliseconds keep);
     // Forgets the answers kept, and reads /etc/resolv.conf and /etc/hosts again for the next
     // query (evdns reads them once; l5pgd's reload is the moment to read them again).
     void reread_configuration() noexcept;
