@@ -176,6 +176,9 @@ std::optional<uint64_t> answer_admin_query(std::string_view sql, AdminView view,
 }
 
 void answer_reload(const ReloadLedger::Outcome& outcome, protocol::BackendWriter& out) {
+    for (const std::string& warning : outcome.warnings)
+        out.notice("WARNING", protocol::kSqlstateWarning,
+                   fmt::format("l5pgd: reload: {}", valid_utf8(warning, 1000)));
     if (outcome.applied)
         out.command_complete("RELOAD");
     else

@@ -51,7 +51,8 @@ struct AdminView {
 [[nodiscard]] std::optional<uint64_t> answer_admin_query(std::string_view sql, AdminView view,
                                                          protocol::BackendWriter& out,
                                                          AdminClock clock = {});
-// The answer to a RELOAD whose reload went as `outcome`, ending with ReadyForQuery.
+// The answer to a RELOAD whose reload went as `outcome`, ending with ReadyForQuery; its
+// warnings (keys that need a restart) come first, as NoticeResponses.
 void answer_reload(const ReloadLedger::Outcome& outcome, protocol::BackendWriter& out);
 
 }  // namespace l5pg::daemon

@@ -24,13 +24,20 @@ std::optional<config::Config> load_again(const ConfigSource& source, std::string
     }
 }
 
+void warn(std::string line, std::vector<std::string>& warnings) {
+    spdlog::warn("reload: {}", line);
+    warnings.push_back(std::move(line));
+}
+
 // Logs each changed key; true when at least one of them is applied.
-bool log_changes(const std::vector<config::KeyChange>& changes) {
+bool log_changes(const std::vector<config::KeyChange>& changes,
+                 std::vector<std::string>& warnings) {
     bool live = false;
     for (const config::KeyChange& change : changes) {
         if (change.reload == config::Reload::Restart) {
-            spdlog::warn("reload: {} changed ({} -> {}) but needs a restart: keeping {}",
-                         change.key, change.before, change.after, change.before);
+            warn(fmt::format("{} changed ({} -> {}) but needs a restart: keeping {}", change.key,
+                             change.before, change.after, change.before),
+                 warnings);
         } else {
             spdlog::info("reload: {}: {} -> {}", change.key, change.before, change.after);
             live = true;
@@ -42,8 +49,8 @@ bool log_changes(const std::vector<config::KeyChange>& changes) {
 }  // namespace
 
 SettingsPtr reload_settings(const ConfigSource& source, const Settings& running,
-                            std::string& error) {
-    std::optional<config::Config> loaded = load_again(source, error);
+                            ReloadLedger::Outcome& report) {
+    std::optional<config::Config> loaded = load_again(source, report.error);
     if (!loaded)
         return nullptr;
     const std::vector<config::KeyChange> changes = config::diff(running.config, *loaded);
@@ -54,13 +61,13 @@ SettingsPtr reload_settings(const ConfigSource& source, const Settings& running,
         // reload is how a renewed certificate or an edited ident map takes effect.
         settings = std::make_shared<const Settings>(std::move(next));
     } catch (const std::exception& e) {
-        report_invalid(e, error);
+        report_invalid(e, report.error);
         return nullptr;
     }
-    if (!log_changes(changes))
+    if (!log_changes(changes, report.warnings))
         spdlog::info("reload: no key to apply; ident map and TLS files read again");
     for (const std::string& line : settings->warnings())
-        spdlog::warn("reload: {}", line);
+        warn(line, report.warnings);
     return settings;
 }
 

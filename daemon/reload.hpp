@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "daemon/reload_ledger.hpp"
 #include "daemon/settings.hpp"
 
 namespace l5pg::daemon {
@@ -20,9 +21,10 @@ struct ConfigSource {
 };
 
 // The settings to apply (every file read again), or null when the configuration is
-// invalid (logged, and said in `error` for the admin console's RELOAD).
+// invalid. What is logged as an error or a warning is also put in `report`, for the admin
+// console's RELOAD.
 [[nodiscard]] SettingsPtr reload_settings(const ConfigSource& source, const Settings& running,
-                                          std::string& error);
+                                          ReloadLedger::Outcome& report);
 
 // What no worker holds: the log level of the process's logger.
 void apply_process_settings(const config::Config& config);

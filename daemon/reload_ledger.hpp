@@ -12,14 +12,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace l5pg::daemon {
 
 class ReloadLedger {
   public:
     struct Outcome {
-        bool applied = false;  // the configuration was valid and is in force
-        std::string error;     // why not, when not
+        bool applied = false;               // the configuration was valid and is in force
+        std::string error;                  // why not, when not
+        std::vector<std::string> warnings;  // what was logged as a warning (restart keys)
     };
 
     // Any thread: a ticket for the next reload to begin.

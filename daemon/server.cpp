@@ -318,11 +318,11 @@ void Server::reload() {
                  source_.path.empty() ? std::string() : " from " + source_.path);
     service_.reloading();
     const uint64_t answered = admission_.reloads.begin();
-    std::string error;
-    SettingsPtr next = reload_settings(source_, *settings_, error);
+    ReloadLedger::Outcome outcome;
+    SettingsPtr next = reload_settings(source_, *settings_, outcome);
     metrics_.config_loaded(next != nullptr, std::chrono::system_clock::now());
-    const bool applied = next != nullptr;
-    if (applied) {
+    outcome.applied = next != nullptr;
+    if (outcome.applied) {
         settings_ = std::move(next);
         apply_process_settings(config());
         raise_fd_limit(config());
@@ -332,7 +332,7 @@ void Server::reload() {
         spdlog::info("reload: done");
     }
     // The workers take the new settings, and their consoles' RELOADs get the outcome.
-    admission_.reloads.finish(answered, {applied, std::move(error)});
+    admission_.reloads.finish(answered, std::move(outcome));
     for (auto& worker : workers_)
         worker->wake();
     service_.reloaded();

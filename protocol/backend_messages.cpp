@@ -117,12 +117,17 @@ void BackendWriter::empty_query_response() {
 
 void BackendWriter::error(std::string_view severity, std::string_view sqlstate,
                           std::string_view message) {
-    ErrorFields fields;
-    fields.severity = severity;
-    fields.sqlstate = sqlstate;
-    fields.message = message;
-    const std::vector<std::byte> e = build_error_response(fields);
-    out_.insert(out_.end(), e.begin(), e.end());
+    append_response({severity, sqlstate, message, {}, {}, /*notice=*/false});
+}
+
+void BackendWriter::notice(std::string_view severity, std::string_view sqlstate,
+                           std::string_view message) {
+    append_response({severity, sqlstate, message, {}, {}, /*notice=*/true});
+}
+
+void BackendWriter::append_response(const ErrorFields& fields) {
+    const std::vector<std::byte> message = build_error_response(fields);
+    out_.insert(out_.end(), message.begin(), message.end());
 }
 
 }  // namespace l5pg::protocol

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/error_response.hpp"
+
 namespace l5pg::protocol {
 
 // Appends complete messages to one buffer, so a whole answer goes out in one write.
@@ -31,11 +33,14 @@ class BackendWriter {
     void empty_query_response();                  // 'I'
     // 'E' with severity ERROR (the session goes on) or FATAL.
     void error(std::string_view severity, std::string_view sqlstate, std::string_view message);
+    // 'N' with severity WARNING, NOTICE, ...
+    void notice(std::string_view severity, std::string_view sqlstate, std::string_view message);
 
     [[nodiscard]] const std::vector<std::byte>& bytes() const noexcept { return out_; }
     [[nodiscard]] std::vector<std::byte> take() noexcept { return std::move(out_); }
 
   private:
+    void append_response(const ErrorFields& fields);
     // Starts a message of `type`; end() fills in its length.
     void begin(char type);
     void end();

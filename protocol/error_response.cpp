@@ -20,7 +20,7 @@ void append_field(std::vector<std::byte>& out, char code, std::string_view value
 
 std::vector<std::byte> build_error_response(const ErrorFields& fields) {
     std::vector<std::byte> out(kMessageHeaderSize);
-    out[0] = std::byte{'E'};
+    out[0] = static_cast<std::byte>(fields.notice ? 'N' : 'E');
     append_field(out, 'S', fields.severity);
     append_field(out, 'V', fields.severity);  // non-localized severity (PG >= 9.6)
     append_field(out, 'C', fields.sqlstate);

@@ -21,6 +21,7 @@ inline constexpr std::string_view kSqlstateInvalidAuthorization = "28000";
 inline constexpr std::string_view kSqlstateFeatureNotSupported = "0A000";
 inline constexpr std::string_view kSqlstateInsufficientPrivilege = "42501";
 inline constexpr std::string_view kSqlstateConfigFileError = "F0000";
+inline constexpr std::string_view kSqlstateWarning = "01000";
 
 struct ErrorFields {
     std::string_view severity = "FATAL";  // written as both S and V fields
@@ -28,9 +29,10 @@ struct ErrorFields {
     std::string_view message;
     std::string_view detail;  // optional
     std::string_view hint;    // optional
+    bool notice = false;      // a NoticeResponse ('N', severity WARNING, NOTICE...) instead
 };
 
-// A complete 'E' message. NUL bytes inside fields are dropped (they would end the field).
+// A complete 'E' (or 'N') message. NUL bytes inside fields are dropped (they would end the field).
 [[nodiscard]] std::vector<std::byte> build_error_response(const ErrorFields& fields);
 
 // The common case: a FATAL error with a SQLSTATE and a message.

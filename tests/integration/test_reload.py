@@ -134,7 +134,8 @@ def test_bad_file_keeps_running_configuration(configured):
 def test_admin_console_reload(configured):
     """RELOAD on the admin console, as PgBouncer's: the reload SIGHUP makes, answered once it
     ran: RELOAD, and a SHOW CONFIG behind it on the same connection shows what it applied;
-    an invalid file gets an ERROR (F0000) saying why, and changes nothing."""
+    a key that needs a restart is a WARNING before it; an invalid file gets an ERROR (F0000)
+    saying why, and changes nothing."""
     d, config = configured
     config.write_text(BASE_CONFIG.replace("spin_us: 50", "spin_us: 7"))
     answer = {}
@@ -150,6 +151,13 @@ def test_admin_console_reload(configured):
     assert "shm.spin_us\t7\t" in r.stdout, r.stdout
     assert "admin console: RELOAD requested" in reload_log
     assert "reload: shm.spin_us: 50 -> 7" in reload_log
+
+    config.write_text(BASE_CONFIG.replace("spin_us: 50", "spin_us: 7") +
+                      "listen:\n  backlog: 17\n")
+    r = run(psql_cmd("-d", "l5pgd", "-c", "RELOAD"), unix_target(d))
+    assert r.stdout.strip() == "RELOAD"
+    assert ("WARNING:  l5pgd: reload: listen.backlog changed (4096 -> 17) but needs a restart: "
+            "keeping 4096") in r.stderr, r.stderr
 
     config.write_text(BASE_CONFIG + "nosuch_section:\n  key: 1\n")
     r = run(psql_cmd("-d", "l5pgd", "-v", "VERBOSITY=verbose", "-c", "RELOAD"), unix_target(d),

@@ -162,17 +162,22 @@ TEST_CASE("admin console: RELOAD asks for a reload once and answers with its out
     CHECK_FALSE(ledger.outcome(*ticket).has_value());
     // A reload that began before the RELOAD was asked does not answer it.
     const uint64_t earlier = ledger.begin() - 1;
-    ledger.finish(earlier, {true, {}});
+    ledger.finish(earlier, {true, {}, {}});
     CHECK_FALSE(ledger.outcome(*ticket).has_value());
-    ledger.finish(ledger.begin(), {true, {}});
+    ledger.finish(ledger.begin(),
+                  {true, {}, {"listen.port changed (6432 -> 7) but needs a restart"}});
     REQUIRE(ledger.outcome(*ticket).has_value());
     answer_reload(*ledger.outcome(*ticket), out);
     const auto m = split(out.bytes());
-    REQUIRE(types(m) == "CZ");
-    CHECK(m[0].body == std::string("RELOAD") + '\0');
+    REQUIRE(types(m) == "NCZ");  // the key that needs a restart as a WARNING first
+    CHECK(m[0].body.find("SWARNING") != std::string::npos);
+    CHECK(m[0].body.find("C01000") != std::string::npos);
+    CHECK(m[0].body.find("Ml5pgd: reload: listen.port changed (6432 -> 7) but needs a restart") !=
+          std::string::npos);
+    CHECK(m[1].body == std::string("RELOAD") + '\0');
     // A reload that found the configuration invalid: an ERROR saying why.
     protocol::BackendWriter failed;
-    answer_reload({false, "unknown key \"nosuch\""}, failed);
+    answer_reload({false, "unknown key \"nosuch\"", {}}, failed);
     const auto f = split(failed.bytes());
     REQUIRE(types(f) == "EZ");
     CHECK(f[0].body.find("CF0000") != std::string::npos);
