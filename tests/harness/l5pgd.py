@@ -49,8 +49,9 @@ def harness_auth_overrides(base_dir, ident_rules=(("root", "postgres"),)):
 class L5pgd:
     def __init__(self, base_dir, cluster, workers=2, extra_overrides=(), upstream_port=None,
                  upstream_socket_dir=None, binary=None, auth_overrides=None, user=None,
-                 config_file=None, log_level="debug"):
+                 config_file=None, log_level="debug", start_timeout=15):
         """auth_overrides: None for harness_auth_overrides(), or a list ([] = l5pgd's defaults).
+        start_timeout: seconds `with L5pgd(...)` waits for "l5pgd ready".
         user: run l5pgd as this OS user (as a deployment does: the README runs it as postgres).
         config_file: passed with -c (the harness's -o overrides win over it).
         log_level: None leaves logging.level to the file."""
@@ -58,6 +59,7 @@ class L5pgd:
         self.cluster = cluster
         self.workers = workers
         self.extra_overrides = list(extra_overrides)
+        self.start_timeout = start_timeout
         self.auth_overrides = (harness_auth_overrides(base_dir) if auth_overrides is None
                                else list(auth_overrides))
         self.upstream_port = upstream_port if upstream_port is not None else cluster.port
@@ -198,7 +200,7 @@ class L5pgd:
         return self.proc is not None and self.proc.poll() is None
 
     def __enter__(self):
-        return self.start()
+        return self.start(self.start_timeout)
 
     def __exit__(self, *exc):
         self.stop()

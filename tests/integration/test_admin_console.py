@@ -178,6 +178,30 @@ def answer_types(s):
 
 
 @pytest.mark.timeout(60)
+def test_reloads_asked_together_are_each_answered_and_what_follows_waits(l5pgd):
+    """RELOAD answers once the reload ran: what a client pipelines behind it is answered
+    after it, in order; several consoles asking at once are all answered (one reload may
+    answer them all); one that leaves while it waits changes nothing for the others."""
+    gone = console_socket(l5pgd)
+    gone.sendall(message(b"Q", b"reload\0"))
+    gone.close()
+    clients = [console_socket(l5pgd) for _ in range(3)]
+    try:
+        for s in clients:
+            s.sendall(message(b"Q", b"reload\0") + message(b"Q", b"show version\0"))
+        for s in clients:
+            typ, body = pgwire.read_message(s)
+            assert (typ, body) == ("C", b"RELOAD\0"), (typ, body)
+            assert answer_types(s) == "Z"
+            assert answer_types(s) == "TDCZ"
+    finally:
+        for s in clients:
+            s.close()
+    assert console(unix_target(l5pgd), "show version").startswith("l5pgd ")
+    assert l5pgd.alive()
+
+
+@pytest.mark.timeout(60)
 def test_console_answers_messages_as_postgres_does(l5pgd):
     """A FunctionCall gets its error and a ReadyForQuery (psql's \\lo_* and PQfn waited for
     one); CopyData, CopyDone and CopyFail outside a COPY are ignored; a Query with a NUL

@@ -198,7 +198,9 @@ def test_handshake_blocked_on_a_client_that_does_not_read_does_not_spin(workdir,
     chain.write_text((pki / "server.crt").read_text() + ca * 10000)
     overrides = ["tls.mode=require", f"tls.cert_file={chain}",
                  f"tls.key_file={pki / 'server.key'}", "limits.startup_timeout_ms=20000"]
-    with L5pgd(workdir / "l5pgd-tls-long-chain", cluster, extra_overrides=overrides) as d:
+    # Loading 10,000 certificates takes l5pgd seconds; under TSan on a slow host, more than 15.
+    with L5pgd(workdir / "l5pgd-tls-long-chain", cluster, extra_overrides=overrides,
+               start_timeout=90) as d:
         s = pgwire.connect("127.0.0.1", d.port, timeout=30)
         try:
             s.sendall(pgwire.request_packet(pgwire.SSL_REQUEST))
