@@ -56,9 +56,11 @@ Health::Verdict Health::liveness(clock::time_point now) const {
         const clock::duration allowed(stop_allowed_.load(std::memory_order_relaxed));
         if (stopping_for <= allowed)
             return {true, "ok (stopping)"};
-        return {false, fmt::format("stopping for {} s (limit {} s): worker {} has not ended",
+        const int joining = joining_.load(std::memory_order_relaxed);
+        return {false, fmt::format("stopping for {} s (limit {} s): {}",
                                    whole_seconds(stopping_for), whole_seconds(allowed),
-                                   joining_.load(std::memory_order_relaxed))};
+                                   joining < 0 ? "the main thread has not finished stopping"
+                                               : fmt::format("worker {} has not ended", joining))};
     }
     const clock::duration main_idle =
         now - clock::time_point(clock::duration(main_seen_.load(std::memory_order_relaxed)));

@@ -31,7 +31,7 @@ class Health {
     // `draining` at SIGINT (the listeners stay open and refuse with 57P03); `stopping` once
     // the main loop has ended (no more beats), with how long the workers may take to end
     // (their RDMA channels' last writes); `joining` while the main thread waits for worker
-    // `index` to end.
+    // `index` to end (-1: none).
     void started(clock::time_point now) noexcept;
     void beat(clock::time_point now, clock::time_point laggard_seen, int laggard) noexcept;
     void draining() noexcept;

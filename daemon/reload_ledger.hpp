@@ -19,9 +19,10 @@ namespace l5pg::daemon {
 class ReloadLedger {
   public:
     struct Outcome {
-        bool applied = false;               // the configuration was valid and is in force
-        std::string error;                  // why not, when not
-        std::vector<std::string> warnings;  // what was logged as a warning (restart keys)
+        bool applied = false;  // the configuration was valid and is in force
+        std::string error;     // why not, when not
+        // What was logged as a warning: keys that need a restart, settings without effect
+        std::vector<std::string> warnings;
     };
 
     // Any thread: a ticket for the next reload to begin.

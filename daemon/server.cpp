@@ -135,6 +135,7 @@ void Server::stop_workers() {
         health_.joining(static_cast<int>(i));
         workers_[i]->join();
     }
+    health_.joining(-1);  // what is left of the stop is the main thread's
 }
 
 int Server::run() {

@@ -51,7 +51,7 @@ class L5pgd:
                  upstream_socket_dir=None, binary=None, auth_overrides=None, user=None,
                  config_file=None, log_level="debug", start_timeout=15):
         """auth_overrides: None for harness_auth_overrides(), or a list ([] = l5pgd's defaults).
-        start_timeout: seconds `with L5pgd(...)` waits for "l5pgd ready".
+        start_timeout: seconds start() waits for "l5pgd ready" by default.
         user: run l5pgd as this OS user (as a deployment does: the README runs it as postgres).
         config_file: passed with -c (the harness's -o overrides win over it).
         log_level: None leaves logging.level to the file."""
@@ -99,7 +99,8 @@ class L5pgd:
             cmd += ["-o", o]
         return cmd
 
-    def start(self, timeout=15):
+    def start(self, timeout=None):
+        timeout = self.start_timeout if timeout is None else timeout
         if not self.binary.exists():
             raise RuntimeError(f"l5pgd binary not found at {self.binary} "
                                "(build it first, or set L5PG_BUILD_DIR)")
@@ -200,7 +201,7 @@ class L5pgd:
         return self.proc is not None and self.proc.poll() is None
 
     def __enter__(self):
-        return self.start(self.start_timeout)
+        return self.start()
 
     def __exit__(self, *exc):
         self.stop()

@@ -129,9 +129,10 @@ def test_draining_is_alive_but_not_ready(l5pgd, cluster):
 @pytest.mark.timeout(60)
 def test_a_worker_that_does_not_end_makes_a_stopping_l5pgd_unhealthy(l5pgd):
     """SIGTERM while a worker is stuck: l5pgd waits for it to end, /healthz says ok while the
-    stop may take (the stall limit; no RDMA channels here), then 503 naming the worker: a
-    supervisor kills what will not end by itself. Once the worker runs again, l5pgd ends."""
-    tid = thread_id(l5pgd.proc.pid, "l5pgd-worker-1")
+    stop may take (the stall limit; no RDMA channels here), then 503 naming the worker (the
+    first of two: the second has ended): a supervisor kills what will not end by itself. Once
+    the worker runs again, l5pgd ends."""
+    tid = thread_id(l5pgd.proc.pid, "l5pgd-worker-0")
     with StoppedThread(tid):
         l5pgd.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: get(l5pgd, "/healthz") == (200, "ok (stopping)\n"), 10,
@@ -140,5 +141,5 @@ def test_a_worker_that_does_not_end_makes_a_stopping_l5pgd_unhealthy(l5pgd):
         wait_for(lambda: get(l5pgd, "/healthz")[0] == 503, 20, "/healthz to answer 503")
         status, body = get(l5pgd, "/healthz")
         assert body.startswith("stopping for ") and body.endswith(
-            "(limit 10 s): worker 1 has not ended\n"), body
+            "(limit 10 s): worker 0 has not ended\n"), body
     assert l5pgd.proc.wait(timeout=20) == 0, l5pgd.log_tail()

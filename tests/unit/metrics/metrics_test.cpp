@@ -20,6 +20,7 @@
 #include "l5pg_version.hpp"
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::EndsWith;
 using Catch::Matchers::StartsWith;
 using l5pg::daemon::Direction;
 using l5pg::daemon::Health;
@@ -262,6 +263,9 @@ TEST_CASE("Health: starting, beating, stalled, draining, stopping") {
     CHECK(stuck.text == fmt::format("stopping for {} s (limit {} s): worker 1 has not ended",
                                     (allowed + 1s) / 1s, allowed / 1s));
     CHECK_FALSE(health.readiness(now + allowed + 1s).ok);
+    health.joining(-1);  // every worker ended; the main thread's teardown is what hangs
+    CHECK_THAT(health.liveness(now + allowed + 1s).text,
+               EndsWith(": the main thread has not finished stopping"));
 }
 
 TEST_CASE("MetricsServer reports bind conflicts") {
