@@ -207,8 +207,6 @@ bool AdminConsole::process_message(Connection& c, char type, std::span<const std
             if (!c.may_reload)
                 view.request_reload = nullptr;
             c.reload_ticket = answer_admin_query(*sql, view, out);
-            if (c.reload_ticket)
-                ++reloads_waiting_;
         } else {
             out.error("ERROR", protocol::kSqlstateProtocolViolation, "invalid message format");
             out.ready_for_query();
@@ -252,9 +250,8 @@ void AdminConsole::flush(Connection& c) {
     }
 }
 
+// Few console connections are open at a time: each wake looks at them all.
 void AdminConsole::answer_reloads(const ReloadLedger& ledger) {
-    if (reloads_waiting_ == 0)
-        return;
     std::vector<Connection*> answered;
     for (const auto& [key, c] : connections_) {
         if (!c->reload_ticket)
@@ -266,7 +263,6 @@ void AdminConsole::answer_reloads(const ReloadLedger& ledger) {
         answer_reload(*outcome, out);
         c->out.insert(c->out.end(), out.bytes().begin(), out.bytes().end());
         c->reload_ticket.reset();
-        --reloads_waiting_;
         answered.push_back(c.get());
     }
     for (Connection* c : answered)
@@ -292,8 +288,6 @@ bool AdminConsole::write_out(Connection& c) {
 }
 
 void AdminConsole::drop(Connection& c) {
-    if (c.reload_ticket)
-        --reloads_waiting_;
     connections_.erase(&c);  // closes the fd: the session sees Postgres hang up
 }
 

@@ -57,7 +57,6 @@ class AdminConsole {
     event_base* base_;
     const std::function<AdminView()> view_;
     std::map<const Connection*, std::unique_ptr<Connection>> connections_;
-    size_t reloads_waiting_ = 0;  // connections with a reload_ticket
 };
 
 }  // namespace l5pg::daemon

@@ -91,15 +91,11 @@ UpstreamResolver::Answer UpstreamResolver::lookup(const std::string& host, uint1
     return nullptr;
 }
 
+// A lookup whose waiter leaves at once: the query, if one was needed, runs on.
 void UpstreamResolver::refresh(const std::string& host, uint16_t port,
                                std::chrono::milliseconds keep) {
-    const std::string service = std::to_string(port);
-    if (numeric_upstream(host, service))
-        return;
-    forget_expired(clock::now());
-    const std::string key = fmt::format("{}:{}", host, service);
-    if (cache_.count(key) == 0 && pending_.count(key) == 0)
-        (void)ask_dns(key, host, service, keep);
+    Waiter nobody;
+    (void)lookup(host, port, keep, nobody, [](const Answer&) {});
 }
 
 // Starts the query for `key`, or returns its answer when evdns knew it at once (/etc/hosts,
