@@ -10,7 +10,7 @@
 // One pool per worker: a connection's events belong to that worker's event base. An idle
 // connection is closed (after a Terminate) when it has been idle for pool.idle_timeout_ms,
 // when its backend has lived pool.server_lifetime_ms (so that what Postgres checks only at
-// connection time and a role cannot ask -- pg_hba.conf, login event triggers -- applies
+// connection time and a role cannot ask -- pg_hba.conf -- applies
 // again; the rest is asked before each reuse, protocol/pool_login_check.hpp), when pool.max_idle
 // would be exceeded (the oldest goes; also when a reload lowers it, and a reload's timeouts apply
 // to what is kept already), when Postgres sends anything or closes it (a backend terminated by an

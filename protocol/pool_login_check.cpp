@@ -42,6 +42,13 @@ namespace {
 // every version, so such a backend is not kept at all. pg_settings hides the few parameters
 // marked superuser-only for reading (session_preload_libraries) from roles without
 // pg_read_all_settings: those are not seen (README).
+//
+// The eighth: the database has no login event trigger that is not disabled (Postgres 17:
+// CREATE EVENT TRIGGER ... ON login). It runs when a backend starts, so a client given a kept
+// backend would skip it (an audit record, a refusal outside office hours); such a database's
+// backends are never kept. pg_event_trigger is per database and readable by every role;
+// before Postgres 17 no row has that event. (evtenabled 'R' fires only under
+// session_replication_role = replica, 'O' only outside it: each counts, whatever the role.)
 constexpr std::string_view kQuery =
     "SELECT r.rolname, d.datname, r.rolcanlogin AND d.datallowconn AND "
     "d.datconnlimit OPERATOR(pg_catalog.<>) '-2'::pg_catalog.int4 AND "
@@ -69,11 +76,14 @@ constexpr std::string_view kQuery =
     "OPERATOR(pg_catalog.>=) 160000 THEN 'SET' ELSE 'MEMBER' END), "
     "r.rolsuper OR NOT EXISTS (SELECT FROM pg_catalog.pg_settings g "
     "WHERE g.source OPERATOR(pg_catalog.=) 'client' AND "
-    "g.context OPERATOR(pg_catalog.=) ANY ('{superuser,superuser-backend}'::pg_catalog.text[])) "
+    "g.context OPERATOR(pg_catalog.=) ANY ('{superuser,superuser-backend}'::pg_catalog.text[])), "
+    "NOT EXISTS (SELECT FROM pg_catalog.pg_event_trigger t "
+    "WHERE t.evtevent OPERATOR(pg_catalog.=) 'login'::pg_catalog.name AND "
+    "t.evtenabled OPERATOR(pg_catalog.<>) 'D'::pg_catalog.\"char\") "
     "FROM pg_catalog.pg_roles r, pg_catalog.pg_database d "
     "WHERE r.rolname OPERATOR(pg_catalog.=) session_user "
     "AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
-constexpr size_t kColumns = 7;
+constexpr size_t kColumns = 8;
 // A message of the answer (the settings' row may be long), and the answer in all.
 constexpr size_t kMaxMessage = 1024 * 1024;
 constexpr size_t kMaxCheckReply = 4 * 1024 * 1024;
@@ -173,6 +183,12 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
         failure_ =
             "its client set a superuser-only parameter at login, which Postgres allows by a "
             "grant it checks at login only";
+        return false;
+    }
+    if ((*values)[7] != "t") {
+        failure_ =
+            "its database has a login event trigger, which runs when a backend starts and "
+            "would not for a reused one";
         return false;
     }
     if (purpose_ == Purpose::AtStart) {

@@ -5,7 +5,8 @@
 // datallowconn, the CONNECT privilege), and the role's and the database's CONNECTION LIMIT
 // must not be exceeded, the backend counted as the new login; the role it runs as (set at
 // login) must still be granted to its login role, and its client must have set no
-// superuser-only parameter at login (a grant checked then only). The same query also reads the
+// superuser-only parameter at login (a grant checked then only), and its database must have no
+// login event trigger (Postgres 17: it runs when a backend starts). The same query also reads the
 // settings a login takes from pg_db_role_setting (ALTER ROLE / ALTER DATABASE ... SET,
 // ALTER ROLE ... IN DATABASE ... SET, ALTER ROLE ALL SET): asked right after a new backend's
 // greeting (Purpose::AtStart) they are what the backend runs with, and before each reuse

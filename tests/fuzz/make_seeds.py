@@ -87,6 +87,12 @@ SEEDS = {
         + message(b"D", b"\0\x01" + struct.pack("!I", 28) + b"l5pgd-reset-0000000000000000")
         + message(b"C", b"SELECT 1\0") + message(b"Z", b"I"),
         "terminate": b"\x01" + message(b"Q", b"select 1\0") + message(b"X", b""),
+        # the login check's answer that passes (protocol/pool_login_check.cpp: eight columns)
+        "login_check": b"\x05" + message(b"T", b"\0\x08" + b"?column?\0" * 8)
+        + message(b"D", b"\0\x08" + b"".join(
+            struct.pack("!I", len(v)) + v for v in (b"postgres", b"postgres", b"t", b"t",
+                                                     b"0 5 {work_mem=8MB}", b"t", b"t", b"t")))
+        + message(b"C", b"SELECT 1\0") + message(b"Z", b"I"),
     },
     "ident_map": {
         "rules": b"# comment\nalice postgres\n1000 app\n  bob  writer # tail\n",

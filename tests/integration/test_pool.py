@@ -1426,6 +1426,51 @@ def test_backend_whose_settings_cannot_be_read_serves_its_client_and_is_not_kept
     assert pool_metric(d, IDLE) == 0
 
 
+LOGIN_TRIGGER = "its database has a login event trigger"
+
+
+def add_login_trigger(cluster, db):
+    """A login event trigger in `db`, which runs at each login from Postgres 17 on. Postgres 15
+    has none: there the catalog row CREATE EVENT TRIGGER ... ON login makes is inserted by a
+    superuser, which Postgres 15 ignores (its event trigger cache skips events it does not
+    know) and l5pgd must see all the same."""
+    cluster.sql("create function l5pg_on_login() returns event_trigger language plpgsql "
+                "as 'begin end'", dbname=db)
+    if int(cluster.sql("show server_version_num")) >= 170000:
+        cluster.sql("create event trigger l5pg_login on login "
+                    "execute function l5pg_on_login()", dbname=db)
+    else:
+        cluster.sql("insert into pg_catalog.pg_event_trigger values ("
+                    "(select coalesce(max(oid::int8), 16384) + 1 from pg_catalog.pg_event_trigger)"
+                    "::oid, 'l5pg_login', 'login', 10, 'l5pg_on_login'::regproc, 'O', null)",
+                    dbname=db)
+
+
+def test_backends_of_a_database_with_a_login_event_trigger_are_not_kept(
+        l5pgd, cluster, login_role):
+    """A login event trigger (Postgres 17) runs when a backend starts: a client given a kept
+    backend would skip it (an audit record, a refusal outside office hours) where a direct
+    login runs it. Such a database's kept backend is not reused, a new one is not kept, and
+    once the trigger is disabled its backends are kept again. (They were kept, and the trigger
+    ran again only after pool.server_lifetime_ms.)"""
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    add_login_trigger(cluster, login_role)
+    second = backend_pid(target, app=app, env=env)
+    assert second != first
+    assert pool_metric(d, REUSE_REFUSED) == 1
+    assert f"not reused: {LOGIN_TRIGGER}" in d.log_text()
+    wait_for(lambda: f"login check at the start failed: {LOGIN_TRIGGER}" in d.log_text(), WAIT,
+             "the check at the start to fail")
+    wait_backend_gone(cluster, second)
+    assert pool_metric(d, IDLE) == 0
+    assert backend_pid(target, app=app, env=env) not in (first, second)
+
+    cluster.sql("alter event trigger l5pg_login disable", dbname=login_role)
+    third = backend_pid(target, app=app, env=env)
+    wait_idle(d, 1)
+    assert backend_pid(target, app=app, env=env) == third
+
+
 # -- what a pooled session costs l5pgd ---------------------------------------------------------
 
 # A pooled session walks a copy of what its client sends (to know when the backend may be

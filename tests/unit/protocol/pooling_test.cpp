@@ -86,12 +86,12 @@ Bytes reset_answer(uint64_t nonce, const Bytes& before = {}) {
     return concat({before, w.take()});
 }
 
-// The answer to PoolLoginCheck::request(): the row, if any, with its seven values.
+// The answer to PoolLoginCheck::request(): the row, if any, with its eight values.
 Bytes login_check_answer(const std::vector<std::optional<std::string>>& row,
                          std::string_view tag = "SELECT 1") {
     BackendWriter w;
-    w.row_description(
-        {"rolname", "datname", "?column?", "?column?", "concat", "?column?", "?column?"});
+    w.row_description({"rolname", "datname", "?column?", "?column?", "concat", "?column?",
+                       "?column?", "?column?"});
     if (!row.empty())
         w.data_row(row);
     w.command_complete(tag);
@@ -421,9 +421,9 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     REQUIRE(request.size() > kMessageHeaderSize);
     CHECK(static_cast<char>(request[0]) == 'Q');
 
-    const Bytes passing =
-        concat({message('S', text(cstrings({"TimeZone", "UTC"}))),
-                login_check_answer({"alice", "app", "t", "t", std::string(kSettings), "t", "t"})});
+    const Bytes passing = concat(
+        {message('S', text(cstrings({"TimeZone", "UTC"}))),
+         login_check_answer({"alice", "app", "t", "t", std::string(kSettings), "t", "t", "t"})});
     for (size_t piece = 1; piece <= passing.size(); ++piece) {
         PoolLoginCheck login_check = reuse_check();
         ServerGreeting greeting;
@@ -440,8 +440,8 @@ TEST_CASE("PoolLoginCheck: passes only the same role and database, still allowed
     PoolLoginCheck cut = reuse_check(long_role);
     ServerGreeting greeting;
     CHECK(check(cut,
-                login_check_answer(
-                    {long_role.substr(0, 63), "app", "t", "t", std::string(kSettings), "t", "t"}),
+                login_check_answer({long_role.substr(0, 63), "app", "t", "t",
+                                    std::string(kSettings), "t", "t", "t"}),
                 greeting) == PoolLoginCheck::Status::Passed);
 }
 
@@ -455,30 +455,35 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     error.ready_for_query('I');
     const std::string settings(kSettings);
     const Case cases[] = {
-        {login_check_answer({"alice", "app", "f", "t", settings, "t", "t"}),
+        {login_check_answer({"alice", "app", "f", "t", settings, "t", "t", "t"}),
          "may no longer log in"},
-        {login_check_answer({"alice", "app", "t", "f", settings, "t", "t"}), "CONNECTION LIMIT"},
+        {login_check_answer({"alice", "app", "t", "f", settings, "t", "t", "t"}),
+         "CONNECTION LIMIT"},
         {login_check_answer({"alice", "app", "t", "t"}), "malformed row"},  // a column short
-        {login_check_answer({"alice_old", "app", "t", "t", settings, "t", "t"}), "renamed"},
-        {login_check_answer({"alice", "app2", "t", "t", settings, "t", "t"}), "renamed"},
-        {login_check_answer({"alice", "app", "t", "t", "", "t", "t"}),
+        {login_check_answer({"alice_old", "app", "t", "t", settings, "t", "t", "t"}), "renamed"},
+        {login_check_answer({"alice", "app2", "t", "t", settings, "t", "t", "t"}), "renamed"},
+        {login_check_answer({"alice", "app", "t", "t", "", "t", "t", "t"}),
          "(ALTER ROLE / ALTER DATABASE"},
         {login_check_answer(
-             {"alice", "app", "t", "t", settings + ";0 0 {lock_timeout=1s}", "t", "t"}),
+             {"alice", "app", "t", "t", settings + ";0 0 {lock_timeout=1s}", "t", "t", "t"}),
          "changed since it started"},
-        {login_check_answer({"alice", "app", "t", "t", "superuser " + settings, "t", "t"}),
+        {login_check_answer({"alice", "app", "t", "t", "superuser " + settings, "t", "t", "t"}),
          "or its SUPERUSER attribute, changed since it started"},
-        {login_check_answer({"alice", "app", "t", "t", settings, "f", "t"}),
+        {login_check_answer({"alice", "app", "t", "t", settings, "f", "t", "t"}),
          "may no longer take the role it runs as"},
-        {login_check_answer({"alice", "app", "t", "t", settings, "t", "f"}),
+        {login_check_answer({"alice", "app", "t", "t", settings, "t", "f", "t"}),
          "superuser-only parameter"},
+        {login_check_answer({"alice", "app", "t", "t", settings, "t", "t", "f"}),
+         "login event trigger"},
+        {login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+         "malformed row"},  // a column short
         {login_check_answer({}, "SELECT 0"), "no longer exists"},
-        {login_check_answer({"alice", "app", std::nullopt, "t", settings, "t", "t"}),
+        {login_check_answer({"alice", "app", std::nullopt, "t", settings, "t", "t", "t"}),
          "malformed row"},
-        {login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}, "SELECT 0"),
+        {login_check_answer({"alice", "app", "t", "t", settings, "t", "t", "t"}, "SELECT 0"),
          "command tag"},
         {error.take(), "an error: permission denied"},
-        {concat({login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+        {concat({login_check_answer({"alice", "app", "t", "t", settings, "t", "t", "t"}),
                  message('Z', "I")}),
          "after"},
         {concat({message('D', ""), message('Z', "I")}), "unexpected message"},
@@ -495,7 +500,7 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
     // Nothing may follow a passed check either.
     PoolLoginCheck passed = reuse_check();
     ServerGreeting greeting;
-    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+    REQUIRE(check(passed, login_check_answer({"alice", "app", "t", "t", settings, "t", "t", "t"}),
                   greeting) == PoolLoginCheck::Status::Passed);
     CHECK(check(passed, message('Z', "I"), greeting) == PoolLoginCheck::Status::Failed);
 }
@@ -507,7 +512,7 @@ TEST_CASE(
     PoolLoginCheck at_start("alice", "app", PoolLoginCheck::Purpose::AtStart);
     ServerGreeting greeting;
     REQUIRE(check(at_start,
-                  concat({login_check_answer({"alice", "app", "t", "t", settings, "t", "t"}),
+                  concat({login_check_answer({"alice", "app", "t", "t", settings, "t", "t", "t"}),
                           pipelined}),
                   greeting) == PoolLoginCheck::Status::Passed);
     CHECK(at_start.settings() == settings);
@@ -540,7 +545,7 @@ TEST_CASE(
 
     // A FATAL (the backend terminated meanwhile) is the client's to see, as Postgres sent it.
     const Bytes fatal = error_response("FATAL", "terminating connection");
-    Bytes without_ready = login_check_answer({"alice", "app", "t", "t", settings, "t", "t"});
+    Bytes without_ready = login_check_answer({"alice", "app", "t", "t", settings, "t", "t", "t"});
     without_ready.resize(without_ready.size() - 6);  // its ReadyForQuery
     for (const Bytes& before : {Bytes{}, without_ready}) {
         PoolLoginCheck ended("alice", "app", PoolLoginCheck::Purpose::AtStart);
