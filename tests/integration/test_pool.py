@@ -1225,6 +1225,41 @@ def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(
         stop_process(holder)
 
 
+@pytest.fixture
+def autovacuum_naptime_1s(cluster):
+    """Autovacuum looks at each database every second while the test runs."""
+    cluster.sql("alter system set autovacuum_naptime = '1s'")
+    cluster.sql("select pg_reload_conf()")
+    yield
+    cluster.sql("alter system reset autovacuum_naptime")
+    cluster.sql("select pg_reload_conf()")
+
+
+@pytest.mark.timeout(180)
+def test_autovacuum_at_work_does_not_count_against_the_database_limit(
+        l5pgd, cluster, login_role, autovacuum_naptime_1s):
+    """Postgres 15 admits a login to a database at its CONNECTION LIMIT of 1 while an
+    autovacuum worker works there (tried by hand on 15.18), so the kept backend is reused then
+    too. A role that may read every session's statistics
+    (pg_read_all_stats, pg_monitor) sees the worker as "autovacuum worker" in pg_stat_activity:
+    counting it, as a review once proposed, would refuse the reuse and keep no backend there."""
+    cluster.sql(f"grant pg_read_all_stats to {login_role}")
+    cluster.sql(f"alter database {login_role} connection limit 1")
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    # Dead rows that autovacuum takes a minute to clean, sleeping 100 ms every page or so.
+    cluster.sql("create table l5pg_dead (i int) with (autovacuum_vacuum_threshold = 0, "
+                "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_cost_delay = 100, "
+                "autovacuum_vacuum_cost_limit = 1); "
+                "insert into l5pg_dead select generate_series(1, 200000); delete from l5pg_dead",
+                dbname=login_role)
+    autovacuum_there = ("select count(*) from pg_stat_activity where backend_type = "
+                        f"'autovacuum worker' and datname = '{login_role}'")
+    wait_for(lambda: cluster.sql(autovacuum_there) == "1", 90, "autovacuum to work there")
+    assert backend_pid(target, app=app, env=env) == first
+    assert cluster.sql(autovacuum_there) == "1", "autovacuum ended before the reuse"
+    assert pool_metric(d, REUSE_REFUSED) == 0
+
+
 def test_kept_backend_of_a_renamed_role_is_not_reused(l5pgd, cluster, login_role):
     """The role was renamed and a new one took its name: a new login by that name is the new
     role, so the next client must not get the old role's backend (nor its rights)."""
