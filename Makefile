@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config clang-format \
   libevent-dev libspdlog-dev libfmt-dev libyaml-cpp-dev catch2 libpq-dev \
   libibverbs-dev librdmacm-dev libssl-dev dpkg-dev openssl postgresql-15 postgresql-contrib pgbouncer \
-  python3 python3-pytest python3-pytest-timeout python3-psycopg2 python3-psycopg \
+  python3 python3-pytest python3-pytest-timeout python3-pytest-xdist python3-psycopg2 python3-psycopg \
   python3-matplotlib strace systemd debootstrap
 
 # make test's sanitizer pass (sanitize-test): ASan+UBSan on the unit tests and on l5pgd for
@@ -36,6 +36,18 @@ SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEAS
   "-DCMAKE_C_FLAGS_RELEASE=-O1 -g1" -DCMAKE_UNITY_BUILD=ON
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1
+
+# The integration suites spend most of their time waiting (for timeouts, for Postgres, for
+# clients to leave), so their modules run on $(JOBS) pytest workers (pytest-xdist; each worker
+# starts its own Postgres cluster and l5pgd, each module stays on one worker). The tests
+# marked serial (tests/integration/conftest.py) need the other CPUs quiet and run alone after.
+# $(call integration,ENVIRONMENT,TESTS): TESTS in tests/integration, so; pytest's exit status
+# 5 is a subset without serial tests.
+PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
+define integration
+	cd tests/integration && $(1) $(PYTEST) -n $(JOBS) --dist loadfile -m "not serial" $(2)
+	cd tests/integration && { $(1) $(PYTEST) -m serial $(2) || [ $$? = 5 ]; }
+endef
 
 # Only for `make fuzz`: clang with libFuzzer and the sanitizer runtimes.
 FUZZ_PACKAGES := clang libclang-rt-14-dev
@@ -91,13 +103,13 @@ unit-test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L unit
 
 integration-test: build
-	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	$(call integration,L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)),.)
 
 test: build
 	@echo "== unit tests (ctest) =="
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	@echo "== integration tests (pytest, real PostgreSQL 15) =="
-	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration
+	@$(MAKE) --no-print-directory integration-test
 	@echo "== RDMA on real hardware (verbs device; skipped without one) =="
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) tests/rdma/hw-test.sh
 	@$(MAKE) --no-print-directory sanitize-test
@@ -107,14 +119,14 @@ sanitize-test: deps
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DL5PG_SANITIZE=ON
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -L unit
-	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(ASAN_BUILD_DIR)) \
-	  L5PG_SHIM_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider $(ASAN_IT)
+	$(call integration,$(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(ASAN_BUILD_DIR)) \
+	  L5PG_SHIM_BUILD_DIR=$(abspath $(BUILD_DIR)),$(ASAN_IT))
 	@echo "== TSan: the threaded unit tests ($(TSAN_UNIT)), then l5pgd under $(TSAN_IT) =="
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE) -DL5PG_TSAN=ON
 	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target l5pgd $(TSAN_UNIT)
 	for t in $(TSAN_UNIT); do $(SANITIZER_ENV) $(TSAN_BUILD_DIR)/bin/$$t || exit 1; done
-	cd tests/integration && $(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(TSAN_BUILD_DIR)) \
-	  L5PG_SHIM_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) -m pytest -q -p no:cacheprovider $(TSAN_IT)
+	$(call integration,$(SANITIZER_ENV) L5PG_BUILD_DIR=$(abspath $(TSAN_BUILD_DIR)) \
+	  L5PG_SHIM_BUILD_DIR=$(abspath $(BUILD_DIR)),$(TSAN_IT))
 
 demo: build
 	L5PG_BUILD_DIR=$(abspath $(BUILD_DIR)) $(PYTHON) bench/demo.py

@@ -13,6 +13,10 @@ import pytest
 from tests.harness import paths
 from tests.harness.client import psql, shm_target, unix_target
 
+# Runs pgbench at full speed on every CPU: beside it, other tests' timeouts would measure
+# its load (tests/integration/conftest.py: serial).
+pytestmark = pytest.mark.serial
+
 REPO = paths.REPO
 COLUMNS = ["workload", "target", "placement", "clients", "run", "tps", "latency_ms", "cpu_us_per_tx"]
 TARGETS = ["direct-unix", "pgbouncer-unix", "l5pgd-shm"]

@@ -202,6 +202,7 @@ def median_psql_ms(target, n):
     return statistics.median(times)
 
 
+@pytest.mark.serial  # compares latencies before and during: another test's load would differ
 def test_doorbell_flood_neither_stalls_other_clients_nor_goes_unnoticed(start_l5pgd, shim):
     """An SHM client writing doorbell bytes in a loop (no ring activity) on the worker that
     other clients use: their median psql latency stays below twice its baseline (before
@@ -303,6 +304,7 @@ sys.stdin.read()
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.serial  # bounds a bystander's slowest query at 100 ms: another test's load would not
 def test_stuck_rdma_teardown_does_not_stall_the_worker(start_l5pgd, shim):
     """An RDMA client that stops acknowledging (SIGSTOP: its soft device thread stops too)
     while its backend is terminated: l5pgd writes the FATAL error into its ring and

@@ -9,6 +9,10 @@ import pytest
 
 from tests.harness.client import PGBENCH, parse_pgbench, run, shm_target
 
+# Relies on no answer outlasting a 50 ms spin: another test's load beside it can
+# (tests/integration/conftest.py: serial).
+pytestmark = pytest.mark.serial
+
 T = 2000  # transactions
 SOCKET_CALLS = ("recvfrom", "recvmsg", "recvmmsg", "sendto", "sendmsg", "sendmmsg")
 

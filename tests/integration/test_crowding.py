@@ -14,6 +14,10 @@ import pytest
 from tests.harness.client import PGBENCH, pgbench, shm_target
 from tests.harness.l5pgd import L5pgd
 
+# Reads the crowding of the CPUs it loads itself: another test's load beside it changes
+# what the gauge sees (tests/integration/conftest.py: serial).
+pytestmark = pytest.mark.serial
+
 SPIN_ONLY = {"L5PG_SPIN_US": "50000", "L5PG_YIELD_US": "0"}
 
 

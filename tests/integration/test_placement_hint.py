@@ -10,6 +10,10 @@ import pytest
 from tests.harness.client import pgbench, shm_target
 from tests.harness.l5pgd import L5pgd
 
+# Counts a client's and a worker's blocks on one CPU: another test's load beside it
+# answers before either would block (tests/integration/conftest.py: serial).
+pytestmark = pytest.mark.serial
+
 T = 1000  # transactions
 
 

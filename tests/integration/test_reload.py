@@ -49,6 +49,7 @@ def configured(workdir, cluster):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.serial  # four SHM sessions spinning for 10 s would crowd the tests beside it
 def test_reload_under_pgbench(configured, pgbench_db):
     """Log level and spin budget change while 4 SHM sessions run pgbench -T 10: no error,
     no session dropped, the workers take the new budget, debug lines appear afterwards."""
