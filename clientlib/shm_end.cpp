@@ -156,7 +156,9 @@ void ShmEnd::on_socket_readable(int fd) {
 void ShmEnd::prepare_for_foreign_wait(int fd) {
     if (broken() || peer_closed_)
         return;
+    drain_owed_doorbells(fd);
     if (!rx_.has_data()) {
+        armed_for_foreign_wait_.store(true, std::memory_order_relaxed);
         rx_.arm();
         if (!rx_.has_data())
             return;  // Dekker re-check: the flag covers what comes next
@@ -164,9 +166,25 @@ void ShmEnd::prepare_for_foreign_wait(int fd) {
     // Claimed before the byte goes out: another thread may drain the answer at once.
     if (poke_outstanding_.exchange(true, std::memory_order_relaxed))
         return;
+    armed_for_foreign_wait_.store(true, std::memory_order_relaxed);
     rx_.arm();
     if (!ring(fd))
         poke_outstanding_.store(false, std::memory_order_relaxed);
+}
+
+// The doorbells of earlier foreign waits are drained where a read finds the ring empty. An
+// edge-triggered epoll user (tokio; libevent's EV_ET) never makes that read: it reads once per
+// edge and stops at a short read. Left on the socket, one byte per answer, they filled it
+// until l5pgd's next doorbell failed with EAGAIN (rung, for a level-triggered poller, since
+// the bytes there wake it) and no new edge came. So each return drains what is owed: the
+// doorbell of a wait whose flag l5pgd took, or a poke's answer. (One that is still on its
+// way is drained at the next return; the edge it makes only costs the loop a round.)
+void ShmEnd::drain_owed_doorbells(int fd) {
+    const bool rung = armed_for_foreign_wait_.load(std::memory_order_relaxed) && !rx_.armed();
+    if (!rung && !poke_outstanding_.load(std::memory_order_relaxed))
+        return;
+    armed_for_foreign_wait_.store(false, std::memory_order_relaxed);
+    on_socket_readable(fd);
 }
 
 // As on a Unix socket whose peer closed: POLLHUP at once, beside POLLIN while data is left.

@@ -47,9 +47,12 @@ class ShmEnd final : public transport::ChannelEnd {
     shm::RingReader rx_;           // server -> client
     bool peer_closed_ = false;     // EOF seen on the socket
     const char* error_ = nullptr;  // l5pgd wrote something impossible into a ring
+    void drain_owed_doorbells(int fd);
     // A doorbell byte was requested and not yet drained (threads of the application may
     // both wait on the connection).
     std::atomic<bool> poke_outstanding_{false};
+    // prepare_for_foreign_wait() armed reader_waiting: once l5pgd takes the flag, it rings.
+    std::atomic<bool> armed_for_foreign_wait_{false};
 };
 
 // In a forked child: forget which of l5pgd's waits the parent's threads rang.

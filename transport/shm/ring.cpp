@@ -87,4 +87,8 @@ bool RingReader::disarm() noexcept {
     return control_->reader_waiting.exchange(0, std::memory_order_acq_rel) != 0;
 }
 
+bool RingReader::armed() const noexcept {
+    return control_->reader_waiting.load(std::memory_order_acquire) != 0;
+}
+
 }  // namespace l5pg::shm

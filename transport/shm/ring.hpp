@@ -118,6 +118,9 @@ class RingReader {
     void arm(uint64_t wait_id) noexcept;
     void arm() noexcept { arm(wait::kUnnamedWait); }
     bool disarm() noexcept;
+    // Whether reader_waiting is still armed: false once a writer took it (and rang), or the
+    // reader disarmed it.
+    [[nodiscard]] bool armed() const noexcept;
 
     [[nodiscard]] uint64_t position() const noexcept { return read_pos_; }
     [[nodiscard]] size_t size() const noexcept { return size_; }

@@ -3,6 +3,7 @@
 // socketpair; the test plays the worker, arming its client->server rings as it would
 // before blocking (Worker::arm_sessions) and counting the doorbell bytes that arrive.
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -228,4 +229,44 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         l5pg::shim::stop_waiting(*ch, query);
     }
     l5pg::shim::channel_release(*ch);
+}
+
+// An edge-triggered epoll user reads once per edge and never makes the read that finds the
+// ring empty: each return must drain the doorbell l5pgd rang for the wait it armed, or one
+// byte per answer stays on the socket until l5pgd's doorbells fail with EAGAIN and no new
+// edge ever comes.
+TEST_CASE("ShmEnd: a return drains the doorbell rung for the foreign wait it armed",
+          "[shim][shm][doorbell]") {
+    Connection c;
+    shm::RingWriter to_client(c.server->header().s2c, c.server->s2c_data(), c.server->s2c_size());
+    const auto answer = [&] {  // l5pgd publishes an answer and rings if the client waits
+        const std::string_view what = "answer";
+        shm::RingStatus status = shm::RingStatus::Ok;
+        REQUIRE(to_client.write(std::as_bytes(std::span(what.data(), what.size())), status) ==
+                what.size());
+        if (to_client.reader_needs_wakeup())
+            REQUIRE(::send(c.worker, "x", 1, 0) == 1);
+    };
+    const auto queued_on_app_socket = [&c] {
+        int n = -1;
+        REQUIRE(::ioctl(c.app, FIONREAD, &n) == 0);
+        return n;
+    };
+    std::byte out[64];
+    c.end->prepare_for_foreign_wait(c.app);  // the ring is empty: armed
+    for (int i = 0; i < 1000; ++i) {
+        answer();
+        REQUIRE(c.end->read(c.app, out).bytes == 6);  // one read: no EAGAIN after it
+        c.end->prepare_for_foreign_wait(c.app);       // as the call returns
+        REQUIRE(queued_on_app_socket() == 0);
+    }
+    SECTION("a poke's answer too") {
+        answer();  // data left in the ring when the call returns: a poke, answered
+        c.end->prepare_for_foreign_wait(c.app);
+        CHECK(c.doorbells() == 1);
+        REQUIRE(::send(c.worker, "x", 1, 0) == 1);
+        REQUIRE(c.end->read(c.app, out).bytes == 6);
+        c.end->prepare_for_foreign_wait(c.app);
+        CHECK(queued_on_app_socket() == 0);
+    }
 }
