@@ -124,10 +124,12 @@ bool ShmEnd::ready(Want want) {
 // Only a wait for data carries the wait's name (RingControl::reader_wait_id): l5pgd rings a
 // client that waits for space when it consumes, once per arming, as before names existed.
 bool ShmEnd::arm(Want want, uint64_t wait_id) {
-    if (want == Want::Read)
+    if (want == Want::Read) {
         rx_.arm(wait_id);
-    else
+    } else {
+        armed_for_room_.store(true, std::memory_order_relaxed);
         tx_.arm();
+    }
     return true;  // the caller's re-check decides
 }
 
@@ -158,7 +160,7 @@ void ShmEnd::prepare_for_foreign_wait(int fd) {
         return;
     drain_owed_doorbells(fd);
     if (!rx_.has_data()) {
-        armed_for_foreign_wait_.store(true, std::memory_order_relaxed);
+        armed_for_data_.store(true, std::memory_order_relaxed);
         rx_.arm();
         if (!rx_.has_data())
             return;  // Dekker re-check: the flag covers what comes next
@@ -166,7 +168,7 @@ void ShmEnd::prepare_for_foreign_wait(int fd) {
     // Claimed before the byte goes out: another thread may drain the answer at once.
     if (poke_outstanding_.exchange(true, std::memory_order_relaxed))
         return;
-    armed_for_foreign_wait_.store(true, std::memory_order_relaxed);
+    armed_for_data_.store(true, std::memory_order_relaxed);
     rx_.arm();
     if (!ring(fd))
         poke_outstanding_.store(false, std::memory_order_relaxed);
@@ -174,16 +176,21 @@ void ShmEnd::prepare_for_foreign_wait(int fd) {
 
 // The doorbells of earlier foreign waits are drained where a read finds the ring empty. An
 // edge-triggered epoll user (tokio; libevent's EV_ET) never makes that read: it reads once per
-// edge and stops at a short read. Left on the socket, one byte per answer, they filled it
-// until l5pgd's next doorbell failed with EAGAIN (rung, for a level-triggered poller, since
-// the bytes there wake it) and no new edge came. So each return drains what is owed: the
-// doorbell of a wait whose flag l5pgd took, or a poke's answer. (One that is still on its
-// way is drained at the next return; the edge it makes only costs the loop a round.)
+// edge and stops at a short read, and a writer of a COPY reads nothing at all. Left on the
+// socket, one byte per answer or per room made, they filled it until l5pgd's next doorbell
+// failed with EAGAIN (rung, for a level-triggered poller, since the bytes there wake it) and
+// no new edge came. So each return drains what is owed: the doorbell of a wait whose flag
+// l5pgd took, or a poke's answer. (One still on its way is drained at a later return; the
+// edge it makes only costs the loop a round.)
 void ShmEnd::drain_owed_doorbells(int fd) {
-    const bool rung = armed_for_foreign_wait_.load(std::memory_order_relaxed) && !rx_.armed();
-    if (!rung && !poke_outstanding_.load(std::memory_order_relaxed))
+    const bool for_data = armed_for_data_.load(std::memory_order_relaxed) && !rx_.armed();
+    const bool for_room = armed_for_room_.load(std::memory_order_relaxed) && !tx_.armed();
+    if (!for_data && !for_room && !poke_outstanding_.load(std::memory_order_relaxed))
         return;
-    armed_for_foreign_wait_.store(false, std::memory_order_relaxed);
+    if (for_data)
+        armed_for_data_.store(false, std::memory_order_relaxed);
+    if (for_room)
+        armed_for_room_.store(false, std::memory_order_relaxed);
     on_socket_readable(fd);
 }
 

@@ -51,8 +51,10 @@ class ShmEnd final : public transport::ChannelEnd {
     // A doorbell byte was requested and not yet drained (threads of the application may
     // both wait on the connection).
     std::atomic<bool> poke_outstanding_{false};
-    // prepare_for_foreign_wait() armed reader_waiting: once l5pgd takes the flag, it rings.
-    std::atomic<bool> armed_for_foreign_wait_{false};
+    // reader_waiting armed by prepare_for_foreign_wait(), writer_waiting by arm(): once
+    // l5pgd takes the flag, it rings (drain_owed_doorbells()).
+    std::atomic<bool> armed_for_data_{false};
+    std::atomic<bool> armed_for_room_{false};
 };
 
 // In a forked child: forget which of l5pgd's waits the parent's threads rang.

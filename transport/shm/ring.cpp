@@ -64,6 +64,10 @@ bool RingWriter::disarm() noexcept {
     return control_->writer_waiting.exchange(0, std::memory_order_acq_rel) != 0;
 }
 
+bool RingWriter::armed() const noexcept {
+    return control_->writer_waiting.load(std::memory_order_acquire) != 0;
+}
+
 // ---------------------------------------------------------------- reader
 
 RingReader::RingReader(RingControl& control, std::byte* data, size_t size) noexcept

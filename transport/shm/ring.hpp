@@ -67,6 +67,9 @@ class RingWriter {
     // Disarm; returns false if the reader already consumed the flag (a doorbell byte is
     // then on its way and should be drained).
     bool disarm() noexcept;
+    // Whether writer_waiting is still armed: false once the reader took it (and rang), or the
+    // writer disarmed it.
+    [[nodiscard]] bool armed() const noexcept;
 
     [[nodiscard]] uint64_t position() const noexcept { return write_pos_; }
     [[nodiscard]] size_t size() const noexcept { return size_; }
