@@ -105,7 +105,7 @@ bool arm_for_foreign_waiter(Channel& ch, Want want) {
 // (end_waiters.hpp). A send takes nothing from the receive ring: not after a send.
 void prepare_return(Channel& ch, int fd, bool after_read) {
     if (foreign_waiters_possible() || (after_read && others_wait(ch, Want::Read)))
-        ch.end->prepare_for_foreign_wait(fd);
+        ch.end->prepare_for_foreign_wait(fd, others_wait(ch, Want::Write));
 }
 
 // A blocking wait until the end is ready for `want`, as a wait::Waiter: the end's flag,
@@ -455,7 +455,7 @@ ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags) {
 // (upgrade_rdma.cpp), and the README names this for those made before.
 void channel_prepare_for_foreign_wait(Channel& ch, int fd) {
     if (!ch.rdma || ch.last_user.load(std::memory_order_relaxed) == thread_mark())
-        ch.end->prepare_for_foreign_wait(fd);
+        ch.end->prepare_for_foreign_wait(fd, others_wait(ch, Want::Write));
 }
 
 short channel_revents(Channel& ch, short events) {

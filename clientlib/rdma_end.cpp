@@ -42,7 +42,7 @@ void RdmaEnd::on_socket_readable(int fd) {
 
 // An epoll user only wakes for bytes on the socket: arm the flag so that l5pgd rings
 // when it next publishes (see the note in rdma_end.hpp about data already received).
-void RdmaEnd::prepare_for_foreign_wait(int fd) {
+void RdmaEnd::prepare_for_foreign_wait(int fd, bool) {
     channel_->use_session_fd(fd);
     if (!channel_->readable())
         (void)channel_->arm_read();

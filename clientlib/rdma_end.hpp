@@ -34,7 +34,7 @@ class RdmaEnd final : public transport::ChannelEnd {
     // Nothing to undo: a flag the server finds set costs one spurious doorbell.
     void disarm(transport::Want) override {}
     void on_socket_readable(int fd) override;
-    void prepare_for_foreign_wait(int fd) override;
+    void prepare_for_foreign_wait(int fd, bool room_awaited) override;
     [[nodiscard]] bool hung_up() override { return channel_->peer_closed(); }
     [[nodiscard]] bool broken() const override {
         return channel_->broken() && !channel_->peer_closed();

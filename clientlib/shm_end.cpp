@@ -155,10 +155,10 @@ void ShmEnd::on_socket_readable(int fd) {
 // Either the ring is empty and reader_waiting is armed (l5pgd rings when it publishes),
 // or it holds data and a doorbell byte is pending or requested: the "poke", one byte to
 // l5pgd, which answers with one while data is unread (daemon/client_end_shm.cpp answer_poke()).
-void ShmEnd::prepare_for_foreign_wait(int fd) {
+void ShmEnd::prepare_for_foreign_wait(int fd, bool room_awaited) {
     if (broken() || peer_closed_)
         return;
-    drain_owed_doorbells(fd);
+    drain_owed_doorbells(fd, room_awaited);
     if (!rx_.has_data()) {
         armed_for_data_.store(true, std::memory_order_relaxed);
         rx_.arm();
@@ -181,10 +181,16 @@ void ShmEnd::prepare_for_foreign_wait(int fd) {
 // failed with EAGAIN (rung, for a level-triggered poller, since the bytes there wake it) and
 // no new edge came. So each return drains what is owed: the doorbell of a wait whose flag
 // l5pgd took, or a poke's answer. (One still on its way is drained at a later return; the
-// edge it makes only costs the loop a round.)
-void ShmEnd::drain_owed_doorbells(int fd) {
+// edge it makes only costs the loop a round.) A doorbell for data may be drained under
+// another thread's wait for data: what follows here arms again or pokes (end_waiters.hpp).
+// One for room may not while a thread waits for room: nothing would ring again for room
+// already made, and that thread's poll() would sleep on; it is drained at a later return.
+// (A thread that starts to wait for room in the instant between the caller's look and this
+// drain, and is rung within it, may still lose its doorbell.)
+void ShmEnd::drain_owed_doorbells(int fd, bool room_awaited) {
     const bool for_data = armed_for_data_.load(std::memory_order_relaxed) && !rx_.armed();
-    const bool for_room = armed_for_room_.load(std::memory_order_relaxed) && !tx_.armed();
+    const bool for_room =
+        !room_awaited && armed_for_room_.load(std::memory_order_relaxed) && !tx_.armed();
     if (!for_data && !for_room && !poke_outstanding_.load(std::memory_order_relaxed))
         return;
     if (for_data)

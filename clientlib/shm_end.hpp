@@ -23,7 +23,7 @@ class ShmEnd final : public transport::ChannelEnd {
     [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) override;
     void disarm(transport::Want want) override;
     void on_socket_readable(int fd) override;
-    void prepare_for_foreign_wait(int fd) override;
+    void prepare_for_foreign_wait(int fd, bool room_awaited) override;
     [[nodiscard]] bool hung_up() override;
     [[nodiscard]] bool broken() const override { return error_ != nullptr; }
     [[nodiscard]] const char* error() const override { return error_; }
@@ -47,7 +47,7 @@ class ShmEnd final : public transport::ChannelEnd {
     shm::RingReader rx_;           // server -> client
     bool peer_closed_ = false;     // EOF seen on the socket
     const char* error_ = nullptr;  // l5pgd wrote something impossible into a ring
-    void drain_owed_doorbells(int fd);
+    void drain_owed_doorbells(int fd, bool room_awaited);
     // A doorbell byte was requested and not yet drained (threads of the application may
     // both wait on the connection).
     std::atomic<bool> poke_outstanding_{false};

@@ -57,7 +57,9 @@ class ChannelEnd {
     virtual void on_socket_readable(int fd) = 0;
     // Before returning to an application that may wait in an epoll set we do not see:
     // leave the socket readable exactly when read() has something (clientlib/channel.hpp).
-    virtual void prepare_for_foreign_wait(int fd) = 0;
+    // `room_awaited`: another thread sleeps until the server makes room for what it writes
+    // (clientlib/end_waiters.hpp), so the doorbell rung for that is its to see.
+    virtual void prepare_for_foreign_wait(int fd, bool room_awaited) = 0;
 
     // For poll(): the peer closed (POLLHUP, also while data is left to read, as a Unix
     // socket reports it); the channel is broken (POLLERR), error() says why.

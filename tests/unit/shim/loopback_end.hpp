@@ -136,7 +136,7 @@ class LoopbackEnd final : public transport::ChannelEnd {
             closed_ = true;
         }
     }
-    void prepare_for_foreign_wait(int) noexcept override {
+    void prepare_for_foreign_wait(int, bool) noexcept override {
         std::lock_guard lock(mutex_);
         ++foreign_preparations_;
     }

@@ -253,20 +253,35 @@ TEST_CASE("ShmEnd: a return drains the doorbell rung for the foreign wait it arm
         return n;
     };
     std::byte out[64];
-    c.end->prepare_for_foreign_wait(c.app);  // the ring is empty: armed
+    c.end->prepare_for_foreign_wait(c.app, false);  // the ring is empty: armed
     for (int i = 0; i < 1000; ++i) {
         answer();
-        REQUIRE(c.end->read(c.app, out).bytes == 6);  // one read: no EAGAIN after it
-        c.end->prepare_for_foreign_wait(c.app);       // as the call returns
+        REQUIRE(c.end->read(c.app, out).bytes == 6);    // one read: no EAGAIN after it
+        c.end->prepare_for_foreign_wait(c.app, false);  // as the call returns
         REQUIRE(queued_on_app_socket() == 0);
+    }
+    SECTION("room made, unless another thread waits for room") {
+        using l5pg::transport::Want;
+        while (c.end->write(c.app, std::as_bytes(std::span("request", 7))).status == IoStatus::Ok) {
+        }
+        (void)c.end->arm(Want::Write, l5pg::wait::kUnnamedWait);  // the ring is full
+        std::span<const std::byte> record;
+        REQUIRE(c.reader->peek(record) == shm::RingStatus::Ok);  // l5pgd takes a record
+        c.reader->consume(record.size());
+        REQUIRE(c.reader->writer_needs_wakeup());
+        REQUIRE(::send(c.worker, "x", 1, 0) == 1);
+        c.end->prepare_for_foreign_wait(c.app, true);  // that thread's to see
+        CHECK(queued_on_app_socket() == 1);
+        c.end->prepare_for_foreign_wait(c.app, false);
+        CHECK(queued_on_app_socket() == 0);
     }
     SECTION("a poke's answer too") {
         answer();  // data left in the ring when the call returns: a poke, answered
-        c.end->prepare_for_foreign_wait(c.app);
+        c.end->prepare_for_foreign_wait(c.app, false);
         CHECK(c.doorbells() == 1);
         REQUIRE(::send(c.worker, "x", 1, 0) == 1);
         REQUIRE(c.end->read(c.app, out).bytes == 6);
-        c.end->prepare_for_foreign_wait(c.app);
+        c.end->prepare_for_foreign_wait(c.app, false);
         CHECK(queued_on_app_socket() == 0);
     }
 }
