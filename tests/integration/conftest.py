@@ -23,8 +23,8 @@ TARGETS = ["shm", "tcp"]
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "timeout(seconds): pytest-timeout per-test limit")
-    # make test runs the other modules on several pytest workers at once (Makefile:
-    # PYTEST_PARALLEL), then these alone: what they assert depends on CPUs nobody else uses.
+    # make test runs the other tests on several pytest workers at once (the Makefile's
+    # `integration`), then these alone: what they assert depends on CPUs nobody else uses.
     config.addinivalue_line("markers", "serial: run alone, not beside other tests")
 
 

@@ -483,6 +483,7 @@ sys.stdin.read()
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.serial  # a login within 1 s during a flood: another test's load would take longer
 def test_idle_connection_flood_does_not_keep_others_out(guarded):
     refused = guarded.metric("l5pg_connections_refused_total", reason="max_startup_per_peer")
     flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(guarded.socket_path), "1200"],

@@ -10,6 +10,10 @@ import pytest
 
 from tests.harness.client import pgbench, shm_target
 
+# Runs pgbench with 16 and 32 clients at full speed: beside it, other tests' time bounds would
+# measure its load (tests/integration/conftest.py: serial).
+pytestmark = pytest.mark.serial
+
 T = 300  # transactions per client
 ALWAYS_BLOCK = {"L5PG_SPIN_US": "0", "L5PG_YIELD_US": "0"}
 
