@@ -12,6 +12,7 @@
 #include "clientlib/cancellation_deferred.hpp"
 #include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
+#include "clientlib/fd_table.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
@@ -102,9 +103,13 @@ bool arm_for_foreign_waiter(Channel& ch, Want want) {
 
 // After a read, also for another thread of the application still waiting on this
 // connection: data this call left unread arrived when that thread's flag was taken
-// (end_waiters.hpp). A send takes nothing from the receive ring: not after a send.
+// (end_waiters.hpp). A send takes nothing from the receive ring: not after a send. The
+// preparation reads doorbells from the socket and may write a poke: not if another thread
+// closed the fd meanwhile, whose number may name another file by now.
 void prepare_return(Channel& ch, int fd, bool after_read) {
-    if (foreign_waiters_possible() || (after_read && others_wait(ch, Want::Read)))
+    if (!foreign_waiters_possible() && !(after_read && others_wait(ch, Want::Read)))
+        return;
+    if (fd_lookup(fd).channel == &ch)
         ch.end->prepare_for_foreign_wait(fd, others_wait(ch, Want::Write));
 }
 

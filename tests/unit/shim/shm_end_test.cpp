@@ -14,6 +14,7 @@
 
 #include "clientlib/channel.hpp"
 #include "clientlib/end_waiters.hpp"
+#include "clientlib/fd_table.hpp"
 #include "clientlib/l5pg.h"
 #include "clientlib/real_calls.hpp"
 #include "clientlib/shm_end.hpp"
@@ -152,6 +153,11 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
     Connection c;
     l5pg::shim::Channel* ch = l5pg::shim::channel_acquire_end(*c.end, L5PG_TRANSPORT_SHM, false);
     REQUIRE(ch != nullptr);
+    // The fd names the channel, as after an upgrade (a return touches the socket only then).
+    l5pg::shim::fd_table_take_ownership();
+    l5pg::shim::fd_set_candidate(c.app);
+    REQUIRE(l5pg::shim::fd_claim_for_upgrade(c.app));
+    REQUIRE(l5pg::shim::fd_attach_channel(c.app, *ch));
     shm::RingWriter to_client(c.server->header().s2c, c.server->s2c_data(), c.server->s2c_size());
     const auto publish = [&to_client](std::string_view what = "notify") {
         shm::RingStatus status = shm::RingStatus::Ok;
@@ -220,6 +226,20 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         CHECK(c.doorbells() == 1);  // the poke for what it left: l5pgd answers with a doorbell
         l5pg::shim::stop_waiting(*ch, notify);
     }
+    SECTION("a return touches no fd that another thread closed meanwhile") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish("answer");
+        REQUIRE(to_client.reader_needs_wakeup());
+        publish();
+        l5pg::shim::stop_waiting(*ch, query);
+        (void)l5pg::shim::fd_forget(c.app);  // closed: the number may name another file now
+        char answer[6];
+        iovec iov{answer, sizeof answer};
+        CHECK(l5pg::shim::channel_recv(*ch, c.app, &iov, 1, 0) == 6);
+        CHECK(c.doorbells() == 0);  // no poke written through the number
+        l5pg::shim::stop_waiting(*ch, notify);
+    }
     SECTION("a lone waiter arms under its wait's name") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
         publish();
@@ -228,6 +248,7 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         CHECK(rung_for == query_wait);
         l5pg::shim::stop_waiting(*ch, query);
     }
+    (void)l5pg::shim::fd_forget(c.app);
     l5pg::shim::channel_release(*ch);
 }
 
