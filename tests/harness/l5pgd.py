@@ -66,10 +66,8 @@ class L5pgd:
         self.upstream_socket_dir = upstream_socket_dir or cluster.socket_dir
         self.binary = Path(binary or L5PGD)
         self.socket_dir = self.base_dir / "l5sock"
-        self.port = free_port()
-        self.metrics_port = free_port()
-        while self.metrics_port == self.port:
-            self.metrics_port = free_port()
+        self._choose_ports()
+        self._started = False  # once started, a restart keeps the ports its clients know
         self.host = "127.0.0.1"
         self.user = user
         self.config_file = config_file
@@ -77,6 +75,12 @@ class L5pgd:
         self.log_path = self.base_dir / "l5pgd.log"
         self.proc = None
         self._log_file = None
+
+    def _choose_ports(self):
+        self.port = free_port()
+        self.metrics_port = free_port()
+        while self.metrics_port == self.port:
+            self.metrics_port = free_port()
 
     @property
     def socket_path(self):
@@ -100,6 +104,25 @@ class L5pgd:
         return cmd
 
     def start(self, timeout=None):
+        """Starts l5pgd and waits until it is ready. A first start whose port another process
+        took since it was chosen (free_port() is a look, not a reservation) tries again on
+        other ports."""
+        for _ in range(3):
+            begun_at = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start(timeout)
+                self._started = True
+                return self
+            except RuntimeError:
+                with open(self.log_path, "rb") as f:
+                    f.seek(begun_at)
+                    taken = b"Address already in use" in f.read()
+                if self._started or not taken or self.proc is None or self.proc.poll() is None:
+                    raise
+                self._choose_ports()
+        return self._start(timeout)
+
+    def _start(self, timeout):
         timeout = self.start_timeout if timeout is None else timeout
         if not self.binary.exists():
             raise RuntimeError(f"l5pgd binary not found at {self.binary} "
