@@ -14,12 +14,13 @@ def connect(host, port, timeout=5.0):
     return s
 
 
-def unix_login(path, database="postgres", timeout=20.0):
-    """A raw connection over the Unix socket `path`, logged in (trust or peer), ready."""
+def unix_login(path, database="postgres", timeout=20.0, **params):
+    """A raw connection over the Unix socket `path`, logged in (trust or peer), ready;
+    `params` go into the StartupMessage (application_name=...)."""
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(timeout)
     s.connect(str(path))
-    s.sendall(startup_packet(database=database))
+    s.sendall(startup_packet(database=database, **params))
     read_until_ready(s)
     return s
 

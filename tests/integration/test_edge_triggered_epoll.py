@@ -15,14 +15,11 @@ from tests.harness.client import run_python_json, shm_target
 ROUND_TRIPS = 2000  # the socket filled up after ~280 on Debian 12's defaults
 
 EDGE_TRIGGERED_CLIENT = r'''
-import ctypes, json, select, socket, struct, sys
+import ctypes, json, select, struct, sys
 sys.path.insert(0, sys.argv[2])
 from tests.harness import pgwire
 
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(pgwire.startup_packet(application_name="l5pg-edge-triggered"))
-pgwire.read_until_ready(s)
+s = pgwire.unix_login(sys.argv[1], application_name="l5pg-edge-triggered")
 transport = ctypes.CDLL(None).l5pg_fd_transport(s.fileno())
 s.setblocking(False)
 ep = select.epoll()
@@ -60,19 +57,15 @@ def test_edge_triggered_reader_is_woken_for_every_answer(l5pgd, shim):
 # COPY FROM STDIN through a 64 KiB ring: the client fills it, waits for the edge of l5pgd's
 # doorbell (room made), writes on, never reading until the COPY ends.
 EDGE_TRIGGERED_WRITER = r"""
-import ctypes, json, select, socket, struct, sys
+import ctypes, json, select, struct, sys
 sys.path.insert(0, sys.argv[2])
 from tests.harness import pgwire
 
 def message(kind, body):
     return kind + struct.pack("!I", 4 + len(body)) + body
 
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(pgwire.startup_packet(application_name="l5pg-edge-triggered-copy"))
-pgwire.read_until_ready(s)
-s.sendall(message(b"Q", b"create temp table copied (x text)\0"))
-pgwire.read_until_ready(s)
+s = pgwire.unix_login(sys.argv[1], application_name="l5pg-edge-triggered-copy")
+pgwire.query(s, "create temp table copied (x text)")
 transport = ctypes.CDLL(None).l5pg_fd_transport(s.fileno())
 s.setblocking(False)
 ep = select.epoll()
