@@ -183,14 +183,15 @@ void ShmEnd::prepare_for_foreign_wait(int fd, bool room_awaited) {
 // l5pgd took, or a poke's answer. (One still on its way is drained at a later return; the
 // edge it makes only costs the loop a round.) A doorbell for data may be drained under
 // another thread's wait for data: what follows here arms again or pokes (end_waiters.hpp).
-// One for room may not while a thread waits for room: nothing would ring again for room
-// already made, and that thread's poll() would sleep on; it is drained at a later return.
-// (A thread that starts to wait for room in the instant between the caller's look and this
-// drain, and is rung within it, may still lose its doorbell.)
+// Nothing is drained while a thread waits for room: the bytes cannot be told apart, nothing
+// would ring again for room already made, and that thread's poll() would sleep on; they are
+// drained at a later return. (A thread that starts to wait for room in the instant between
+// the caller's look and this drain, and is rung within it, may still lose its doorbell.)
 void ShmEnd::drain_owed_doorbells(int fd, bool room_awaited) {
+    if (room_awaited)
+        return;
     const bool for_data = armed_for_data_.load(std::memory_order_relaxed) && !rx_.armed();
-    const bool for_room =
-        !room_awaited && armed_for_room_.load(std::memory_order_relaxed) && !tx_.armed();
+    const bool for_room = armed_for_room_.load(std::memory_order_relaxed) && !tx_.armed();
     if (!for_data && !for_room && !poke_outstanding_.load(std::memory_order_relaxed))
         return;
     if (for_data)
