@@ -61,9 +61,9 @@ def main():
             print(f"demo: pgbench -i failed:\n{r.stderr}", file=sys.stderr)
             return 1
         daemon = L5pgd(run_dir / "l5pgd", cluster, workers=args.workers)
-        print(f"demo: starting l5pgd (port {daemon.port}, metrics 127.0.0.1:{daemon.metrics_port})",
+        daemon.start()  # may move to other ports if the chosen ones were taken meanwhile
+        print(f"demo: started l5pgd (port {daemon.port}, metrics 127.0.0.1:{daemon.metrics_port})",
               flush=True)
-        daemon.start()
 
         targets = [
             ("direct-tcp", direct_tcp_target(cluster)),

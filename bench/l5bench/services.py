@@ -81,8 +81,8 @@ class Services:
                                             f"pool.idle_timeout_ms={keep_ms}",
                                             f"pool.server_lifetime_ms={keep_ms}",
                                             *rdma_overrides(rdma_device_kind())])
-        self.log(f"starting l5pgd (port {self.l5pgd.port}, {self.l5pgd_workers} workers)")
-        self.l5pgd.start()
+        self.l5pgd.start()  # may move to other ports if the chosen ones were taken meanwhile
+        self.log(f"started l5pgd (port {self.l5pgd.port}, {self.l5pgd_workers} workers)")
 
     def start_pgbouncer(self):
         self.pgbouncer = PgBouncer(self.work_dir / "pgbouncer", self.cluster, self.max_clients)

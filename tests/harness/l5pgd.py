@@ -114,6 +114,8 @@ class L5pgd:
                 self._started = True
                 return self
             except RuntimeError:
+                if self.proc is None or not self.log_path.exists():
+                    raise  # it did not get as far as running l5pgd
                 with open(self.log_path, "rb") as f:
                     f.seek(begun_at)
                     taken = b"Address already in use" in f.read()
