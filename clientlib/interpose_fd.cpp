@@ -1,7 +1,7 @@
 // Descriptor lifecycle: connect marks l5pgd sockets as upgrade candidates; close,
 // close_range, closefrom, dup* and F_DUPFD keep the fd table and channel references right; F_SETFL
 // and FIONBIO keep a channel's idea of O_NONBLOCK current (checking it per call would cost a
-// syscall).
+// syscall); FIONREAD counts what the ring holds.
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 
 #include "clientlib/channel.hpp"
@@ -48,6 +49,15 @@ void close_tracked_in_range(unsigned first, unsigned last) {
 void track_nonblocking(int fd, bool on) {
     if (const ChannelRef channel = ChannelRef::of(fd))
         channel->nonblocking.store(on, std::memory_order_relaxed);
+}
+
+// FIONREAD (SIOCINQ) on an upgraded socket: what recv() would return, not the doorbell bytes
+// the kernel has queued on the socket. Java's InputStream.available(), which pgjdbc asks
+// before it reads a notification, would otherwise promise bytes that are not there (and the
+// read that follows block), or none while a notification waits in the ring.
+void count_unread(int fd, int& count) {
+    if (const ChannelRef channel = ChannelRef::of(fd))
+        count = static_cast<int>(std::min<size_t>(channel->end->unread_bytes(), INT_MAX));
 }
 
 template <class RealFcntl>
@@ -175,9 +185,14 @@ int ioctl(int fd, unsigned long request, ...) {
     va_start(ap, request);
     void* arg = va_arg(ap, void*);
     va_end(ap);
+    // The kernel first: it answers for the descriptor and the pointer (EBADF, EFAULT).
     const int rc = real().ioctl(fd, request, arg);
-    if (rc == 0 && request == FIONBIO && arg != nullptr)
+    if (rc != 0 || arg == nullptr)
+        return rc;
+    if (request == FIONBIO)
         track_nonblocking(fd, *static_cast<const int*>(arg) != 0);
+    else if (request == FIONREAD)
+        count_unread(fd, *static_cast<int*>(arg));
     return rc;
 }
 

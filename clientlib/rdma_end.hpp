@@ -28,6 +28,9 @@ class RdmaEnd final : public transport::ChannelEnd {
     [[nodiscard]] transport::IoResult peek(std::span<std::byte>, size_t) override {
         return {0, transport::IoStatus::Error};
     }
+    // The rest of the record at the read position, once all of it has landed: the records
+    // behind it may still be in flight (a later one may land before an earlier one).
+    [[nodiscard]] size_t unread_bytes() override { return channel_->unread_bytes(); }
     [[nodiscard]] bool ready(transport::Want want) override;
     // RDMA's flag carries no wait name: l5pgd rings for every armed session.
     [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) override;

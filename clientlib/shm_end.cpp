@@ -115,6 +115,12 @@ IoResult ShmEnd::peek(std::span<std::byte> out, size_t skip) {
     return {n, IoStatus::Ok};
 }
 
+// Every published record's unread bytes, up to an impossible one (the read that reaches it
+// breaks the channel).
+size_t ShmEnd::unread_bytes() {
+    return broken() ? 0 : rx_.unread_bytes();
+}
+
 bool ShmEnd::ready(Want want) {
     if (broken() || closed())
         return true;  // read() reports EOF or the error, write() the failure

@@ -19,6 +19,7 @@ class ShmEnd final : public transport::ChannelEnd {
     [[nodiscard]] transport::IoResult read(int fd, std::span<std::byte> out) override;
     [[nodiscard]] bool can_peek() const override { return true; }
     [[nodiscard]] transport::IoResult peek(std::span<std::byte> out, size_t skip) override;
+    [[nodiscard]] size_t unread_bytes() override;
     [[nodiscard]] bool ready(transport::Want want) override;
     [[nodiscard]] bool arm(transport::Want want, uint64_t wait_id) override;
     void disarm(transport::Want want) override;

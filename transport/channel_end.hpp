@@ -42,6 +42,9 @@ class ChannelEnd {
     // consuming anything (statuses as read(); nothing beyond `skip` reads as nothing now).
     [[nodiscard]] virtual bool can_peek() const = 0;
     [[nodiscard]] virtual IoResult peek(std::span<std::byte> out, size_t skip) = 0;
+    // ioctl(FIONREAD): how many bytes read() returns now without waiting, as far as the end
+    // can tell without consuming: never more than it returns, and not 0 while it has data.
+    [[nodiscard]] virtual size_t unread_bytes() = 0;
 
     // read() (Want::Read) or write() would not return WouldBlock now.
     [[nodiscard]] virtual bool ready(Want want) = 0;

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import paths, socket_flags
+from tests.harness import fionread, paths, socket_flags
 from tests.harness.cancel import PQCANCEL_SCRIPT, stop_process, wait_for_backend
 from tests.harness.client import (PYTHON, Target, pgbench, popen, psql, psql_cmd, run,
                                   run_python_json, shim_debug_lines, tcp_target)
@@ -437,6 +437,19 @@ def test_flags_the_rings_cannot_carry_get_tcps_answers(rdma, l5pgd_rdma):
     assert out["socket"]["big_trunc"] == [500000, 100000, "43"], out
     # (Python names EOPNOTSUPP by its Linux alias ENOTSUP.)
     assert out["shim"] == dict(out["socket"], oob_send=["ENOTSUP"]), out
+
+
+# ioctl(FIONREAD) counts the rest of the record at the read position (records behind it may
+# still be landing): not 0 while recv() has bytes, never more than it returns; not the
+# doorbell bytes on the socket, as the kernel would.
+@pytest.mark.timeout(60)
+def test_fionread_counts_what_recv_would_return(rdma, l5pgd_rdma):
+    out, _ = run_python_json(rdma, fionread.SCRIPT,
+                             args=["tcp", f"{l5pgd_rdma.host}:{l5pgd_rdma.port}", str(paths.REPO),
+                                   "poll"])
+    assert out["transport"] == 2 and out["whole"] is None, out  # L5PG_TRANSPORT_RDMA, no peek
+    assert out["idle"] == 0 and out["after"] == 0, out
+    assert 0 < out["first"] <= out["got"], out
 
 
 # The client closes its connection but a copy of its soft device's wire stays open (here a

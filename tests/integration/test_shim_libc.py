@@ -12,7 +12,7 @@ close_range() and closefrom() close an upgraded fd as close() does, and Python's
 (close_range() in a vfork() child) leaves the parent its connection; flags the rings cannot
 carry (MSG_OOB, MSG_ERRQUEUE, an address) get the kernel's answers, not the stream; select()
 for exceptions alone waits out a hang-up, as the kernel's does; a dup() during the upgrade
-gets its outcome. Where
+gets its outcome; ioctl(FIONREAD) counts the ring's bytes. Where
 they can, the tests hold the shim's answer against a plain socketpair's."""
 import os
 import select
@@ -21,7 +21,7 @@ import signal
 import pytest
 
 from tests.harness import paths
-from tests.harness import libc_types, socket_flags
+from tests.harness import fionread, libc_types, socket_flags
 from tests.harness.client import direct_unix_target, run, run_python_json, shm_target
 from tests.harness.waiting import wait_for
 
@@ -946,3 +946,21 @@ def test_flags_the_rings_cannot_carry_get_the_kernels_answers(l5pgd, shim):
     assert out["socket"]["oob_recv"] in (["EINVAL"], ["ENOTSUP"]), out
     assert out["shim"] == dict(out["socket"], oob_recv=["EINVAL"], oob_send=["ENOTSUP"],
                                errqueue=["EAGAIN"]), out
+
+
+# ioctl(FIONREAD) counts what recv() would return, as on the socket: the ring's bytes, not the
+# doorbell bytes the kernel has queued on the socket (clientlib/interpose_fd.cpp). Java's
+# InputStream.available() is this call, and pgjdbc reads a notification when it says that
+# bytes are there. With an epoll set watching, l5pgd rings for each answer.
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("waiter", ["poll", "epoll"])
+def test_fionread_counts_what_recv_would_return(l5pgd, cluster, shim, waiter):
+    socket_path = str(cluster.socket_dir / f".s.PGSQL.{cluster.port}")
+    direct, _ = run_python_json(direct_unix_target(cluster), fionread.SCRIPT,
+                                args=["unix", socket_path, str(paths.REPO), waiter])
+    via_shm, _ = run_python_json(shm_target(l5pgd), fionread.SCRIPT,
+                                 args=["unix", str(l5pgd.socket_path), str(paths.REPO), waiter])
+    for out, transport in ((direct, 0), (via_shm, 1)):  # 1: L5PG_TRANSPORT_SHM
+        counted, peeked = out["whole"]
+        assert out["transport"] == transport and out["idle"] == 0 and out["after"] == 0, out
+        assert 0 < out["first"] <= peeked and counted == peeked == out["got"] > 3000, out

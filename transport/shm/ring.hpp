@@ -109,6 +109,9 @@ class RingReader {
     // would run on past one lap of the ring.
     [[nodiscard]] size_t peek_ahead(std::span<std::byte> out, size_t skip,
                                     RingStatus& status) const noexcept;
+    // ioctl(FIONREAD): the unread bytes of the published records, up to the first impossible
+    // one (peek_ahead()'s bounds; the read that reaches it reports it). At most size().
+    [[nodiscard]] size_t unread_bytes() const noexcept;
     // True when a published record is waiting (acquire load of its length word). A
     // corrupt length counts as data: the next peek() reports it.
     [[nodiscard]] bool has_data() noexcept;
@@ -137,6 +140,8 @@ class RingReader {
     uint32_t record_offset_ = 0;  // payload bytes of the current record consumed
 
     [[nodiscard]] uint32_t poll_length() const noexcept;  // the current record's length word
+    template <class Visit>
+    [[nodiscard]] RingStatus walk_published(Visit&& visit) const noexcept;
 };
 
 // ---------------------------------------------------------------- inline hot paths
@@ -287,45 +292,63 @@ inline size_t RingWriter::write(std::span<const std::byte> bytes, RingStatus& st
     return written;
 }
 
-// Walks the published records from the reader's position without consuming: skips `skip`
-// bytes, then copies. Each record is bounded as peek() bounds it, and the walk stops (Corrupt)
-// before it would pass size() bytes beyond the reader's position, which no honest writer can
-// have published: a writer's lengths cannot make it run longer than one lap of the ring.
-inline size_t RingReader::peek_ahead(std::span<std::byte> out, size_t skip,
-                                     RingStatus& status) const noexcept {
-    size_t copied = 0;
-    status = RingStatus::Ok;
+// Visits the published records from the reader's position without consuming anything:
+// `visit` gets each one's unread payload (the current record's from the bytes already read
+// on) and returns false to stop; Ok, or Corrupt. Each record is bounded as peek()
+// bounds it, and the walk stops (Corrupt) before it would pass size() bytes beyond the
+// reader's position, which no honest writer can have published: a writer's lengths cannot
+// make it run longer than one lap of the ring.
+template <class Visit>
+inline RingStatus RingReader::walk_published(Visit&& visit) const noexcept {
     uint64_t pos = read_pos_;
     uint32_t length = record_length_;  // 0: not read yet
     uint32_t offset = record_offset_;
-    while (copied < out.size()) {
+    for (;;) {
         std::byte* record = data_ + (pos & (size_ - 1));
         if (length == 0) {
             length = detail::length_word(record).load(std::memory_order_acquire);
             if (length == 0)
-                break;
+                return RingStatus::Ok;
             if (length > max_record_payload(size_) ||
-                pos + record_footprint(length) - read_pos_ > size_) {
-                status = RingStatus::Corrupt;
-                return copied;
-            }
+                pos + record_footprint(length) - read_pos_ > size_)
+                return RingStatus::Corrupt;
         }
-        const size_t skipped = std::min<size_t>(length - offset, skip);
-        skip -= skipped;
-        offset += static_cast<uint32_t>(skipped);
-        const size_t n = std::min<size_t>(length - offset, out.size() - copied);
-        std::memcpy(out.data() + copied, record + kRecordHeaderSize + offset, n);
-        copied += n;
-        offset += static_cast<uint32_t>(n);
-        if (offset < length)
-            break;  // `out` is full
+        if (!visit(
+                std::span<const std::byte>(record + kRecordHeaderSize + offset, length - offset)))
+            return RingStatus::Ok;
         pos += record_footprint(length);
         length = 0;
         offset = 0;
     }
-    if (copied == 0 && !out.empty())
-        status = RingStatus::Empty;
+}
+
+// Skips `skip` bytes of the published records, then copies.
+inline size_t RingReader::peek_ahead(std::span<std::byte> out, size_t skip,
+                                     RingStatus& status) const noexcept {
+    size_t copied = 0;
+    status = RingStatus::Ok;
+    if (out.empty())
+        return 0;
+    status = walk_published([&](std::span<const std::byte> unread) {
+        const size_t skipped = std::min(unread.size(), skip);
+        skip -= skipped;
+        const size_t n = std::min(unread.size() - skipped, out.size() - copied);
+        std::memcpy(out.data() + copied, unread.data() + skipped, n);
+        copied += n;
+        return copied < out.size();
+    });
+    if (status != RingStatus::Corrupt)
+        status = copied == 0 ? RingStatus::Empty : RingStatus::Ok;
     return copied;
+}
+
+inline size_t RingReader::unread_bytes() const noexcept {
+    size_t n = 0;
+    (void)walk_published([&n](std::span<const std::byte> unread) {
+        n += unread.size();
+        return true;
+    });
+    return n;
 }
 
 inline size_t RingReader::read(std::span<std::byte> out, RingStatus& status) noexcept {

@@ -114,6 +114,10 @@ class LoopbackEnd final : public transport::ChannelEnd {
     IoResult peek(std::span<std::byte> out, size_t skip) noexcept override {
         return copy_out(out, skip, /*consume=*/false);
     }
+    size_t unread_bytes() noexcept override {
+        std::lock_guard lock(mutex_);
+        return error_ != nullptr ? 0 : inbound_.size();
+    }
     bool ready(Want want) noexcept override {
         std::lock_guard lock(mutex_);
         if (error_ != nullptr || closed_)

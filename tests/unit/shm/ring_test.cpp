@@ -402,6 +402,7 @@ TEST_CASE("Ring: peek_ahead sees across records and consumes nothing", "[shm][ri
     both.insert(both.end(), b.begin(), b.end());
     RingStatus status;
     Bytes out(16);
+    CHECK(p.reader.unread_bytes() == 8);
     REQUIRE(p.reader.peek_ahead(out, 0, status) == 8);
     CHECK(status == RingStatus::Ok);
     CHECK(Bytes(out.begin(), out.begin() + 8) == both);
@@ -412,12 +413,14 @@ TEST_CASE("Ring: peek_ahead sees across records and consumes nothing", "[shm][ri
     std::span<const std::byte> data;
     REQUIRE(p.reader.peek(data) == RingStatus::Ok);
     p.reader.consume(2);
+    CHECK(p.reader.unread_bytes() == 6);
     REQUIRE(p.reader.peek_ahead(out, 0, status) == 6);
     CHECK(Bytes(out.begin(), out.begin() + 6) == Bytes(both.begin() + 2, both.end()));
     // Nothing consumed: read() gets the same bytes.
     CHECK(p.reader.read(out, status) == 6);
     CHECK(p.reader.peek_ahead(out, 0, status) == 0);
     CHECK(status == RingStatus::Empty);
+    CHECK(p.reader.unread_bytes() == 0);
 }
 
 TEST_CASE("Ring: peek_ahead skips across records", "[shm][ring]") {
@@ -460,6 +463,7 @@ TEST_CASE("Ring: peek_ahead does not walk more than one lap of hostile records",
     Bytes big(2 * p.size());
     CHECK(p.reader.peek_ahead(big, 0, status) == 8 * (p.size() / footprint));
     CHECK(status == RingStatus::Corrupt);
+    CHECK(p.reader.unread_bytes() == 8 * (p.size() / footprint));  // FIONREAD's count too
 }
 
 TEST_CASE("Ring: peek_ahead stops at an impossible record", "[shm][ring]") {
@@ -474,6 +478,7 @@ TEST_CASE("Ring: peek_ahead stops at an impossible record", "[shm][ring]") {
     CHECK(p.reader.peek_ahead(out, 0, status) == 3);
     CHECK(status == RingStatus::Corrupt);
     CHECK(Bytes(out.begin(), out.begin() + 3) == a);
+    CHECK(p.reader.unread_bytes() == 3);
 }
 
 TEST_CASE("Ring: partial peek/consume", "[shm][ring]") {

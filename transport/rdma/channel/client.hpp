@@ -63,6 +63,8 @@ class ClientChannel {
 
     // True when read() would not return WouldBlock (data, EOF or error).
     [[nodiscard]] bool readable();
+    // The unread bytes of the complete record at the read position (0: none there yet).
+    [[nodiscard]] size_t unread_bytes() { return connected_ ? link_.unread_bytes() : 0; }
     // True when write() would not return WouldBlock with the position we know.
     [[nodiscard]] bool writable();
     // Before blocking on the socket for POLLIN. False: do not block (ready already).

@@ -127,6 +127,7 @@ class Link {
 
     // ---- incoming
     [[nodiscard]] RecordState check() noexcept { return in_.check(); }
+    [[nodiscard]] size_t unread_bytes() noexcept { return in_.unread_bytes(); }
     [[nodiscard]] uint64_t read_position() const noexcept { return in_.position(); }
     // Reads from our ring; wakes a peer waiting for space when a record was consumed;
     // fails the link on a corrupt record.

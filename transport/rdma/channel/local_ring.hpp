@@ -29,6 +29,10 @@ class LocalRing {
 
     // State of the record at the read position; Ready when part of it is still unread.
     [[nodiscard]] RecordState check() noexcept;
+    // The unread payload of the record at the read position if it is Ready, else 0.
+    [[nodiscard]] size_t unread_bytes() noexcept {
+        return check() == RecordState::Ready ? length_ - offset_ : 0;
+    }
     // Copies up to out.size() bytes from consecutive ready records. A fully read record
     // is zeroed and the read position published (release). `state` is Ready if `out` was
     // filled, else the state of the record that stopped the copy.
