@@ -49,6 +49,7 @@ def test_listen_notify(target, cluster):
         stop_process(p)
 
 
+@pytest.mark.serial  # the cancel seen within 1 s: another test's load could delay it
 @pytest.mark.timeout(60)
 def test_cancel_backend(target, cluster):
     app = f"l5pg-cancel-{target.name}-{uuid.uuid4().hex[:8]}"
@@ -66,6 +67,7 @@ def test_cancel_backend(target, cluster):
         stop_process(p)
 
 
+@pytest.mark.serial  # the cancel seen within 1 s: another test's load could delay it
 @pytest.mark.timeout(60)
 def test_pqcancel(target):
     out, _ = run_python_json(target, PQCANCEL_SCRIPT, timeout=30)

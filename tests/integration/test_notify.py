@@ -58,6 +58,7 @@ def notify(request, tmp_path):
     s.close()
 
 
+@pytest.mark.serial  # two watchdog pings within 1.5 s: another test's load could delay them
 @pytest.mark.timeout(60)
 def test_notify_protocol(workdir, cluster, notify, monkeypatch, request):
     monkeypatch.setenv("NOTIFY_SOCKET", notify.address)

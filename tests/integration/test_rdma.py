@@ -135,6 +135,7 @@ def test_copy_round_trip(rdma, cluster, l5pgd_rdma, tmp_path):
                              direction="server_to_client") - out0 >= size
 
 
+@pytest.mark.serial  # the cancel seen within 2 s: another test's load could delay it
 @pytest.mark.timeout(60)
 def test_cancel_backend(rdma, cluster):
     app = f"l5pg-rdma-cancel-{uuid.uuid4().hex[:8]}"
@@ -151,6 +152,7 @@ def test_cancel_backend(rdma, cluster):
         stop_process(p)
 
 
+@pytest.mark.serial  # the cancel seen within 2 s: another test's load could delay it
 @pytest.mark.timeout(60)
 def test_cancel_psql_sigint(rdma, cluster):
     """psql's Ctrl-C: PQcancel opens a new TCP connection (never upgraded) from the signal
@@ -169,6 +171,7 @@ def test_cancel_psql_sigint(rdma, cluster):
         stop_process(p)
 
 
+@pytest.mark.serial  # the cancel seen within 2 s: another test's load could delay it
 @pytest.mark.timeout(60)
 def test_cancel_psycopg2(rdma):
     out, _ = run_python_json(rdma, PQCANCEL_SCRIPT, timeout=30)
