@@ -55,7 +55,9 @@ void Session::enter(SessionState next) {
     assert(state_ != SessionState::Closed);
     assert(next != SessionState::Refusing || state_ == SessionState::Startup ||
            state_ == SessionState::Connecting);
-    assert(next != SessionState::Connecting || state_ == SessionState::Startup);
+    // ... but for a pooled client not greeted yet that Postgres refused (make_room_for_login()).
+    assert(next != SessionState::Connecting || state_ == SessionState::Startup ||
+           (state_ == SessionState::Forwarding && pool_.greeting_reader));
     assert(next != SessionState::Forwarding || state_ == SessionState::Connecting);
     spdlog::trace("session {}: {} -> {}", id_, to_string(state_), to_string(next));
     state_ = next;
@@ -108,6 +110,12 @@ void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     if (self->finish_when_ == FinishWhen::UpstreamClosed) {
         self->close(self->close_reason_ + " (Postgres did not close the connection in time)");
+    } else if (self->pool_.retiring) {
+        spdlog::info(
+            "session {}: the backend told to end did not close its connection in time; "
+            "a new server connection is opened anyway",
+            self->id_);
+        self->reopen_upstream();
     } else if (self->pool_.login_check && self->pool_.login_check->purpose() ==
                                               protocol::PoolLoginCheck::Purpose::BeforeReuse) {
         self->refuse_reuse("no answer to the login check in time");

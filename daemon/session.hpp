@@ -190,9 +190,16 @@ class Session final : public ClientEndHost {
     void finish_start_check(std::span<const std::byte> rest);
     void abandon_upstream_before_greeting();
     [[nodiscard]] bool client_left_unserved();
-    // The kept connection failed its login check (or did not answer): closed, and a new one
+    // The kept connection failed its login check (or did not answer): ended, and a new one
     // opened for the client.
     void refuse_reuse(std::string_view why);
+    // Postgres refused a new backend with 53300 while this worker keeps idle ones: one ends,
+    // and the login is tried again. False when it is not (the client gets the refusal).
+    [[nodiscard]] bool make_room_for_login();
+    // Ends `old_backend`, then opens a new server connection once Postgres has closed it.
+    void reopen_after(UniqueFd old_backend);
+    void read_retiring();
+    void reopen_upstream();
     void open_upstream(std::span<const std::byte> startup);
     void read_greeting();
     void greet_client();
@@ -405,6 +412,8 @@ class Session final : public ClientEndHost {
         // backend started (its login check at the start); unknown: not kept.
         std::optional<std::string> role_settings;
         bool client_sent = false;  // some of the client's bytes went to Postgres
+        bool retiring = false;     // upstream_ is a backend told to end: reopen_after()
+        int room_attempts = 0;     // make_room_for_login()'s
     };
     PoolState pool_;
 

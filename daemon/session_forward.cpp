@@ -239,7 +239,9 @@ void Session::on_upstream_readable() {
             cancel_in_flight_.confirm();  // Postgres took the request
             close(close_reason_);
         }
-    } else if (pool_.login_check)
+    } else if (pool_.retiring)
+        read_retiring();
+    else if (pool_.login_check)
         read_login_check_answer();
     else if (pool_.reset)
         read_reset_answer();

@@ -235,6 +235,63 @@ void Session::refuse_reuse(std::string_view why) {
         "one is opened",
         id_, pool_.greeting.key.backend_pid, why);
     pool_.login_check.reset();
+    reopen_after(std::move(upstream_));
+}
+
+// Postgres refused the new backend with 53300 -- max_connections or its reserved slots, a
+// role's or a database's CONNECTION LIMIT -- while this worker keeps idle backends, which a
+// client connecting directly would not find in its way: the one most likely to make room
+// ends (UpstreamPool::take_for_room()) and the login is tried again, a few times at most.
+// Not once the client's own bytes went to the refused backend (they cannot be sent again).
+// Kept backends of the other workers are not asked.
+bool Session::make_room_for_login() {
+    constexpr int kMaxRoomAttempts = 3;
+    if (pool_.client_sent || pool_.room_attempts >= kMaxRoomAttempts)
+        return false;
+    std::optional<UpstreamPool::Idle> idle =
+        worker_.upstream_pool().take_for_room({record_->database, record_->role});
+    if (!idle)
+        return false;
+    ++pool_.room_attempts;
+    spdlog::info(
+        "session {}: Postgres refused a new backend: too many connections; ending a kept "
+        "one (backend pid {}) to make room",
+        id_, idle->greeting.key.backend_pid);
+    enter(SessionState::Connecting);  // the client's bytes wait (pump())
+    reopen_after(std::move(idle->fd));
+    return true;
+}
+
+// Postgres frees a backend's slot (max_connections, CONNECTION LIMIT) before the backend
+// closes its socket (its proc array entry goes in an on_shmem_exit callback, before the
+// process ends), so the new connection is opened once the old one's EOF is read: opened at
+// once, it could be refused for the slot the old one still holds, which a client
+// reconnecting directly would not meet. upstream.connect_timeout_ms bounds the wait.
+void Session::reopen_after(UniqueFd old_backend) {
+    drop_upstream();
+    upstream_ = std::move(old_backend);
+    send_terminate(upstream_.get());
+    pool_.retiring = true;
+    watch_upstream();
+    set_event(upstream_read_.get(), true);
+    arm_timer(worker_.config().upstream.connect_timeout_ms);
+}
+
+void Session::read_retiring() {
+    std::array<std::byte, kControlChunk> chunk;
+    for (;;) {
+        const ControlRead read = read_control(upstream_.get(), chunk);
+        if (read.ended) {
+            reopen_upstream();
+            return;
+        }
+        if (read.bytes.empty())
+            return;
+    }
+}
+
+void Session::reopen_upstream() {
+    pool_.retiring = false;
     drop_upstream();
     evtimer_del(timer_.get());
     pool_.greeting = {};
@@ -260,6 +317,8 @@ void Session::read_greeting() {
             case protocol::GreetingReader::Status::NeedMore:
                 continue;
             case protocol::GreetingReader::Status::NotPoolable:
+                if (pool_.greeting_reader->too_many_connections() && make_room_for_login())
+                    return;
                 give_up_pooling(pool_.greeting_reader->take_bytes());
                 return;
             case protocol::GreetingReader::Status::Complete: {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -734,8 +735,8 @@ void Session::on_upstream_connected() {
         upstream_address_ = dial_.addresses->list.at(dial_.current);
     enter(SessionState::Forwarding);
     if (!cancel_request_) {
-        counted_ = true;
-        metrics_.session_opened(transport_);
+        if (!std::exchange(counted_, true))  // not again after make_room_for_login()
+            metrics_.session_opened(transport_);
         update_upstream_reading();
         if (pool_.pooled && !pool_.greeting_reader)
             greet_client();  // a kept server connection: Postgres says nothing now

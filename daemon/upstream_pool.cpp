@@ -10,12 +10,6 @@
 namespace l5pg::daemon {
 namespace {
 
-// Terminate: the backend ends without logging an unexpected EOF.
-void say_terminate(int fd) {
-    const auto& bye = protocol::kTerminateMessage;
-    (void)::send(fd, bye.data(), bye.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-}
-
 // An idle backend says nothing: a byte (the FATAL of pg_terminate_backend(), of a shutdown)
 // or EOF means it is gone, even if this loop has not seen the readiness event yet.
 bool quiet(int fd) {
@@ -32,6 +26,11 @@ UpstreamPool::clock::time_point deadline_of(UpstreamPool::clock::time_point park
 }
 
 }  // namespace
+
+void send_terminate(int fd) {
+    const auto& bye = protocol::kTerminateMessage;
+    (void)::send(fd, bye.data(), bye.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
 
 UpstreamPool::UpstreamPool(event_base* base, Metrics& metrics, PoolDirectory& directory)
     : base_(base),
@@ -52,13 +51,33 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
         } else if (!quiet(it->idle.fd.get())) {
             it = drop(it);
         } else {
-            taken = std::move(it->idle);
-            count(*it, -1);
-            entries_.erase(it);  // its watch event goes first, then nothing refers to the fd
+            taken = remove(it);
         }
     }
     arm_expiry();
     return taken;
+}
+
+std::optional<UpstreamPool::Idle> UpstreamPool::take_for_room(const PoolDirectory::Key& owner) {
+    expire();
+    if (entries_.empty()) {
+        arm_expiry();
+        return std::nullopt;
+    }
+    // Newest first: the oldest of the owner's is the last one found.
+    const auto owners = std::find_if(entries_.rbegin(), entries_.rend(),
+                                     [&owner](const Entry& e) { return e.owner == owner; });
+    Idle taken =
+        remove(owners != entries_.rend() ? std::prev(owners.base()) : std::prev(entries_.end()));
+    arm_expiry();
+    return taken;
+}
+
+UpstreamPool::Idle UpstreamPool::remove(Entries::iterator at) {
+    Idle idle = std::move(at->idle);
+    count(*at, -1);
+    entries_.erase(at);  // its watch event goes first, then nothing refers to the fd
+    return idle;
 }
 
 bool UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle,
@@ -66,7 +85,7 @@ bool UpstreamPool::park(std::string startup, PoolDirectory::Key owner, Idle idle
     const auto now = clock::now();
     const clock::time_point deadline = deadline_of(now, idle.born, limits);
     if (limits.max_idle == 0 || deadline <= now) {
-        say_terminate(idle.fd.get());
+        send_terminate(idle.fd.get());
         return false;
     }
     trim(limits.max_idle - 1);
@@ -117,7 +136,7 @@ size_t UpstreamPool::drop_reached_at(const std::set<std::string>& addresses) {
 }
 
 UpstreamPool::Entries::iterator UpstreamPool::drop(Entries::iterator at) {
-    say_terminate(at->idle.fd.get());
+    send_terminate(at->idle.fd.get());
     count(*at, -1);
     return entries_.erase(at);
 }

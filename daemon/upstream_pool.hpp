@@ -34,6 +34,10 @@
 
 namespace l5pg::daemon {
 
+// Terminate: the backend ends without logging an unexpected EOF. (A send that does not fit at
+// once is not retried: closing the socket ends the backend as well.)
+void send_terminate(int fd);
+
 class UpstreamPool {
   public:
     using clock = std::chrono::steady_clock;
@@ -59,6 +63,11 @@ class UpstreamPool {
     // The most recently parked connection for `startup` (the client's identity and its
     // StartupMessage's bytes: Session::pool_slot()) whose backend is still there.
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
+    // For a new backend Postgres refused with SQLSTATE 53300 (too many connections): the
+    // kept connection whose end most likely makes room -- the oldest of `owner`'s (a role's
+    // or database's CONNECTION LIMIT), else the oldest of all (max_connections) -- for the
+    // caller to end (send_terminate()). Nothing when none is kept.
+    [[nodiscard]] std::optional<Idle> take_for_room(const PoolDirectory::Key& owner);
     // Keeps `idle`, a connection of `owner` (database, role), for clients with `startup`,
     // until it has been idle for `limits.idle_timeout` or its backend has lived for
     // `limits.server_lifetime`; the oldest go beyond `limits.max_idle`. False if it was
@@ -89,6 +98,7 @@ class UpstreamPool {
     static void readable_cb(int fd, short what, void* arg);
     static void expiry_cb(int fd, short what, void* arg);
     Entries::iterator drop(Entries::iterator at);
+    Idle remove(Entries::iterator at);
     void trim(size_t max_idle);
     void count(const Entry& entry, int64_t delta);
     void expire();

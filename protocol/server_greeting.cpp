@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "protocol/backend_messages.hpp"
+#include "protocol/error_response.hpp"
 #include "protocol/framing.hpp"
 #include "protocol/wire.hpp"
 
@@ -91,6 +92,11 @@ GreetingReader::Status GreetingReader::parse() {
                 if (!keyed_ || msg.body.size() != 1 || msg.body[0] != std::byte{'I'})
                     return Status::NotPoolable;
                 return Status::Complete;
+            case 'E': {
+                const std::optional<ReceivedError> error = read_error_response(msg.body);
+                too_many_connections_ = error && error->sqlstate == kSqlstateTooManyConnections;
+                return Status::NotPoolable;
+            }
             default:
                 return Status::NotPoolable;
         }

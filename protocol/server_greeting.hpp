@@ -46,6 +46,9 @@ class GreetingReader {
     [[nodiscard]] std::vector<std::byte> take_bytes() noexcept { return buffer_.take(); }
     // After Complete: bytes fed beyond the ReadyForQuery (a pipelining client's answers).
     [[nodiscard]] std::span<const std::byte> rest() const noexcept { return buffer_.rest(); }
+    // NotPoolable because Postgres refused the backend with SQLSTATE 53300: max_connections
+    // or its reserved slots, a role's or a database's CONNECTION LIMIT.
+    [[nodiscard]] bool too_many_connections() const noexcept { return too_many_connections_; }
 
   private:
     Status parse();
@@ -53,6 +56,7 @@ class GreetingReader {
     MessageBuffer buffer_;
     bool authenticated_ = false;
     bool keyed_ = false;
+    bool too_many_connections_ = false;
     Status status_ = Status::NeedMore;
     ServerGreeting greeting_;
 };

@@ -1203,6 +1203,23 @@ def test_kept_backend_within_its_connection_limit_is_reused(l5pgd, cluster, logi
     assert pool_metric(d, REUSE_REFUSED) == 0
 
 
+@pytest.mark.parametrize("limit", ["role", "database"])
+def test_kept_backend_of_another_client_makes_room_at_the_connection_limit(
+        l5pgd, cluster, login_role, limit):
+    """At a CONNECTION LIMIT of 1, a client with another StartupMessage (another
+    application_name) cannot reuse the kept backend, and Postgres refuses it a second one.
+    Connecting directly it would log in (the first client is gone): l5pgd ends the kept
+    backend and logs the client in on a new one (the client used to get the 53300)."""
+    cluster.sql(f"alter {limit} {login_role} connection limit 1")
+    d, target, app, env, first = kept_backend_of(l5pgd, cluster, login_role)
+    other = backend_pid(target, app=new_app(), env=env)
+    assert other != first
+    assert not backend_alive(cluster, first)
+    assert f"ending a kept one (backend pid {first}) to make room" in d.log_text()
+    wait_idle(d, 1)  # the new client's backend, kept in turn
+    assert pool_metric(d, REUSE_REFUSED) == 0
+
+
 def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(
         l5pgd, cluster, login_role):
     """A session of another role (here a superuser's, straight to Postgres) counts against the

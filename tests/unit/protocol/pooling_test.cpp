@@ -214,11 +214,25 @@ TEST_CASE("GreetingReader: anything but the plain greeting is not pooled, and ke
                                 concat({ok.bytes(), message('Z', "I")}) /* no key */}) {
         GreetingReader reader;
         CHECK(reader.feed(answer) == GreetingReader::Status::NotPoolable);
+        CHECK_FALSE(reader.too_many_connections());
         CHECK(reader.take_bytes() == answer);
     }
     GreetingReader huge;
     const Bytes big = message('S', std::string(GreetingReader::kMaxSize, 'x'));
     CHECK(huge.feed(concat({ok.bytes(), big})) == GreetingReader::Status::NotPoolable);
+}
+
+TEST_CASE("GreetingReader: a refusal for too many connections is told apart") {
+    BackendWriter max_connections;  // InitProcess(), before any authentication
+    max_connections.error("FATAL", "53300", "sorry, too many clients already");
+    BackendWriter role_limit;  // after AuthenticationOk
+    role_limit.authentication_ok();
+    role_limit.error("FATAL", "53300", "too many connections for role \"app\"");
+    for (BackendWriter* answer : {&max_connections, &role_limit}) {
+        GreetingReader reader;
+        CHECK(reader.feed(answer->take()) == GreetingReader::Status::NotPoolable);
+        CHECK(reader.too_many_connections());
+    }
 }
 
 TEST_CASE("PoolReset: the exact answer, in any pieces, updates the parameters") {
