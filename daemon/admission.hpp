@@ -18,6 +18,7 @@
 #include "daemon/peer.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/reload_ledger.hpp"
+#include "daemon/room_requests.hpp"
 #include "daemon/segment_registry.hpp"
 #include "daemon/session_cap.hpp"
 #include "daemon/session_directory.hpp"
@@ -61,6 +62,7 @@ struct AdmissionState {
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
     PoolDirectory pools;        // the server connections kept idle, for the admin console
+    RoomRequests room;          // kept backends to end for logins Postgres refused (53300)
     ReloadLedger reloads;       // the admin console's RELOADs and their outcomes
     // Set by SIGINT: a StartupMessage gets FATAL 57P03 while CancelRequests are still
     // forwarded, as from a Postgres in smart shutdown (the listeners stay open for them).

@@ -15,4 +15,9 @@ std::map<PoolDirectory::Key, uint64_t> PoolDirectory::snapshot() const {
     return idle_;
 }
 
+bool PoolDirectory::empty() const {
+    const std::lock_guard lock(mutex_);
+    return idle_.empty();
+}
+
 }  // namespace l5pg::daemon

@@ -18,6 +18,7 @@ class PoolDirectory {
     void change(const Key& key, int64_t delta);
     // Idle connections now, by database and role (none listed with 0).
     [[nodiscard]] std::map<Key, uint64_t> snapshot() const;
+    [[nodiscard]] bool empty() const;
 
   private:
     mutable std::mutex mutex_;

@@ -110,11 +110,12 @@ void Session::timer_cb(int, short, void* arg) {
     auto* self = static_cast<Session*>(arg);
     if (self->finish_when_ == FinishWhen::UpstreamClosed) {
         self->close(self->close_reason_ + " (Postgres did not close the connection in time)");
-    } else if (self->pool_.retiring) {
-        spdlog::info(
-            "session {}: the backend told to end did not close its connection in time; "
-            "a new server connection is opened anyway",
-            self->id_);
+    } else if (self->pool_.room_wait != PoolState::RoomWait::None) {
+        if (self->pool_.room_wait == PoolState::RoomWait::BackendEnding)
+            spdlog::info(
+                "session {}: the backend told to end did not close its connection in time; "
+                "a new server connection is opened anyway",
+                self->id_);
         self->reopen_upstream();
     } else if (self->pool_.login_check && self->pool_.login_check->purpose() ==
                                               protocol::PoolLoginCheck::Purpose::BeforeReuse) {

@@ -193,8 +193,8 @@ class Session final : public ClientEndHost {
     // The kept connection failed its login check (or did not answer): ended, and a new one
     // opened for the client.
     void refuse_reuse(std::string_view why);
-    // Postgres refused a new backend with 53300 while this worker keeps idle ones: one ends,
-    // and the login is tried again. False when it is not (the client gets the refusal).
+    // Postgres refused a new backend with 53300 while l5pgd keeps idle ones: one ends, and
+    // the login is tried again. False when it is not (the client gets the refusal).
     [[nodiscard]] bool make_room_for_login();
     // Ends `old_backend`, then opens a new server connection once Postgres has closed it.
     void reopen_after(UniqueFd old_backend);
@@ -412,8 +412,11 @@ class Session final : public ClientEndHost {
         // backend started (its login check at the start); unknown: not kept.
         std::optional<std::string> role_settings;
         bool client_sent = false;  // some of the client's bytes went to Postgres
-        bool retiring = false;     // upstream_ is a backend told to end: reopen_after()
-        int room_attempts = 0;     // make_room_for_login()'s
+        // Before a new server connection is opened: until upstream_, a backend told to end,
+        // is closed (reopen_after()), or the other workers had time to end one of theirs.
+        enum class RoomWait : uint8_t { None, BackendEnding, OtherWorkers };
+        RoomWait room_wait = RoomWait::None;
+        int room_attempts = 0;  // make_room_for_login()'s
     };
     PoolState pool_;
 

@@ -239,7 +239,7 @@ void Session::on_upstream_readable() {
             cancel_in_flight_.confirm();  // Postgres took the request
             close(close_reason_);
         }
-    } else if (pool_.retiring)
+    } else if (pool_.room_wait == PoolState::RoomWait::BackendEnding)
         read_retiring();
     else if (pool_.login_check)
         read_login_check_answer();

@@ -239,26 +239,39 @@ void Session::refuse_reuse(std::string_view why) {
 }
 
 // Postgres refused the new backend with 53300 -- max_connections or its reserved slots, a
-// role's or a database's CONNECTION LIMIT -- while this worker keeps idle backends, which a
-// client connecting directly would not find in its way: the one most likely to make room
-// ends (UpstreamPool::take_for_room()) and the login is tried again, a few times at most.
-// Not once the client's own bytes went to the refused backend (they cannot be sent again).
-// Kept backends of the other workers are not asked.
+// role's or a database's CONNECTION LIMIT -- while l5pgd keeps idle backends, which a client
+// connecting directly would not find in its way: the one most likely to make room ends
+// (UpstreamPool::take_for_room()) and the login is tried again, a few times at most. This
+// worker's own is watched until Postgres has closed it; the other workers are asked to end
+// one of theirs (RoomRequests), and the login waits a little longer at each attempt. Not once
+// the client's own bytes went to the refused backend (they cannot be sent again).
 bool Session::make_room_for_login() {
     constexpr int kMaxRoomAttempts = 3;
+    constexpr uint32_t kFirstRoomWaitMs = 20;
     if (pool_.client_sent || pool_.room_attempts >= kMaxRoomAttempts)
         return false;
-    std::optional<UpstreamPool::Idle> idle =
-        worker_.upstream_pool().take_for_room({record_->database, record_->role});
-    if (!idle)
+    const PoolDirectory::Key owner{record_->database, record_->role};
+    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take_for_room(owner);
+    if (!idle && worker_.pools().empty())
         return false;
     ++pool_.room_attempts;
-    spdlog::info(
-        "session {}: Postgres refused a new backend: too many connections; ending a kept "
-        "one (backend pid {}) to make room",
-        id_, idle->greeting.key.backend_pid);
     enter(SessionState::Connecting);  // the client's bytes wait (pump())
-    reopen_after(std::move(idle->fd));
+    if (idle) {
+        spdlog::info(
+            "session {}: Postgres refused a new backend: too many connections; ending a kept "
+            "one (backend pid {}) to make room",
+            id_, idle->greeting.key.backend_pid);
+        reopen_after(std::move(idle->fd));
+        return true;
+    }
+    spdlog::info(
+        "session {}: Postgres refused a new backend: too many connections; asking the other "
+        "workers to end a kept one",
+        id_);
+    worker_.room_requests().ask(owner);
+    drop_upstream();
+    pool_.room_wait = PoolState::RoomWait::OtherWorkers;
+    arm_timer(kFirstRoomWaitMs << (pool_.room_attempts - 1));
     return true;
 }
 
@@ -271,7 +284,7 @@ void Session::reopen_after(UniqueFd old_backend) {
     drop_upstream();
     upstream_ = std::move(old_backend);
     send_terminate(upstream_.get());
-    pool_.retiring = true;
+    pool_.room_wait = PoolState::RoomWait::BackendEnding;
     watch_upstream();
     set_event(upstream_read_.get(), true);
     arm_timer(worker_.config().upstream.connect_timeout_ms);
@@ -291,7 +304,7 @@ void Session::read_retiring() {
 }
 
 void Session::reopen_upstream() {
-    pool_.retiring = false;
+    pool_.room_wait = PoolState::RoomWait::None;
     drop_upstream();
     evtimer_del(timer_.get());
     pool_.greeting = {};

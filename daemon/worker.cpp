@@ -96,6 +96,7 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
         throw std::runtime_error(fmt::format("eventfd: {}", std::strerror(errno)));
     wake_event_.reset(event_new(base_.get(), wake_fd_.get(), EV_READ | EV_PERSIST, wake_cb, this));
     event_add(wake_event_.get(), nullptr);
+    admission_state_.room.add_waker([this] { wake(); });  // the workers start after this
     if (settings_->config.rdma.enabled)
         open_rdma();
 }
@@ -233,6 +234,20 @@ void Worker::hand_over(AcceptedClient client) {
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
+// Another worker's session could not log in (53300) and this one may keep what is in the way.
+void Worker::answer_room_requests() {
+    for (const PoolDirectory::Key& owner : admission_state_.room.since(room_asks_seen_)) {
+        std::optional<UpstreamPool::Idle> idle = upstream_pool_.take_for_room(owner);
+        if (!idle)
+            continue;
+        spdlog::info(
+            "worker {}: ending a kept server connection (backend pid {}) to make room "
+            "for a login Postgres refused on another worker",
+            index_, idle->greeting.key.backend_pid);
+        send_terminate(idle->fd.get());
+    }
+}
+
 void Worker::wake() {
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
@@ -246,6 +261,7 @@ void Worker::wake_cb(int fd, short, void* arg) {
 
 void Worker::adopt_handed_over() {
     refresh_settings();  // a session accepted after a reload starts with its settings
+    answer_room_requests();
     // After the settings: a SHOW CONFIG behind a RELOAD shows what the reload applied.
     if (admin_console_)
         admin_console_->answer_reloads(admission_state_.reloads);

@@ -99,6 +99,9 @@ class Worker {
     // Server connections kept for the next client (pool.mode), and the keys their clients
     // hold in place of the backends' own (shared by all workers).
     [[nodiscard]] UpstreamPool& upstream_pool() noexcept { return upstream_pool_; }
+    // What all workers keep idle, and how to ask the others to end a kept backend.
+    [[nodiscard]] const PoolDirectory& pools() const noexcept { return admission_state_.pools; }
+    [[nodiscard]] RoomRequests& room_requests() noexcept { return admission_state_.room; }
     // Looks upstream.host up for this worker's sessions, without blocking them.
     [[nodiscard]] UpstreamResolver& resolver() noexcept { return resolver_; }
     // Whether upstream.host's answers no longer have `address` (no server connection reached
@@ -148,6 +151,7 @@ class Worker {
     void refresh_settings();
     void run();
     void adopt_handed_over();
+    void answer_room_requests();
     struct PollRound {
         bool progress = false;          // some session moved bytes
         bool upstream_pending = false;  // some session awaited Postgres before its poll
@@ -194,6 +198,8 @@ class Worker {
     wait::SoleCpuHint sole_cpu_;  // the one CPU this thread is confined to, if any
     wait::CpuFollower follower_;  // on a lone client's CPU while crowded_ has us blocking
     IdleStretch idle_;
+
+    uint64_t room_asks_seen_ = 0;  // RoomRequests::since()
 
     std::mutex handover_mutex_;
     std::vector<AcceptedClient> handed_over_;  // guarded by the mutex

@@ -1220,6 +1220,28 @@ def test_kept_backend_of_another_client_makes_room_at_the_connection_limit(
     assert pool_metric(d, REUSE_REFUSED) == 0
 
 
+def test_kept_backend_of_another_worker_makes_room_at_the_connection_limit(
+        l5pgd, cluster, login_role):
+    """As above, with the kept backend in the other worker's pool: the worker serving the
+    new client asks the other to end it. (A client goes to the worker with the fewest
+    sessions: a session held open in the first sends the second client to the other.)"""
+    cluster.sql(f"alter role {login_role} connection limit 1")
+    d = l5pgd.start(workers=2, ident_rules=[("root", "postgres"), ("root", login_role)])
+    target, env = unix_target(d), {"PGUSER": login_role, "PGDATABASE": login_role}
+    first = backend_pid(target, app=new_app(), env=env)
+    wait_idle(d, 1)
+    holder, _ = raw_login(d, new_app())  # the first worker's session, as postgres
+    try:
+        other = backend_pid(target, app=new_app(), env=env)
+    finally:
+        holder.close()
+    assert other != first
+    assert not backend_alive(cluster, first)
+    log = d.log_text()
+    assert "asking the other workers to end a kept one" in log, log
+    assert f"ending a kept server connection (backend pid {first}) to make room" in log, log
+
+
 def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(
         l5pgd, cluster, login_role):
     """A session of another role (here a superuser's, straight to Postgres) counts against the
