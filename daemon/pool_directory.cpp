@@ -1,5 +1,7 @@
 #include "daemon/pool_directory.hpp"
 
+#include <algorithm>
+
 namespace l5pg::daemon {
 
 void PoolDirectory::change(const Key& key, int64_t delta) {
@@ -18,6 +20,13 @@ std::map<PoolDirectory::Key, uint64_t> PoolDirectory::snapshot() const {
 bool PoolDirectory::empty() const {
     const std::lock_guard lock(mutex_);
     return idle_.empty();
+}
+
+bool PoolDirectory::holds_role_or_database(const Key& owner) const {
+    const std::lock_guard lock(mutex_);
+    return std::any_of(idle_.begin(), idle_.end(), [&owner](const auto& entry) {
+        return entry.first.first == owner.first || entry.first.second == owner.second;
+    });
 }
 
 }  // namespace l5pg::daemon

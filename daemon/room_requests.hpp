@@ -1,9 +1,7 @@
 // Kept backends the workers are asked to end for a login Postgres refused with SQLSTATE 53300
-// (too many connections) on a worker that kept none it could end itself
-// (Session::make_room_for_login()). An ask wakes every worker; each one that keeps a backend
-// ends the one UpstreamPool::take_for_room() names for the ask's database and role, once per
-// ask it has not seen. So an ask may end a kept backend in each worker: they are a cache,
-// and the login it was for would have found none of them connecting directly.
+// (too many connections) on a worker that keeps none it could end itself
+// (Session::make_room_for_login()). An ask wakes every worker; the first that keeps a backend
+// the ask may end (UpstreamPool::take_for_room()) ends it, and the others leave the ask alone.
 #pragma once
 
 #include <atomic>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "daemon/pool_directory.hpp"
+#include "daemon/upstream_pool.hpp"
 
 namespace l5pg::daemon {
 
@@ -24,41 +23,56 @@ class RoomRequests {
     void add_waker(std::function<void()> wake) { wakers_.push_back(std::move(wake)); }
 
     // From any worker thread: asks for room for a login of `owner` (database, role).
-    void ask(PoolDirectory::Key owner) {
+    void ask(PoolDirectory::Key owner, RoomMatch match) {
         {
             const std::lock_guard lock(mutex_);
-            asks_.emplace_back(last_.load(std::memory_order_relaxed) + 1, std::move(owner));
+            asks_.push_back({last_.load(std::memory_order_relaxed) + 1, std::move(owner), match});
             if (asks_.size() > kRemembered)
                 asks_.pop_front();
-            last_.store(asks_.back().first, std::memory_order_relaxed);
+            last_.store(asks_.back().number, std::memory_order_relaxed);
         }
         for (const auto& wake : wakers_)
             wake();
     }
 
-    // The asks after `seen` (a worker's own count, moved past them). Asks beyond the last
-    // kRemembered are forgotten: a worker that was that far behind ends no more for them.
-    [[nodiscard]] std::vector<PoolDirectory::Key> since(uint64_t& seen) const {
-        std::vector<PoolDirectory::Key> owners;
+    // A worker's turn: `take(owner, match)` (its own pool's take_for_room()) for each ask after
+    // `seen` (the worker's count, moved past them) that no worker has answered yet; an ask it
+    // took a connection for is answered. Under the lock, so that one worker at most answers an
+    // ask: `take` must be quick (the caller ends what it took afterwards). Asks beyond the last
+    // kRemembered are forgotten.
+    template <class Take>
+    [[nodiscard]] std::vector<UpstreamPool::Idle> answer(uint64_t& seen, Take&& take) {
+        std::vector<UpstreamPool::Idle> taken;
         if (last_.load(std::memory_order_relaxed) == seen)
-            return owners;  // every wake asks: no lock while nothing was asked
+            return taken;  // every wake asks: no lock while nothing was asked
         const std::lock_guard lock(mutex_);
-        for (const auto& [number, owner] : asks_)
-            if (number > seen)
-                owners.push_back(owner);
+        for (Ask& ask : asks_) {
+            if (ask.number <= seen || ask.answered)
+                continue;
+            if (std::optional<UpstreamPool::Idle> idle = take(ask.owner, ask.match)) {
+                taken.push_back(std::move(*idle));
+                ask.answered = true;
+            }
+        }
         seen = last_.load(std::memory_order_relaxed);
-        return owners;
+        return taken;
     }
 
   private:
     static constexpr size_t kRemembered = 64;
+    struct Ask {
+        uint64_t number = 0;
+        PoolDirectory::Key owner;
+        RoomMatch match = RoomMatch::RoleOrDatabase;
+        bool answered = false;
+    };
 
     std::vector<std::function<void()>> wakers_;  // set before the workers start, then read only
-    mutable std::mutex mutex_;
+    std::mutex mutex_;
     // The number of the last ask: written under the mutex, read without it to skip the lock
     // (a wake that follows an ask sees it: the eventfd's write and read order them).
     std::atomic<uint64_t> last_{0};
-    std::deque<std::pair<uint64_t, PoolDirectory::Key>> asks_;  // guarded by the mutex
+    std::deque<Ask> asks_;  // guarded by the mutex
 };
 
 }  // namespace l5pg::daemon

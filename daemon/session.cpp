@@ -119,7 +119,7 @@ void Session::timer_cb(int, short, void* arg) {
         self->reopen_upstream();
     } else if (self->pool_.login_check && self->pool_.login_check->purpose() ==
                                               protocol::PoolLoginCheck::Purpose::BeforeReuse) {
-        self->refuse_reuse("no answer to the login check in time");
+        self->refuse_reuse("no answer to the login check in time", /*answered=*/false);
     } else if (self->pool_.reset) {
         self->close(self->departure_reason_ +
                     "; the server connection's reset was not answered "

@@ -190,9 +190,9 @@ class Session final : public ClientEndHost {
     void finish_start_check(std::span<const std::byte> rest);
     void abandon_upstream_before_greeting();
     [[nodiscard]] bool client_left_unserved();
-    // The kept connection failed its login check (or did not answer): ended, and a new one
-    // opened for the client.
-    void refuse_reuse(std::string_view why);
+    // The kept connection failed its login check, or did not answer (`answered` false): ended,
+    // and a new one opened for the client.
+    void refuse_reuse(std::string_view why, bool answered = true);
     // Postgres refused a new backend with 53300 while l5pgd keeps idle ones: one ends, and
     // the login is tried again. False when it is not (the client gets the refusal).
     [[nodiscard]] bool make_room_for_login();
@@ -416,7 +416,8 @@ class Session final : public ClientEndHost {
         // is closed (reopen_after()), or the other workers had time to end one of theirs.
         enum class RoomWait : uint8_t { None, BackendEnding, OtherWorkers };
         RoomWait room_wait = RoomWait::None;
-        int room_attempts = 0;  // make_room_for_login()'s
+        int room_attempts = 0;       // make_room_for_login()'s
+        bool room_took_any = false;  // one of them could end a backend of any role
     };
     PoolState pool_;
 

@@ -404,6 +404,7 @@ void Session::update_upstream_reading() {
     // A kept connection's login check is read whatever the client does meanwhile.
     const bool want =
         pool_.login_check != nullptr || finish_when_ == FinishWhen::UpstreamClosed ||
+        pool_.room_wait == PoolState::RoomWait::BackendEnding ||
         (state_ == SessionState::Forwarding && upstream_.valid() && !cancel_request_ &&
          !upstream_eof_ && (discarding_output() || end_->has_room()));
     set_event(upstream_read_.get(), want);

@@ -228,32 +228,44 @@ void Session::finish_start_check(std::span<const std::byte> rest) {
     greet_client_then(rest);
 }
 
-void Session::refuse_reuse(std::string_view why) {
+void Session::refuse_reuse(std::string_view why, bool answered) {
     metrics_.pool_reuse_refused();
     spdlog::info(
         "session {}: kept server connection (backend pid {}) not reused: {}; a new "
         "one is opened",
         id_, pool_.greeting.key.backend_pid, why);
     pool_.login_check.reset();
-    reopen_after(std::move(upstream_));
+    if (answered)
+        reopen_after(std::move(upstream_));
+    else
+        reopen_upstream();  // a backend that does not answer may not end on Terminate either
 }
 
 // Postgres refused the new backend with 53300 -- max_connections or its reserved slots, a
 // role's or a database's CONNECTION LIMIT -- while l5pgd keeps idle backends, which a client
 // connecting directly would not find in its way: the one most likely to make room ends
-// (UpstreamPool::take_for_room()) and the login is tried again, a few times at most. This
-// worker's own is watched until Postgres has closed it; the other workers are asked to end
-// one of theirs (RoomRequests), and the login waits a little longer at each attempt. Not once
-// the client's own bytes went to the refused backend (they cannot be sent again).
+// (UpstreamPool::take_for_room()) and the login is tried again, a few times at most. A kept
+// backend of the client's role or database helps whatever the limit was; one of another role
+// and database only under max_connections, which the refusal does not say in words l5pgd may
+// read (they are translated): one attempt at most ends such a one. This worker's own is
+// watched until Postgres has closed it; the other workers are asked to end one of theirs
+// (RoomRequests), and the login waits longer at each attempt. Not for a client that left
+// meanwhile, or whose bytes went to the refused backend (they cannot be sent again).
 bool Session::make_room_for_login() {
     constexpr int kMaxRoomAttempts = 3;
-    constexpr uint32_t kFirstRoomWaitMs = 20;
-    if (pool_.client_sent || pool_.room_attempts >= kMaxRoomAttempts)
+    constexpr uint32_t kFirstRoomWaitMs = 25;  // then 100, 400
+    if (client_gone_ || upstream_refuses_ || upstream_shut_ || pool_.client_sent ||
+        pool_.room_attempts >= kMaxRoomAttempts)
         return false;
     const PoolDirectory::Key owner{record_->database, record_->role};
-    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take_for_room(owner);
-    if (!idle && worker_.pools().empty())
-        return false;
+    RoomMatch match = RoomMatch::RoleOrDatabase;
+    if (!worker_.pools().holds_role_or_database(owner)) {
+        if (pool_.room_took_any || worker_.pools().empty())
+            return false;
+        pool_.room_took_any = true;
+        match = RoomMatch::Any;
+    }
+    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take_for_room(owner, match);
     ++pool_.room_attempts;
     enter(SessionState::Connecting);  // the client's bytes wait (pump())
     if (idle) {
@@ -268,10 +280,10 @@ bool Session::make_room_for_login() {
         "session {}: Postgres refused a new backend: too many connections; asking the other "
         "workers to end a kept one",
         id_);
-    worker_.room_requests().ask(owner);
+    worker_.room_requests().ask(owner, match);
     drop_upstream();
     pool_.room_wait = PoolState::RoomWait::OtherWorkers;
-    arm_timer(kFirstRoomWaitMs << (pool_.room_attempts - 1));
+    arm_timer(kFirstRoomWaitMs << (2 * (pool_.room_attempts - 1)));
     return true;
 }
 
@@ -307,6 +319,12 @@ void Session::reopen_upstream() {
     pool_.room_wait = PoolState::RoomWait::None;
     drop_upstream();
     evtimer_del(timer_.get());
+    if (client_gone_) {  // its socket end may have seen the EOF while the session waited
+        close(departure_reason_ + " while l5pgd waited to log it in again", departure_error_);
+        return;
+    }
+    to_upstream_.clear();  // nothing of the client's went to Postgres (make_room_for_login())
+    pool_.upstream_epoch = worker_.upstream_epoch();  // a reload may have come meanwhile
     pool_.greeting = {};
     pool_.greeting_reader = std::make_unique<protocol::GreetingReader>();
     open_upstream(std::as_bytes(std::span(pool_.key)));

@@ -58,17 +58,24 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
     return taken;
 }
 
-std::optional<UpstreamPool::Idle> UpstreamPool::take_for_room(const PoolDirectory::Key& owner) {
+std::optional<UpstreamPool::Idle> UpstreamPool::take_for_room(const PoolDirectory::Key& owner,
+                                                              RoomMatch match) {
     expire();
-    if (entries_.empty()) {
-        arm_expiry();
-        return std::nullopt;
-    }
-    // Newest first: the oldest of the owner's is the last one found.
-    const auto owners = std::find_if(entries_.rbegin(), entries_.rend(),
-                                     [&owner](const Entry& e) { return e.owner == owner; });
-    Idle taken =
-        remove(owners != entries_.rend() ? std::prev(owners.base()) : std::prev(entries_.end()));
+    // Newest first: of those that match, the last one is idle longest.
+    const auto idle_longest = [this](auto&& matches) {
+        const auto found = std::find_if(entries_.rbegin(), entries_.rend(), matches);
+        return found == entries_.rend() ? entries_.end() : std::prev(found.base());
+    };
+    auto chosen = idle_longest([&owner](const Entry& e) { return e.owner == owner; });
+    if (chosen == entries_.end())
+        chosen = idle_longest([&owner](const Entry& e) { return e.owner.second == owner.second; });
+    if (chosen == entries_.end())
+        chosen = idle_longest([&owner](const Entry& e) { return e.owner.first == owner.first; });
+    if (chosen == entries_.end() && match == RoomMatch::Any)
+        chosen = idle_longest([](const Entry&) { return true; });
+    std::optional<Idle> taken;
+    if (chosen != entries_.end())
+        taken = remove(chosen);
     arm_expiry();
     return taken;
 }

@@ -34,6 +34,10 @@
 
 namespace l5pg::daemon {
 
+// Which kept connection may end for a login Postgres refused with SQLSTATE 53300: one of the
+// login's role or database (its CONNECTION LIMIT), or, for max_connections, any.
+enum class RoomMatch : uint8_t { RoleOrDatabase, Any };
+
 // Terminate: the backend ends without logging an unexpected EOF. (A send that does not fit at
 // once is not retried: closing the socket ends the backend as well.)
 void send_terminate(int fd);
@@ -64,10 +68,11 @@ class UpstreamPool {
     // StartupMessage's bytes: Session::pool_slot()) whose backend is still there.
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
     // For a new backend Postgres refused with SQLSTATE 53300 (too many connections): the
-    // kept connection whose end most likely makes room -- the oldest of `owner`'s (a role's
-    // or database's CONNECTION LIMIT), else the oldest of all (max_connections) -- for the
-    // caller to end (send_terminate()). Nothing when none is kept.
-    [[nodiscard]] std::optional<Idle> take_for_room(const PoolDirectory::Key& owner);
+    // kept connection whose end most likely makes room, for the caller to end
+    // (send_terminate()). Of those idle longest: one of `owner` (database, role), else of its
+    // role, else of its database, else, with RoomMatch::Any, any. Nothing when none matches.
+    [[nodiscard]] std::optional<Idle> take_for_room(const PoolDirectory::Key& owner,
+                                                    RoomMatch match);
     // Keeps `idle`, a connection of `owner` (database, role), for clients with `startup`,
     // until it has been idle for `limits.idle_timeout` or its backend has lived for
     // `limits.server_lifetime`; the oldest go beyond `limits.max_idle`. False if it was

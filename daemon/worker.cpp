@@ -236,15 +236,16 @@ void Worker::hand_over(AcceptedClient client) {
 
 // Another worker's session could not log in (53300) and this one may keep what is in the way.
 void Worker::answer_room_requests() {
-    for (const PoolDirectory::Key& owner : admission_state_.room.since(room_asks_seen_)) {
-        std::optional<UpstreamPool::Idle> idle = upstream_pool_.take_for_room(owner);
-        if (!idle)
-            continue;
+    const std::vector<UpstreamPool::Idle> taken = admission_state_.room.answer(
+        room_asks_seen_, [this](const PoolDirectory::Key& owner, RoomMatch match) {
+            return upstream_pool_.take_for_room(owner, match);
+        });
+    for (const UpstreamPool::Idle& idle : taken) {
         spdlog::info(
             "worker {}: ending a kept server connection (backend pid {}) to make room "
             "for a login Postgres refused on another worker",
-            index_, idle->greeting.key.backend_pid);
-        send_terminate(idle->fd.get());
+            index_, idle.greeting.key.backend_pid);
+        send_terminate(idle.fd.get());
     }
 }
 

@@ -1230,6 +1230,7 @@ def test_kept_backend_of_another_worker_makes_room_at_the_connection_limit(
     target, env = unix_target(d), {"PGUSER": login_role, "PGDATABASE": login_role}
     first = backend_pid(target, app=new_app(), env=env)
     wait_idle(d, 1)
+    wait_pool(d, "l5pg_sessions_active", lambda v: v == 0, "== 0")  # its session is gone
     holder, _ = raw_login(d, new_app())  # the first worker's session, as postgres
     try:
         other = backend_pid(target, app=new_app(), env=env)
@@ -1240,6 +1241,24 @@ def test_kept_backend_of_another_worker_makes_room_at_the_connection_limit(
     log = d.log_text()
     assert "asking the other workers to end a kept one" in log, log
     assert f"ending a kept server connection (backend pid {first}) to make room" in log, log
+
+
+def test_a_hopeless_refusal_ends_one_unrelated_kept_backend_at_most(l5pgd, cluster, login_role):
+    """A role at CONNECTION LIMIT 0 is refused whatever l5pgd ends. Kept backends of other
+    roles and databases make room only under max_connections, which l5pgd cannot tell from the
+    refusal (Postgres translates its messages): one at most goes, and the client gets
+    Postgres's refusal."""
+    cluster.sql(f"alter role {login_role} connection limit 0")
+    d = l5pgd.start(ident_rules=[("root", "postgres"), ("root", login_role)])
+    target = unix_target(d)
+    kept = [backend_pid(target, app=new_app()) for _ in range(2)]  # as postgres
+    wait_idle(d, 2)
+    r = psql_lines(target, "select 1", app=new_app(),
+                   env={"PGUSER": login_role, "PGDATABASE": login_role}, check=False)
+    assert r.returncode != 0, r.stdout
+    assert f'too many connections for role "{login_role}"' in r.stderr, r.stderr
+    assert sorted(backend_alive(cluster, pid) for pid in kept) == [False, True]
+    assert pool_metric(d, IDLE) == 1
 
 
 def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(

@@ -59,59 +59,80 @@ TEST_CASE("UpstreamPool: a connection past its deadline is not handed out, timer
     CHECK(pool.size() == 0);
 }
 
-// For a login Postgres refused with 53300: the owner's oldest, else the oldest of all; what is
-// taken leaves the pool and the directory.
-TEST_CASE("UpstreamPool: the connection taken for room is the owner's oldest, else the oldest") {
+// For a login Postgres refused with 53300: of those idle longest, the owner's, else its role's,
+// else its database's, else (max_connections) any; what is taken leaves the pool and the
+// directory.
+TEST_CASE("UpstreamPool: the connection taken for room is the nearest kin idle longest") {
+    using l5pg::daemon::RoomMatch;
     l5pg::daemon::EventBasePtr base(event_base_new());
     l5pg::daemon::Metrics metrics;
     l5pg::daemon::PoolDirectory directory;
     UpstreamPool pool(base.get(), metrics, directory);
-    const UpstreamPool::Limits lasting{4, 1h, 1h};
+    const UpstreamPool::Limits lasting{8, 1h, 1h};
     std::vector<Pair> pairs;
     std::vector<int> kept_fds;
-    const auto park = [&](std::string startup, std::string role) {
+    const auto park = [&](std::string db, std::string role) {
         pairs.push_back(socket_pair());
         kept_fds.push_back(pairs.back().kept.get());
-        REQUIRE(pool.park(std::move(startup), {"db", std::move(role)},
+        REQUIRE(pool.park(db + role, {std::move(db), std::move(role)},
                           UpstreamPool::Idle{
                               std::move(pairs.back().kept), {}, UpstreamPool::clock::now(), "", {}},
                           lasting));
     };
-    park("a1", "alice");  // the oldest of all
-    park("b1", "bob");    // bob's oldest
-    park("b2", "bob");
-    auto taken = pool.take_for_room({"db", "bob"});
-    REQUIRE(taken);
-    CHECK(taken->fd.get() == kept_fds[1]);
-    taken = pool.take_for_room({"db", "carol"});  // none of carol's: the oldest of all
-    REQUIRE(taken);
-    CHECK(taken->fd.get() == kept_fds[0]);
-    CHECK(pool.size() == 1);
-    CHECK(directory.snapshot() ==
-          std::map<l5pg::daemon::PoolDirectory::Key, uint64_t>{{{"db", "bob"}, 1}});
-    CHECK(pool.take_for_room({"db", "carol"}));
-    CHECK_FALSE(pool.take_for_room({"db", "carol"}));
+    park("other", "other");  // 0: idle longest
+    park("db", "carol");     // 1: bob's database
+    park("app", "bob");      // 2: bob's role
+    park("db", "bob");       // 3: bob's own, idle longest of his
+    park("db", "bob");       // 4
+    const auto taken_fd = [&](std::string db, std::string role, RoomMatch match) {
+        const auto taken = pool.take_for_room({std::move(db), std::move(role)}, match);
+        return taken ? taken->fd.get() : -1;
+    };
+    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[3]);
+    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[4]);
+    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[2]);
+    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[1]);
+    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == -1);  // no kin left
+    CHECK(directory.holds_role_or_database({"other", "dave"}));
+    CHECK_FALSE(directory.holds_role_or_database({"db", "bob"}));
+    CHECK(taken_fd("db", "bob", RoomMatch::Any) == kept_fds[0]);
+    CHECK(pool.size() == 0);
     CHECK(directory.empty());
+    CHECK(taken_fd("db", "bob", RoomMatch::Any) == -1);
 }
 
-TEST_CASE("RoomRequests: each worker sees each ask once, the last 64 at most") {
+TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can") {
+    using l5pg::daemon::PoolDirectory;
+    using l5pg::daemon::RoomMatch;
     l5pg::daemon::RoomRequests room;
     int wakes = 0;
     room.add_waker([&wakes] { ++wakes; });
     room.add_waker([&wakes] { ++wakes; });
+    std::vector<PoolDirectory::Key> asked;
+    const auto nothing_kept = [&asked](const PoolDirectory::Key& owner, RoomMatch) {
+        asked.push_back(owner);
+        return std::optional<UpstreamPool::Idle>();
+    };
+    const auto kept = [&asked](const PoolDirectory::Key& owner, RoomMatch) {
+        asked.push_back(owner);
+        return std::optional<UpstreamPool::Idle>(UpstreamPool::Idle{});
+    };
     uint64_t first = 0;
     uint64_t second = 0;
-    CHECK(room.since(first).empty());
-    room.ask({"db", "alice"});
-    room.ask({"db", "bob"});
+    CHECK(room.answer(first, kept).empty());  // nothing asked
+    room.ask({"db", "alice"}, RoomMatch::RoleOrDatabase);
+    room.ask({"db", "bob"}, RoomMatch::Any);
     CHECK(wakes == 4);
-    CHECK(room.since(first) ==
-          std::vector<l5pg::daemon::PoolDirectory::Key>{{"db", "alice"}, {"db", "bob"}});
-    CHECK(room.since(first).empty());
-    room.ask({"db", "carol"});
-    CHECK(room.since(first) == std::vector<l5pg::daemon::PoolDirectory::Key>{{"db", "carol"}});
-    CHECK(room.since(second).size() == 3);
+    CHECK(room.answer(first, nothing_kept).empty());  // the first worker keeps nothing
+    CHECK(asked == std::vector<PoolDirectory::Key>{{"db", "alice"}, {"db", "bob"}});
+    CHECK(room.answer(first, kept).empty());  // seen already
+    CHECK(room.answer(second, kept).size() == 2);
+    asked.clear();
+    CHECK(room.answer(second, kept).empty());
+    uint64_t third = 0;
+    CHECK(room.answer(third, kept).empty());  // answered: not asked of a third worker
+    CHECK(asked.empty());
     for (int i = 0; i < 100; ++i)
-        room.ask({"db", "many"});
-    CHECK(room.since(second).size() == 64);
+        room.ask({"db", "many"}, RoomMatch::Any);
+    CHECK(room.answer(third, kept).size() == 64);  // the last 64 only
 }
