@@ -439,6 +439,12 @@ ssize_t recv_into(Channel& ch, int fd, const RecvTarget& to, int flags) {
 
 }  // namespace
 
+size_t channel_unread_bytes(Channel& ch) {
+    if (ch.rdma && ch.last_user.load(std::memory_order_relaxed) != thread_mark())
+        return 0;
+    return ch.end->unread_bytes();
+}
+
 ssize_t channel_recv(Channel& ch, int fd, const iovec* iov, int iovcnt, int flags) {
     return recv_into(ch, fd, {iov, iovcnt, iov_total(iov, iovcnt), {}}, flags);
 }

@@ -89,6 +89,10 @@ void channel_forget_all_after_fork();
 // other flags included, and discards them.
 [[nodiscard]] ssize_t channel_recv_discarding(Channel& ch, int fd, size_t len, int flags);
 
+// ioctl(FIONREAD): the bytes a recv() would return now (ChannelEnd::unread_bytes()). An RDMA
+// end is not thread-safe: asked from another thread than the one using it, 0.
+[[nodiscard]] size_t channel_unread_bytes(Channel& ch);
+
 // How long to spin and yield before blocking on this channel: the budget its recent waits
 // earned (wait::AdaptiveSpin), or, for SHM, none when it is the `only_session` waited on and
 // l5pgd's worker is confined to the very CPU we are confined to (transport/wait/cpu_hint.hpp).

@@ -57,7 +57,7 @@ void track_nonblocking(int fd, bool on) {
 // read that follows block), or none while a notification waits in the ring.
 void count_unread(int fd, int& count) {
     if (const ChannelRef channel = ChannelRef::of(fd))
-        count = static_cast<int>(std::min<size_t>(channel->end->unread_bytes(), INT_MAX));
+        count = static_cast<int>(std::min<size_t>(channel_unread_bytes(*channel), INT_MAX));
 }
 
 template <class RealFcntl>
