@@ -22,6 +22,11 @@ bool PoolDirectory::empty() const {
     return idle_.empty();
 }
 
+bool PoolDirectory::holds(const Key& owner) const {
+    const std::lock_guard lock(mutex_);
+    return idle_.contains(owner);
+}
+
 bool PoolDirectory::holds_role_or_database(const Key& owner) const {
     const std::lock_guard lock(mutex_);
     return std::any_of(idle_.begin(), idle_.end(), [&owner](const auto& entry) {

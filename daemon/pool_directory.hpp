@@ -19,7 +19,8 @@ class PoolDirectory {
     // Idle connections now, by database and role (none listed with 0).
     [[nodiscard]] std::map<Key, uint64_t> snapshot() const;
     [[nodiscard]] bool empty() const;
-    // Whether some connection of `owner`'s role or of its database is kept.
+    // Whether some connection of `owner` is kept; of its role or of its database.
+    [[nodiscard]] bool holds(const Key& owner) const;
     [[nodiscard]] bool holds_role_or_database(const Key& owner) const;
 
   private:

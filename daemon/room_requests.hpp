@@ -1,10 +1,12 @@
 // Kept backends the workers are asked to end for a login Postgres refused with SQLSTATE 53300
 // (too many connections) on a worker that keeps none it could end itself
 // (Session::make_room_for_login()). An ask wakes every worker; the first that keeps a backend
-// the ask may end (UpstreamPool::take_for_room()) ends it, and the others leave the ask alone.
+// the ask may end (UpstreamPool::take_for_room()) ends it, and the others leave the ask alone,
+// as all do once the login is tried again.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -22,11 +24,14 @@ class RoomRequests {
     // Before the workers run: how to wake each one (Worker::wake(), thread-safe).
     void add_waker(std::function<void()> wake) { wakers_.push_back(std::move(wake)); }
 
-    // From any worker thread: asks for room for a login of `owner` (database, role).
-    void ask(PoolDirectory::Key owner, RoomMatch match) {
+    // From any worker thread: asks for room for a login of `owner` (database, role), which
+    // is tried again at `until`: a worker that comes to the ask later leaves it alone.
+    void ask(PoolDirectory::Key owner, RoomMatch match,
+             std::chrono::steady_clock::time_point until) {
         {
             const std::lock_guard lock(mutex_);
-            asks_.push_back({last_.load(std::memory_order_relaxed) + 1, std::move(owner), match});
+            asks_.push_back(
+                {last_.load(std::memory_order_relaxed) + 1, std::move(owner), match, until});
             if (asks_.size() > kRemembered)
                 asks_.pop_front();
             last_.store(asks_.back().number, std::memory_order_relaxed);
@@ -46,8 +51,9 @@ class RoomRequests {
         if (last_.load(std::memory_order_relaxed) == seen)
             return taken;  // every wake asks: no lock while nothing was asked
         const std::lock_guard lock(mutex_);
+        const auto now = std::chrono::steady_clock::now();
         for (Ask& ask : asks_) {
-            if (ask.number <= seen || ask.answered)
+            if (ask.number <= seen || ask.answered || ask.until <= now)
                 continue;
             if (std::optional<UpstreamPool::Idle> idle = take(ask.owner, ask.match)) {
                 taken.push_back(std::move(*idle));
@@ -63,7 +69,8 @@ class RoomRequests {
     struct Ask {
         uint64_t number = 0;
         PoolDirectory::Key owner;
-        RoomMatch match = RoomMatch::RoleOrDatabase;
+        RoomMatch match = RoomMatch::Owner;
+        std::chrono::steady_clock::time_point until;
         bool answered = false;
     };
 

@@ -196,6 +196,7 @@ class Session final : public ClientEndHost {
     // Postgres refused a new backend with 53300 while l5pgd keeps idle ones: one ends, and
     // the login is tried again. False when it is not (the client gets the refusal).
     [[nodiscard]] bool make_room_for_login();
+    [[nodiscard]] std::optional<RoomMatch> room_match(const PoolDirectory::Key& owner);
     // Ends `old_backend`, then opens a new server connection once Postgres has closed it.
     void reopen_after(UniqueFd old_backend);
     void read_retiring();
@@ -416,8 +417,9 @@ class Session final : public ClientEndHost {
         // is closed (reopen_after()), or the other workers had time to end one of theirs.
         enum class RoomWait : uint8_t { None, BackendEnding, OtherWorkers };
         RoomWait room_wait = RoomWait::None;
-        int room_attempts = 0;       // make_room_for_login()'s
-        bool room_took_any = false;  // one of them could end a backend of any role
+        int room_attempts = 0;       // make_room_for_login()'s, and how far they reached:
+        bool room_took_kin = false;  // one of its role or its database (RoomMatch)
+        bool room_took_any = false;  // one of any
     };
     PoolState pool_;
 

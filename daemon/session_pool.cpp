@@ -245,27 +245,25 @@ void Session::refuse_reuse(std::string_view why, bool answered) {
 // role's or a database's CONNECTION LIMIT -- while l5pgd keeps idle backends, which a client
 // connecting directly would not find in its way: the one most likely to make room ends
 // (UpstreamPool::take_for_room()) and the login is tried again, a few times at most. A kept
-// backend of the client's role or database helps whatever the limit was; one of another role
-// and database only under max_connections, which the refusal does not say in words l5pgd may
-// read (they are translated): one attempt at most ends such a one. This worker's own is
-// watched until Postgres has closed it; the other workers are asked to end one of theirs
-// (RoomRequests), and the login waits longer at each attempt. Not for a client that left
-// meanwhile, or whose bytes went to the refused backend (they cannot be sent again).
+// backend of the client's role and database helps whatever the limit was; one of its role
+// only, or of its database only, helps under one limit; one of another role and database
+// only under max_connections. The refusal does not say which limit it was in words l5pgd may
+// read (they are translated), so one attempt at most ends a backend of each of the last two
+// kinds. This worker's own is watched until Postgres has closed it; the other workers are
+// asked to end one of theirs (RoomRequests), and the login waits longer at each attempt. Not
+// for a client that left meanwhile, or whose bytes went to the refused backend (they cannot
+// be sent again).
 bool Session::make_room_for_login() {
     constexpr int kMaxRoomAttempts = 3;
     constexpr uint32_t kFirstRoomWaitMs = 25;  // then 100, 400
-    if (client_gone_ || upstream_refuses_ || upstream_shut_ || pool_.client_sent ||
-        pool_.room_attempts >= kMaxRoomAttempts)
+    if (client_left_unserved() || client_gone_ || upstream_refuses_ || upstream_shut_ ||
+        pool_.client_sent || pool_.room_attempts >= kMaxRoomAttempts)
         return false;
     const PoolDirectory::Key owner{record_->database, record_->role};
-    RoomMatch match = RoomMatch::RoleOrDatabase;
-    if (!worker_.pools().holds_role_or_database(owner)) {
-        if (pool_.room_took_any || worker_.pools().empty())
-            return false;
-        pool_.room_took_any = true;
-        match = RoomMatch::Any;
-    }
-    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take_for_room(owner, match);
+    const std::optional<RoomMatch> match = room_match(owner);
+    if (!match)
+        return false;
+    std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take_for_room(owner, *match);
     ++pool_.room_attempts;
     enter(SessionState::Connecting);  // the client's bytes wait (pump())
     if (idle) {
@@ -280,11 +278,29 @@ bool Session::make_room_for_login() {
         "session {}: Postgres refused a new backend: too many connections; asking the other "
         "workers to end a kept one",
         id_);
-    worker_.room_requests().ask(owner, match);
+    const uint32_t wait_ms = kFirstRoomWaitMs << (2 * (pool_.room_attempts - 1));
+    worker_.room_requests().ask(
+        owner, *match, std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms));
     drop_upstream();
     pool_.room_wait = PoolState::RoomWait::OtherWorkers;
-    arm_timer(kFirstRoomWaitMs << (2 * (pool_.room_attempts - 1)));
+    arm_timer(wait_ms);
     return true;
+}
+
+// How far make_room_for_login() may reach now (see there), given what l5pgd keeps.
+std::optional<RoomMatch> Session::room_match(const PoolDirectory::Key& owner) {
+    const PoolDirectory& kept = worker_.pools();
+    if (kept.holds(owner))
+        return RoomMatch::Owner;
+    if (!pool_.room_took_kin && kept.holds_role_or_database(owner)) {
+        pool_.room_took_kin = true;
+        return RoomMatch::RoleOrDatabase;
+    }
+    if (!pool_.room_took_any && !kept.empty()) {
+        pool_.room_took_any = true;
+        return RoomMatch::Any;
+    }
+    return std::nullopt;
 }
 
 // Postgres frees a backend's slot (max_connections, CONNECTION LIMIT) before the backend
@@ -319,7 +335,7 @@ void Session::reopen_upstream() {
     pool_.room_wait = PoolState::RoomWait::None;
     drop_upstream();
     evtimer_del(timer_.get());
-    if (client_gone_) {  // its socket end may have seen the EOF while the session waited
+    if (client_left_unserved()) {  // it gave up while the session waited
         close(departure_reason_ + " while l5pgd waited to log it in again", departure_error_);
         return;
     }

@@ -61,23 +61,36 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take(std::string_view startup) {
 std::optional<UpstreamPool::Idle> UpstreamPool::take_for_room(const PoolDirectory::Key& owner,
                                                               RoomMatch match) {
     expire();
+    std::optional<Idle> taken;
+    for (;;) {
+        const auto chosen = choose_for_room(owner, match);
+        if (chosen == entries_.end())
+            break;
+        if (quiet(chosen->idle.fd.get())) {
+            taken = remove(chosen);
+            break;
+        }
+        drop(chosen);  // Postgres ended it: it frees nothing now
+    }
+    arm_expiry();
+    return taken;
+}
+
+UpstreamPool::Entries::iterator UpstreamPool::choose_for_room(const PoolDirectory::Key& owner,
+                                                              RoomMatch match) {
     // Newest first: of those that match, the last one is idle longest.
     const auto idle_longest = [this](auto&& matches) {
         const auto found = std::find_if(entries_.rbegin(), entries_.rend(), matches);
         return found == entries_.rend() ? entries_.end() : std::prev(found.base());
     };
     auto chosen = idle_longest([&owner](const Entry& e) { return e.owner == owner; });
-    if (chosen == entries_.end())
+    if (chosen == entries_.end() && match != RoomMatch::Owner)
         chosen = idle_longest([&owner](const Entry& e) { return e.owner.second == owner.second; });
-    if (chosen == entries_.end())
+    if (chosen == entries_.end() && match != RoomMatch::Owner)
         chosen = idle_longest([&owner](const Entry& e) { return e.owner.first == owner.first; });
     if (chosen == entries_.end() && match == RoomMatch::Any)
         chosen = idle_longest([](const Entry&) { return true; });
-    std::optional<Idle> taken;
-    if (chosen != entries_.end())
-        taken = remove(chosen);
-    arm_expiry();
-    return taken;
+    return chosen;
 }
 
 UpstreamPool::Idle UpstreamPool::remove(Entries::iterator at) {

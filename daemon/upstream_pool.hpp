@@ -35,8 +35,9 @@
 namespace l5pg::daemon {
 
 // Which kept connection may end for a login Postgres refused with SQLSTATE 53300: one of the
-// login's role or database (its CONNECTION LIMIT), or, for max_connections, any.
-enum class RoomMatch : uint8_t { RoleOrDatabase, Any };
+// login's role and database (that helps under any limit), one of its role or of its database
+// (a role's or a database's CONNECTION LIMIT), or any (max_connections).
+enum class RoomMatch : uint8_t { Owner, RoleOrDatabase, Any };
 
 // Terminate: the backend ends without logging an unexpected EOF. (A send that does not fit at
 // once is not retried: closing the socket ends the backend as well.)
@@ -69,8 +70,9 @@ class UpstreamPool {
     [[nodiscard]] std::optional<Idle> take(std::string_view startup);
     // For a new backend Postgres refused with SQLSTATE 53300 (too many connections): the
     // kept connection whose end most likely makes room, for the caller to end
-    // (send_terminate()). Of those idle longest: one of `owner` (database, role), else of its
-    // role, else of its database, else, with RoomMatch::Any, any. Nothing when none matches.
+    // (send_terminate()). Of those idle longest: one of `owner` (database, role), else as far
+    // as `match` allows, of its role, else of its database, else any. Nothing when none
+    // matches. One that Postgres ended meanwhile is dropped, not taken.
     [[nodiscard]] std::optional<Idle> take_for_room(const PoolDirectory::Key& owner,
                                                     RoomMatch match);
     // Keeps `idle`, a connection of `owner` (database, role), for clients with `startup`,
@@ -104,6 +106,7 @@ class UpstreamPool {
     static void expiry_cb(int fd, short what, void* arg);
     Entries::iterator drop(Entries::iterator at);
     Idle remove(Entries::iterator at);
+    Entries::iterator choose_for_room(const PoolDirectory::Key& owner, RoomMatch match);
     void trim(size_t max_idle);
     void count(const Entry& entry, int64_t delta);
     void expire();

@@ -199,7 +199,7 @@ class Worker {
     wait::CpuFollower follower_;  // on a lone client's CPU while crowded_ has us blocking
     IdleStretch idle_;
 
-    uint64_t room_asks_seen_ = 0;  // RoomRequests::since()
+    uint64_t room_asks_seen_ = 0;  // RoomRequests::answer()
 
     std::mutex handover_mutex_;
     std::vector<AcceptedClient> handed_over_;  // guarded by the mutex

@@ -1220,6 +1220,7 @@ def test_kept_backend_of_another_client_makes_room_at_the_connection_limit(
     assert pool_metric(d, REUSE_REFUSED) == 0
 
 
+@pytest.mark.serial  # the other worker must act within 0.5 s: another test's load could delay it
 def test_kept_backend_of_another_worker_makes_room_at_the_connection_limit(
         l5pgd, cluster, login_role):
     """As above, with the kept backend in the other worker's pool: the worker serving the
@@ -1257,8 +1258,9 @@ def test_a_hopeless_refusal_ends_one_unrelated_kept_backend_at_most(l5pgd, clust
                    env={"PGUSER": login_role, "PGDATABASE": login_role}, check=False)
     assert r.returncode != 0, r.stdout
     assert f'too many connections for role "{login_role}"' in r.stderr, r.stderr
-    assert sorted(backend_alive(cluster, pid) for pid in kept) == [False, True]
-    assert pool_metric(d, IDLE) == 1
+    wait_idle(d, 1)
+    wait_for(lambda: sorted(backend_alive(cluster, pid) for pid in kept) == [False, True], WAIT,
+             "one kept backend to end, the other to stay")
 
 
 def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(

@@ -88,8 +88,9 @@ TEST_CASE("UpstreamPool: the connection taken for room is the nearest kin idle l
         const auto taken = pool.take_for_room({std::move(db), std::move(role)}, match);
         return taken ? taken->fd.get() : -1;
     };
-    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[3]);
-    CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[4]);
+    CHECK(taken_fd("db", "bob", RoomMatch::Owner) == kept_fds[3]);
+    CHECK(taken_fd("db", "bob", RoomMatch::Owner) == kept_fds[4]);
+    CHECK(taken_fd("db", "bob", RoomMatch::Owner) == -1);  // his own only
     CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[2]);
     CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[1]);
     CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == -1);  // no kin left
@@ -99,6 +100,30 @@ TEST_CASE("UpstreamPool: the connection taken for room is the nearest kin idle l
     CHECK(pool.size() == 0);
     CHECK(directory.empty());
     CHECK(taken_fd("db", "bob", RoomMatch::Any) == -1);
+}
+
+TEST_CASE("UpstreamPool: a connection Postgres ended is not taken for room") {
+    l5pg::daemon::EventBasePtr base(event_base_new());
+    l5pg::daemon::Metrics metrics;
+    l5pg::daemon::PoolDirectory directory;
+    UpstreamPool pool(base.get(), metrics, directory);
+    const UpstreamPool::Limits lasting{4, 1h, 1h};
+    Pair live = socket_pair();
+    Pair ended = socket_pair();
+    const int live_fd = live.kept.get();
+    const auto park = [&](Pair& pair, std::string startup) {
+        REQUIRE(pool.park(
+            std::move(startup), {"db", "bob"},
+            UpstreamPool::Idle{std::move(pair.kept), {}, UpstreamPool::clock::now(), "", {}},
+            lasting));
+    };
+    park(ended, "a");  // idle longest: chosen first
+    park(live, "b");
+    ended.peer.reset();  // its backend's EOF, not yet seen by the loop
+    const auto taken = pool.take_for_room({"db", "bob"}, l5pg::daemon::RoomMatch::Owner);
+    REQUIRE(taken);
+    CHECK(taken->fd.get() == live_fd);
+    CHECK(pool.size() == 0);
 }
 
 TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can") {
@@ -117,11 +142,12 @@ TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can
         asked.push_back(owner);
         return std::optional<UpstreamPool::Idle>(UpstreamPool::Idle{});
     };
+    const auto later = std::chrono::steady_clock::now() + 1h;
     uint64_t first = 0;
     uint64_t second = 0;
     CHECK(room.answer(first, kept).empty());  // nothing asked
-    room.ask({"db", "alice"}, RoomMatch::RoleOrDatabase);
-    room.ask({"db", "bob"}, RoomMatch::Any);
+    room.ask({"db", "alice"}, RoomMatch::RoleOrDatabase, later);
+    room.ask({"db", "bob"}, RoomMatch::Any, later);
     CHECK(wakes == 4);
     CHECK(room.answer(first, nothing_kept).empty());  // the first worker keeps nothing
     CHECK(asked == std::vector<PoolDirectory::Key>{{"db", "alice"}, {"db", "bob"}});
@@ -133,6 +159,8 @@ TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can
     CHECK(room.answer(third, kept).empty());  // answered: not asked of a third worker
     CHECK(asked.empty());
     for (int i = 0; i < 100; ++i)
-        room.ask({"db", "many"}, RoomMatch::Any);
+        room.ask({"db", "many"}, RoomMatch::Any, later);
     CHECK(room.answer(third, kept).size() == 64);  // the last 64 only
+    room.ask({"db", "late"}, RoomMatch::Any, std::chrono::steady_clock::now());
+    CHECK(room.answer(third, kept).empty());  // the login was tried again already
 }
