@@ -31,16 +31,22 @@ Pair socket_pair() {
     return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
+// A pool on an event base whose loop never runs (no timer fires).
+struct Pool {
+    l5pg::daemon::EventBasePtr base{event_base_new()};
+    l5pg::daemon::Metrics metrics;
+    l5pg::daemon::PoolDirectory directory;
+    UpstreamPool pool{base.get(), metrics, directory};
+};
+
 }  // namespace
 
 // The expiry timer runs in the worker's loop, after whatever else is ready in that round: a
 // client's StartupMessage read in the same round took a connection whose idle timeout or
 // lifetime had passed a moment before.
 TEST_CASE("UpstreamPool: a connection past its deadline is not handed out, timer or not") {
-    l5pg::daemon::EventBasePtr base(event_base_new());
-    l5pg::daemon::Metrics metrics;
-    l5pg::daemon::PoolDirectory directory;
-    UpstreamPool pool(base.get(), metrics, directory);
+    Pool p;
+    UpstreamPool& pool = p.pool;
     const UpstreamPool::Limits limits{2, 30ms, 1h};
     const UpstreamPool::Limits lasting{2, 1h, 1h};
     Pair stale = socket_pair();
@@ -64,10 +70,8 @@ TEST_CASE("UpstreamPool: a connection past its deadline is not handed out, timer
 // directory.
 TEST_CASE("UpstreamPool: the connection taken for room is the nearest kin idle longest") {
     using l5pg::daemon::RoomMatch;
-    l5pg::daemon::EventBasePtr base(event_base_new());
-    l5pg::daemon::Metrics metrics;
-    l5pg::daemon::PoolDirectory directory;
-    UpstreamPool pool(base.get(), metrics, directory);
+    Pool p;
+    UpstreamPool& pool = p.pool;
     const UpstreamPool::Limits lasting{8, 1h, 1h};
     std::vector<Pair> pairs;
     std::vector<int> kept_fds;
@@ -94,19 +98,17 @@ TEST_CASE("UpstreamPool: the connection taken for room is the nearest kin idle l
     CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[2]);
     CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == kept_fds[1]);
     CHECK(taken_fd("db", "bob", RoomMatch::RoleOrDatabase) == -1);  // no kin left
-    CHECK(directory.holds_role_or_database({"other", "dave"}));
-    CHECK_FALSE(directory.holds_role_or_database({"db", "bob"}));
+    CHECK(p.directory.holds_role_or_database({"other", "dave"}));
+    CHECK_FALSE(p.directory.holds_role_or_database({"db", "bob"}));
     CHECK(taken_fd("db", "bob", RoomMatch::Any) == kept_fds[0]);
     CHECK(pool.size() == 0);
-    CHECK(directory.empty());
+    CHECK(p.directory.empty());
     CHECK(taken_fd("db", "bob", RoomMatch::Any) == -1);
 }
 
 TEST_CASE("UpstreamPool: a connection Postgres ended is not taken for room") {
-    l5pg::daemon::EventBasePtr base(event_base_new());
-    l5pg::daemon::Metrics metrics;
-    l5pg::daemon::PoolDirectory directory;
-    UpstreamPool pool(base.get(), metrics, directory);
+    Pool p;
+    UpstreamPool& pool = p.pool;
     const UpstreamPool::Limits lasting{4, 1h, 1h};
     Pair live = socket_pair();
     Pair ended = socket_pair();
