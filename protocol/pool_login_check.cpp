@@ -65,6 +65,7 @@ constexpr std::string_view kQuery =
     "a.backend_type OPERATOR(pg_catalog.=) ANY ('{client backend,walsender}'::pg_catalog.text[]))) "
     "OPERATOR(pg_catalog.<=) d.datconnlimit)), "
     "pg_catalog.concat(CASE WHEN r.rolsuper THEN 'superuser ' END, "
+    "'as ', pg_catalog.quote_ident(current_user), ' ', "
     "COALESCE((SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', s.setdatabase, s.setrole, "
     "s.setconfig), ';' ORDER BY s.setdatabase, s.setrole) "
     "FROM pg_catalog.pg_db_role_setting s "
@@ -196,7 +197,8 @@ bool PoolLoginCheck::row_passes(std::span<const std::byte> body) {
     } else if ((*values)[4] != settings_) {
         failure_ =
             "the settings a login of its role to its database takes (ALTER ROLE / ALTER "
-            "DATABASE ... SET), or its SUPERUSER attribute, changed since it started";
+            "DATABASE ... SET), its SUPERUSER attribute, or the name of the role it runs as "
+            "(set at login) changed since it started";
         return false;
     }
     return true;

@@ -11,7 +11,9 @@
 // ALTER ROLE ... IN DATABASE ... SET, ALTER ROLE ALL SET): asked right after a new backend's
 // greeting (Purpose::AtStart) they are what the backend runs with, and before each reuse
 // they must still be the same, or a new login would get other settings (the role's SUPERUSER
-// attribute is part of them).
+// attribute is part of them, and so is the name of the role the backend runs as: a role set
+// at login by a name that was renamed, and perhaps given to a new role since, is not the one a
+// new login by that name would get).
 //
 // Any other answer, an error included, fails. Before a reuse l5pgd then opens a new backend,
 // where Postgres's own checks apply and the client gets Postgres's own refusal; at the start

@@ -1193,6 +1193,22 @@ def test_kept_backend_is_not_reused_once_postgres_would_refuse_the_login(
     assert f"not reused: {why}" in d.log_text()
 
 
+def test_kept_backend_running_as_a_renamed_role_is_not_reused(l5pgd, cluster, login_role):
+    """options -c role=...: the role a kept backend runs as was renamed, and a new role took
+    its name. A new login by that name runs as the new role, so the kept backend, still running
+    as the renamed one, is not reused (it was)."""
+    d = l5pgd.start()
+    target, app = unix_target(d), new_app()
+    env = {"PGOPTIONS": f"-c role={login_role}"}
+    first = backend_pid(target, app=app, env=env)
+    wait_idle(d, 1)
+    cluster.sql(f"alter role {login_role} rename to {login_role}_old; create role {login_role}")
+    lines = psql_lines(target, "select pg_backend_pid()", "select current_user", app=app, env=env)
+    assert int(lines[0]) != first
+    assert lines[-1] == login_role
+    assert pool_metric(d, REUSE_REFUSED) == 1
+
+
 def test_kept_backend_within_its_connection_limit_is_reused(l5pgd, cluster, login_role):
     """A limit of 1: the kept backend is the one connection a new login would count (as
     Postgres counts the new backend itself), so it is reused, again and again."""
@@ -1397,7 +1413,7 @@ def test_kept_backend_of_a_demoted_superuser_is_not_reused(l5pgd, cluster, login
     assert int(r.stdout.split()[0]) != first, r.stdout
     assert "permission denied to set session authorization" in r.stderr, r.stderr
     assert pool_metric(d, REUSE_REFUSED) == 1
-    assert "or its SUPERUSER attribute, changed since it started" in d.log_text()
+    assert "its SUPERUSER attribute, or the name of the role it runs as" in d.log_text()
 
 
 @pytest.mark.parametrize("parameter, value", [("session_replication_role", "replica"),

@@ -482,7 +482,7 @@ TEST_CASE("PoolLoginCheck: any other answer fails, and says why") {
              {"alice", "app", "t", "t", settings + ";0 0 {lock_timeout=1s}", "t", "t", "t"}),
          "changed since it started"},
         {login_check_answer({"alice", "app", "t", "t", "superuser " + settings, "t", "t", "t"}),
-         "or its SUPERUSER attribute, changed since it started"},
+         "its SUPERUSER attribute, or the name of the role it runs as"},
         {login_check_answer({"alice", "app", "t", "t", settings, "f", "t", "t"}),
          "may no longer take the role it runs as"},
         {login_check_answer({"alice", "app", "t", "t", settings, "t", "f", "t"}),
