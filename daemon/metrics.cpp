@@ -147,6 +147,9 @@ void Metrics::pool_reused() noexcept {
 void Metrics::pool_reuse_refused() noexcept {
     bump(pool_reuse_refused_);
 }
+void Metrics::pool_ended_for_room() noexcept {
+    bump(pool_ended_for_room_);
+}
 void Metrics::pool_idle_changed(int64_t delta) noexcept {
     pool_idle_.fetch_add(delta, std::memory_order_relaxed);
 }
@@ -245,6 +248,10 @@ std::string Metrics::render() const {
            "Kept server connections closed instead of reused: Postgres would no longer log the "
            "client in as that backend's role and database.",
            read(pool_reuse_refused_));
+    scalar(out, "l5pg_pool_ended_for_room_total",
+           "Kept server connections ended because Postgres refused a new backend with 53300 "
+           "(too many connections) while they were kept.",
+           read(pool_ended_for_room_));
     header(out, "l5pg_pool_idle_connections", "gauge",
            "Server connections kept idle for the next client now.");
     fmt::format_to(std::back_inserter(out), "l5pg_pool_idle_connections {}\n",

@@ -71,6 +71,7 @@ class Metrics {
     void pool_returned() noexcept;
     void pool_reused() noexcept;
     void pool_reuse_refused() noexcept;
+    void pool_ended_for_room() noexcept;  // a kept one ended for a login Postgres refused (53300)
     void pool_idle_changed(int64_t delta) noexcept;
     void auth_failed(Transport t, AuthFailure reason) noexcept;
     void connection_refused(ConnectionRefusal reason) noexcept;
@@ -97,7 +98,7 @@ class Metrics {
     //   l5pg_doorbells_total, l5pg_doorbells_coalesced_total,
     //   l5pg_doorbells_received_total, l5pg_worker_blocks_total   counters
     //   l5pg_pool_returned_total, l5pg_pool_reused_total,
-    //   l5pg_pool_reuse_refused_total                             counters
+    //   l5pg_pool_reuse_refused_total, l5pg_pool_ended_for_room_total counters
     //   l5pg_pool_idle_connections                                gauge
     //   l5pg_auth_failures_total{transport,reason}        counter
     //   l5pg_connections_refused_total{reason}            counter
@@ -135,6 +136,7 @@ class Metrics {
     std::atomic<uint64_t> pool_returned_{0};
     std::atomic<uint64_t> pool_reused_{0};
     std::atomic<uint64_t> pool_reuse_refused_{0};
+    std::atomic<uint64_t> pool_ended_for_room_{0};
     std::atomic<int64_t> pool_idle_{0};
     std::atomic<int> config_last_ok_{1};
     std::atomic<int64_t> config_last_ok_at_{0};  // Unix time, seconds

@@ -68,6 +68,7 @@ std::optional<UpstreamPool::Idle> UpstreamPool::take_for_room(const PoolDirector
             break;
         if (quiet(chosen->idle.fd.get())) {
             taken = remove(chosen);
+            metrics_.pool_ended_for_room();
             break;
         }
         drop(chosen);  // Postgres ended it: it frees nothing now

@@ -72,7 +72,8 @@ class UpstreamPool {
     // kept connection whose end most likely makes room, for the caller to end
     // (send_terminate()). Of those idle longest: one of `owner` (database, role), else as far
     // as `match` allows, of its role, else of its database, else any. Nothing when none
-    // matches. One that Postgres ended meanwhile is dropped, not taken.
+    // matches. One that Postgres ended meanwhile is dropped, not taken. Counted in
+    // l5pg_pool_ended_for_room_total.
     [[nodiscard]] std::optional<Idle> take_for_room(const PoolDirectory::Key& owner,
                                                     RoomMatch match);
     // Keeps `idle`, a connection of `owner` (database, role), for clients with `startup`,

@@ -1163,6 +1163,7 @@ def kept_backend_of(l5pgd, cluster, role):
     return d, target, app, env, first
 
 
+ENDED_FOR_ROOM = "l5pg_pool_ended_for_room_total"
 MAY_NOT_LOG_IN = "its role may no longer log in"
 AT_LIMIT = "its role or database has reached its CONNECTION LIMIT"
 
@@ -1234,6 +1235,7 @@ def test_kept_backend_of_another_client_makes_room_at_the_connection_limit(
     assert f"ending a kept one (backend pid {first}) to make room" in d.log_text()
     wait_idle(d, 1)  # the new client's backend, kept in turn
     assert pool_metric(d, REUSE_REFUSED) == 0
+    assert pool_metric(d, ENDED_FOR_ROOM) == 1
 
 
 @pytest.mark.serial  # the other worker must act within 0.5 s: another test's load could delay it
@@ -1258,6 +1260,7 @@ def test_kept_backend_of_another_worker_makes_room_at_the_connection_limit(
     log = d.log_text()
     assert "asking the other workers to end a kept one" in log, log
     assert f"ending a kept server connection (backend pid {first}) to make room" in log, log
+    assert pool_metric(d, ENDED_FOR_ROOM) == 1
 
 
 def test_a_hopeless_refusal_ends_one_unrelated_kept_backend_at_most(l5pgd, cluster, login_role):
@@ -1277,6 +1280,7 @@ def test_a_hopeless_refusal_ends_one_unrelated_kept_backend_at_most(l5pgd, clust
     wait_idle(d, 1)
     wait_for(lambda: sorted(backend_alive(cluster, pid) for pid in kept) == [False, True], WAIT,
              "one kept backend to end, the other to stay")
+    assert pool_metric(d, ENDED_FOR_ROOM) == 1
 
 
 def test_kept_backend_counts_other_roles_sessions_against_the_database_limit(
