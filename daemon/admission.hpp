@@ -18,6 +18,7 @@
 #include "daemon/peer.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/reload_ledger.hpp"
+#include "daemon/retired_addresses.hpp"
 #include "daemon/room_requests.hpp"
 #include "daemon/segment_registry.hpp"
 #include "daemon/session_cap.hpp"
@@ -25,6 +26,7 @@
 #include "daemon/startup_limiter.hpp"
 #include "daemon/tls_context.hpp"
 #include "daemon/unique_fd.hpp"
+#include "daemon/worker_wakers.hpp"
 
 namespace l5pg::daemon {
 
@@ -62,8 +64,10 @@ struct AdmissionState {
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
     PoolDirectory pools;        // the server connections kept idle, for the admin console
-    RoomRequests room;          // kept backends to end for logins Postgres refused (53300)
-    ReloadLedger reloads;       // the admin console's RELOADs and their outcomes
+    WorkerWakers wakers;        // each worker adds its own before the workers run
+    RoomRequests room{wakers};  // kept backends to end for logins Postgres refused (53300)
+    RetiredAddresses retired{wakers};  // upstream.host's addresses gone from its answers
+    ReloadLedger reloads;              // the admin console's RELOADs and their outcomes
     // Set by SIGINT: a StartupMessage gets FATAL 57P03 while CancelRequests are still
     // forwarded, as from a Postgres in smart shutdown (the listeners stay open for them).
     std::atomic<bool> draining{false};

@@ -9,20 +9,19 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "daemon/pool_directory.hpp"
 #include "daemon/upstream_pool.hpp"
+#include "daemon/worker_wakers.hpp"
 
 namespace l5pg::daemon {
 
 class RoomRequests {
   public:
-    // Before the workers run: how to wake each one (Worker::wake(), thread-safe).
-    void add_waker(std::function<void()> wake) { wakers_.push_back(std::move(wake)); }
+    explicit RoomRequests(const WorkerWakers& wakers) : wakers_(wakers) {}
 
     // From any worker thread: asks for room for a login of `owner` (database, role), which
     // is tried again at `until`: a worker that comes to the ask later leaves it alone.
@@ -36,8 +35,7 @@ class RoomRequests {
                 asks_.pop_front();
             last_.store(asks_.back().number, std::memory_order_relaxed);
         }
-        for (const auto& wake : wakers_)
-            wake();
+        wakers_.wake_all();
     }
 
     // A worker's turn: `take(owner, match)` (its own pool's take_for_room()) for each ask after
@@ -74,7 +72,7 @@ class RoomRequests {
         bool answered = false;
     };
 
-    std::vector<std::function<void()>> wakers_;  // set before the workers start, then read only
+    const WorkerWakers& wakers_;
     std::mutex mutex_;
     // The number of the last ask: written under the mutex, read without it to skip the lock
     // (a wake that follows an ask sees it: the eventfd's write and read order them).

@@ -86,8 +86,9 @@ std::string Session::pool_slot() const {
 // one never need a lookup of their own: each start refreshes the name's answer once it is
 // older than upstream.dns_max_ttl_ms, in the background, as PgBouncer does (a login does not
 // wait for DNS). An answer without an address kept connections were reached at (a failover
-// by DNS) closes those idle there and keeps none more reached there (Worker's on_moved); the
-// client whose start asked may still get one, unless the answer was known at once.
+// by DNS) closes those idle there in every worker and keeps none more reached there
+// (RetiredAddresses); the client whose start asked may still get one, unless the answer was
+// known at once.
 void Session::start_pooled_upstream() {
     const config::UpstreamConfig& cfg = worker_.config().upstream;
     if (!cfg.host.empty())

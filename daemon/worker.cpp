@@ -76,14 +76,13 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       resolver_(base_.get()) {
     // Kept backends belong to the server they were opened on: when upstream.host's addresses
     // lose one (a failover by DNS), those reached there go, and none more is kept there.
+    // The other workers learn it too (RetiredAddresses), and close theirs when woken.
     resolver_.on_moved([this](const std::string& name, const std::vector<std::string>& gone,
                               const std::vector<std::string>& now) {
-        retired_addresses_.insert(gone.begin(), gone.end());
-        for (const std::string& address : now)
-            retired_addresses_.erase(address);  // back in the answer
+        const std::set<std::string> retired = admission_state_.retired.learn(gone, now);
         if (gone.empty())
             return;
-        const size_t closed = upstream_pool_.drop_reached_at(retired_addresses_);
+        const size_t closed = upstream_pool_.drop_reached_at(retired);
         spdlog::info(
             "worker {}: {} lost {} of its addresses: {} kept server connection(s) there "
             "closed",
@@ -96,7 +95,7 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
         throw std::runtime_error(fmt::format("eventfd: {}", std::strerror(errno)));
     wake_event_.reset(event_new(base_.get(), wake_fd_.get(), EV_READ | EV_PERSIST, wake_cb, this));
     event_add(wake_event_.get(), nullptr);
-    admission_state_.room.add_waker([this] { wake(); });  // the workers start after this
+    admission_state_.wakers.add([this] { wake(); });  // the workers start after this
     if (settings_->config.rdma.enabled)
         open_rdma();
 }
@@ -121,7 +120,7 @@ void Worker::refresh_settings() {
         was.unix_socket_dir != now.unix_socket_dir) {
         ++upstream_epoch_;
         upstream_pool_.clear();
-        retired_addresses_.clear();  // another name's answers, or a numeric address
+        admission_state_.retired.forget_for(generation);  // another name's answers
     }
     // A reload is how an operator says that /etc/hosts or resolv.conf changed too.
     resolver_.reread_configuration();
@@ -234,6 +233,20 @@ void Worker::hand_over(AcceptedClient client) {
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
+// Another worker's lookup found upstream.host's answer without an address this one's kept
+// connections may have been reached at.
+void Worker::close_retired() {
+    const std::optional<std::set<std::string>> retired =
+        admission_state_.retired.changed_since(retired_seen_);
+    if (!retired || retired->empty())
+        return;
+    if (const size_t closed = upstream_pool_.drop_reached_at(*retired); closed > 0)
+        spdlog::info(
+            "worker {}: {} kept server connection(s) closed: another worker's lookup of "
+            "upstream.host no longer found the address they were reached at",
+            index_, closed);
+}
+
 // Another worker's session could not log in (53300) and this one may keep what is in the way.
 void Worker::answer_room_requests() {
     const std::vector<UpstreamPool::Idle> taken = admission_state_.room.answer(
@@ -263,6 +276,7 @@ void Worker::wake_cb(int fd, short, void* arg) {
 void Worker::adopt_handed_over() {
     refresh_settings();  // a session accepted after a reload starts with its settings
     answer_room_requests();
+    close_retired();
     // After the settings: a SHOW CONFIG behind a RELOAD shows what the reload applied.
     if (admin_console_)
         admin_console_->answer_reloads(admission_state_.reloads);

@@ -107,7 +107,7 @@ class Worker {
     // Whether upstream.host's answers no longer have `address` (no server connection reached
     // there is kept).
     [[nodiscard]] bool address_retired(const UpstreamAddress& address) const {
-        return retired_addresses_.contains(address.bytes());
+        return admission_state_.retired.contains(address.bytes());
     }
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
     // SIGINT's graceful shutdown: new sessions are refused, cancel requests forwarded.
@@ -152,6 +152,7 @@ class Worker {
     void run();
     void adopt_handed_over();
     void answer_room_requests();
+    void close_retired();
     struct PollRound {
         bool progress = false;          // some session moved bytes
         bool upstream_pending = false;  // some session awaited Postgres before its poll
@@ -200,6 +201,7 @@ class Worker {
     IdleStretch idle_;
 
     uint64_t room_asks_seen_ = 0;  // RoomRequests::answer()
+    uint64_t retired_seen_ = 0;    // RetiredAddresses::changed_since()
 
     std::mutex handover_mutex_;
     std::vector<AcceptedClient> handed_over_;  // guarded by the mutex
@@ -227,7 +229,6 @@ class Worker {
     std::vector<std::byte> scratch_;               // see scratch()
     UpstreamPool upstream_pool_;                   // after base_, which must outlive its events
     UpstreamResolver resolver_;                    // after base_, before the sessions waiting
-    std::set<std::string> retired_addresses_;      // see address_retired()
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop

@@ -12,6 +12,7 @@ import pytest
 from tests.harness.cancel import LONG_QUERY_CANCELLED_ON_REQUEST, stop_process, wait_for_backend
 from tests.harness.client import PYTHON, popen, psql, psql_cmd, run, run_python, unix_target
 from tests.harness.dns_server import A, DnsServer
+from tests.harness import pgwire
 from tests.harness.l5pgd import L5pgd
 
 NAME = "pg.l5pg.test"
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not DnsServer.can_isolate()
 
 class L5pgdBehindDns(L5pgd):
     def __init__(self, base_dir, cluster, dns, overrides=(), **kw):
-        super().__init__(base_dir, cluster, workers=1,
+        kw.setdefault("workers", 1)
+        super().__init__(base_dir, cluster,
                          extra_overrides=[f"upstream.host={NAME}", *overrides], **kw)
         self.dns = dns
 
@@ -288,6 +290,31 @@ def test_kept_backends_go_when_the_name_moves(workdir, cluster):
             assert d.metric("l5pg_pool_reused_total") == 0
             wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 1,
                      "the new backend kept (127.0.0.1 is no longer retired)")
+
+
+@pytest.mark.timeout(90)
+def test_kept_backends_of_every_worker_go_when_the_name_moves(workdir, cluster):
+    """Two workers: the move one worker's lookup finds closes the backends the other keeps
+    too (each used to learn it from a lookup of its own: only when a client started there,
+    and the first such client could still be given a backend of the old server). A client
+    goes to the worker with the fewest sessions: one held open in the first worker sends the
+    next to the second."""
+    with DnsServer({NAME: ["127.0.0.1"]}) as dns:
+        with L5pgdBehindDns(workdir / "l5pgd-dns-moved-2", cluster, dns,
+                            ["upstream.dns_max_ttl_ms=0", "pool.mode=session"], workers=2) as d:
+            holder = pgwire.unix_login(str(d.socket_path), application_name="l5pg-dns-first")
+            psql(unix_target(d), "select 1", env={"PGAPPNAME": "l5pg-dns-second"})
+            pgwire.terminate(holder)
+            holder.close()
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 2, "one kept by each")
+            dns.records[NAME] = ["127.0.0.3"]  # nothing listens there
+            r = run(psql_cmd("-c", "select 1"), unix_target(d), check=False, timeout=30)
+            assert r.returncode != 0
+            wait_for(lambda: d.metric("l5pg_pool_idle_connections") == 0, "both closed")
+            log = d.log_text()
+            assert "lost 1 of its addresses: 1 kept server connection(s) there closed" in log
+            assert ("1 kept server connection(s) closed: another worker's lookup of "
+                    "upstream.host no longer found the address") in log
 
 
 @pytest.mark.timeout(90)

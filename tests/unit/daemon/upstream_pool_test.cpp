@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pool_directory.hpp"
+#include "daemon/retired_addresses.hpp"
 #include "daemon/room_requests.hpp"
 #include "daemon/upstream_pool.hpp"
 
@@ -131,10 +133,11 @@ TEST_CASE("UpstreamPool: a connection Postgres ended is not taken for room") {
 TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can") {
     using l5pg::daemon::PoolDirectory;
     using l5pg::daemon::RoomMatch;
-    l5pg::daemon::RoomRequests room;
+    l5pg::daemon::WorkerWakers wakers;
     int wakes = 0;
-    room.add_waker([&wakes] { ++wakes; });
-    room.add_waker([&wakes] { ++wakes; });
+    wakers.add([&wakes] { ++wakes; });
+    wakers.add([&wakes] { ++wakes; });
+    l5pg::daemon::RoomRequests room(wakers);
     std::vector<PoolDirectory::Key> asked;
     const auto nothing_kept = [&asked](const PoolDirectory::Key& owner, RoomMatch) {
         asked.push_back(owner);
@@ -165,4 +168,30 @@ TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can
     CHECK(room.answer(third, kept).size() == 64);  // the last 64 only
     room.ask({"db", "late"}, RoomMatch::Any, std::chrono::steady_clock::now());
     CHECK(room.answer(third, kept).empty());  // the login was tried again already
+}
+
+TEST_CASE("RetiredAddresses: a lookup's news reach every worker once; a reload forgets") {
+    l5pg::daemon::WorkerWakers wakers;
+    int wakes = 0;
+    wakers.add([&wakes] { ++wakes; });
+    l5pg::daemon::RetiredAddresses retired(wakers);
+    uint64_t first = 0;
+    uint64_t second = 0;
+    CHECK_FALSE(retired.changed_since(first));
+    CHECK(retired.learn({}, {"a", "b"}).empty());  // nothing gone: no wake
+    CHECK(wakes == 0);
+    CHECK(retired.learn({"a"}, {"b"}) == std::set<std::string>{"a"});
+    CHECK(wakes == 1);
+    CHECK(retired.contains("a"));
+    CHECK(retired.changed_since(first) == std::set<std::string>{"a"});
+    CHECK_FALSE(retired.changed_since(first));
+    CHECK(retired.learn({}, {"a"}).empty());  // back in an answer
+    CHECK_FALSE(retired.contains("a"));
+    CHECK(retired.changed_since(second) == std::set<std::string>{});
+    (void)retired.learn({"b"}, {});
+    retired.forget_for(7);
+    CHECK_FALSE(retired.contains("b"));
+    (void)retired.learn({"c"}, {});
+    retired.forget_for(7);  // another worker taking up the same reload
+    CHECK(retired.contains("c"));
 }
