@@ -14,11 +14,11 @@
 #include "config/config.hpp"
 #include "daemon/cancel_keys.hpp"
 #include "daemon/ident_map.hpp"
+#include "daemon/lost_addresses.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/peer.hpp"
 #include "daemon/pool_directory.hpp"
 #include "daemon/reload_ledger.hpp"
-#include "daemon/retired_addresses.hpp"
 #include "daemon/room_requests.hpp"
 #include "daemon/segment_registry.hpp"
 #include "daemon/session_cap.hpp"
@@ -66,8 +66,8 @@ struct AdmissionState {
     PoolDirectory pools;        // the server connections kept idle, for the admin console
     WorkerWakers wakers;        // each worker adds its own before the workers run
     RoomRequests room{wakers};  // kept backends to end for logins Postgres refused (53300)
-    RetiredAddresses retired{wakers};  // upstream.host's addresses gone from its answers
-    ReloadLedger reloads;              // the admin console's RELOADs and their outcomes
+    LostAddressBulletin lost_addresses{wakers};  // upstream.host's, as lookups find them
+    ReloadLedger reloads;                        // the admin console's RELOADs and their outcomes
     // Set by SIGINT: a StartupMessage gets FATAL 57P03 while CancelRequests are still
     // forwarded, as from a Postgres in smart shutdown (the listeners stay open for them).
     std::atomic<bool> draining{false};

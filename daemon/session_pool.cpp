@@ -86,9 +86,8 @@ std::string Session::pool_slot() const {
 // one never need a lookup of their own: each start refreshes the name's answer once it is
 // older than upstream.dns_max_ttl_ms, in the background, as PgBouncer does (a login does not
 // wait for DNS). An answer without an address kept connections were reached at (a failover
-// by DNS) closes those idle there in every worker and keeps none more reached there
-// (RetiredAddresses); the client whose start asked may still get one, unless the answer was
-// known at once.
+// by DNS) closes those idle there in every worker (LostAddresses) and keeps none more reached
+// there; the client whose start asked may still get one, unless the answer was known at once.
 void Session::start_pooled_upstream() {
     const config::UpstreamConfig& cfg = worker_.config().upstream;
     if (!cfg.host.empty())
@@ -101,6 +100,7 @@ void Session::start_pooled_upstream() {
 }
 
 bool Session::adopt_idle_upstream() {
+    worker_.close_kept_at_lost_addresses();  // news this worker's loop has not taken up yet
     std::optional<UpstreamPool::Idle> idle = worker_.upstream_pool().take(pool_slot());
     if (!idle)
         return false;

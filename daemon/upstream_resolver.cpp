@@ -75,7 +75,7 @@ UpstreamResolver::Answer UpstreamResolver::lookup(const std::string& host, uint1
         return std::make_shared<const UpstreamAddresses>(std::move(*numeric));
     const auto now = clock::now();
     forget_expired(now);
-    const std::string key = fmt::format("{}:{}", host, service);
+    const std::string key = name_of(host, port);
     if (const auto it = cache_.find(key); it != cache_.end())
         return it->second.answer;
     auto pending = pending_.find(key);

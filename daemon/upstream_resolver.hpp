@@ -74,6 +74,10 @@ class UpstreamResolver {
     using Moved = std::function<void(const std::string& name, const std::vector<std::string>& gone,
                                      const std::vector<std::string>& now)>;
     void on_moved(Moved moved) { moved_ = std::move(moved); }
+    // The name on_moved() reports for host:port.
+    [[nodiscard]] static std::string name_of(const std::string& host, uint16_t port) {
+        return host + ':' + std::to_string(port);
+    }
 
   private:
     using clock = std::chrono::steady_clock;

@@ -76,17 +76,22 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
       resolver_(base_.get()) {
     // Kept backends belong to the server they were opened on: when upstream.host's addresses
     // lose one (a failover by DNS), those reached there go, and none more is kept there.
-    // The other workers learn it too (RetiredAddresses), and close theirs when woken.
+    // The other workers close theirs there too (LostAddresses), when woken.
     resolver_.on_moved([this](const std::string& name, const std::vector<std::string>& gone,
                               const std::vector<std::string>& now) {
-        const std::set<std::string> retired = admission_state_.retired.learn(gone, now);
+        if (name != upstream_name())
+            return;  // a query sent before a reload pointed upstream.* elsewhere
+        retired_addresses_.insert(gone.begin(), gone.end());
+        for (const std::string& address : now)
+            retired_addresses_.erase(address);  // back in the answer
         if (gone.empty())
             return;
-        const size_t closed = upstream_pool_.drop_reached_at(retired);
+        const size_t closed = upstream_pool_.drop_reached_at(retired_addresses_);
         spdlog::info(
             "worker {}: {} lost {} of its addresses: {} kept server connection(s) there "
             "closed",
             index_, name, gone.size(), closed);
+        admission_state_.lost_addresses.post({name, gone});
     });
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);
@@ -120,7 +125,7 @@ void Worker::refresh_settings() {
         was.unix_socket_dir != now.unix_socket_dir) {
         ++upstream_epoch_;
         upstream_pool_.clear();
-        admission_state_.retired.forget_for(generation);  // another name's answers
+        retired_addresses_.clear();  // another name's answers, or a numeric address
     }
     // A reload is how an operator says that /etc/hosts or resolv.conf changed too.
     resolver_.reread_configuration();
@@ -233,14 +238,22 @@ void Worker::hand_over(AcceptedClient client) {
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
-// Another worker's lookup found upstream.host's answer without an address this one's kept
-// connections may have been reached at.
-void Worker::close_retired() {
-    const std::optional<std::set<std::string>> retired =
-        admission_state_.retired.changed_since(retired_seen_);
-    if (!retired || retired->empty())
+std::string Worker::upstream_name() const {
+    return UpstreamResolver::name_of(settings_->config.upstream.host,
+                                     settings_->config.upstream.port);
+}
+
+// A lookup (another worker's, mostly) found upstream.host's answer without an address this
+// worker's kept connections may have been reached at.
+void Worker::close_kept_at_lost_addresses() {
+    std::set<std::string> lost;
+    admission_state_.lost_addresses.read_since(lost_seen_, [&](const LostAddresses& news) {
+        if (news.name == upstream_name())
+            lost.insert(news.gone.begin(), news.gone.end());
+    });
+    if (lost.empty())
         return;
-    if (const size_t closed = upstream_pool_.drop_reached_at(*retired); closed > 0)
+    if (const size_t closed = upstream_pool_.drop_reached_at(lost); closed > 0)
         spdlog::info(
             "worker {}: {} kept server connection(s) closed: another worker's lookup of "
             "upstream.host no longer found the address they were reached at",
@@ -276,7 +289,7 @@ void Worker::wake_cb(int fd, short, void* arg) {
 void Worker::adopt_handed_over() {
     refresh_settings();  // a session accepted after a reload starts with its settings
     answer_room_requests();
-    close_retired();
+    close_kept_at_lost_addresses();
     // After the settings: a SHOW CONFIG behind a RELOAD shows what the reload applied.
     if (admin_console_)
         admin_console_->answer_reloads(admission_state_.reloads);

@@ -107,8 +107,11 @@ class Worker {
     // Whether upstream.host's answers no longer have `address` (no server connection reached
     // there is kept).
     [[nodiscard]] bool address_retired(const UpstreamAddress& address) const {
-        return admission_state_.retired.contains(address.bytes());
+        return retired_addresses_.contains(address.bytes());
     }
+    // Closes the kept connections at addresses other workers' lookups found gone since this
+    // worker last looked (at each wake, and before a kept connection is handed out).
+    void close_kept_at_lost_addresses();
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
     // SIGINT's graceful shutdown: new sessions are refused, cancel requests forwarded.
     [[nodiscard]] bool draining() const noexcept {
@@ -152,7 +155,7 @@ class Worker {
     void run();
     void adopt_handed_over();
     void answer_room_requests();
-    void close_retired();
+    [[nodiscard]] std::string upstream_name() const;  // upstream.* as the resolver names it
     struct PollRound {
         bool progress = false;          // some session moved bytes
         bool upstream_pending = false;  // some session awaited Postgres before its poll
@@ -200,8 +203,8 @@ class Worker {
     wait::CpuFollower follower_;  // on a lone client's CPU while crowded_ has us blocking
     IdleStretch idle_;
 
-    uint64_t room_asks_seen_ = 0;  // RoomRequests::answer()
-    uint64_t retired_seen_ = 0;    // RetiredAddresses::changed_since()
+    uint64_t room_asks_seen_ = 0;  // RoomRequests::answer() read up to here
+    uint64_t lost_seen_ = 0;       // admission_state_.lost_addresses read up to here
 
     std::mutex handover_mutex_;
     std::vector<AcceptedClient> handed_over_;  // guarded by the mutex
@@ -229,6 +232,7 @@ class Worker {
     std::vector<std::byte> scratch_;               // see scratch()
     UpstreamPool upstream_pool_;                   // after base_, which must outlive its events
     UpstreamResolver resolver_;                    // after base_, before the sessions waiting
+    std::set<std::string> retired_addresses_;      // see address_retired()
     std::unique_ptr<AdminConsole> admin_console_;  // before the sessions, which go first
     std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
     std::vector<Session*> polled_;   // SHM and RDMA sessions in the polling loop

@@ -12,9 +12,9 @@
 #include "daemon/event_ptr.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pool_directory.hpp"
-#include "daemon/retired_addresses.hpp"
 #include "daemon/room_requests.hpp"
 #include "daemon/upstream_pool.hpp"
+#include "daemon/worker_bulletin.hpp"
 
 using namespace std::chrono_literals;
 using l5pg::daemon::UniqueFd;
@@ -170,28 +170,28 @@ TEST_CASE("RoomRequests: each ask is answered once, by the first worker that can
     CHECK(room.answer(third, kept).empty());  // the login was tried again already
 }
 
-TEST_CASE("RetiredAddresses: a lookup's news reach every worker once; a reload forgets") {
+TEST_CASE("WorkerBulletin: each worker reads each note once, the last 64 at most") {
     l5pg::daemon::WorkerWakers wakers;
     int wakes = 0;
     wakers.add([&wakes] { ++wakes; });
-    l5pg::daemon::RetiredAddresses retired(wakers);
+    l5pg::daemon::WorkerBulletin<std::string> bulletin(wakers);
+    const auto read = [&bulletin](uint64_t& seen) {
+        std::vector<std::string> notes;
+        bulletin.read_since(seen, [&notes](const std::string& note) { notes.push_back(note); });
+        return notes;
+    };
     uint64_t first = 0;
     uint64_t second = 0;
-    CHECK_FALSE(retired.changed_since(first));
-    CHECK(retired.learn({}, {"a", "b"}).empty());  // nothing gone: no wake
-    CHECK(wakes == 0);
-    CHECK(retired.learn({"a"}, {"b"}) == std::set<std::string>{"a"});
-    CHECK(wakes == 1);
-    CHECK(retired.contains("a"));
-    CHECK(retired.changed_since(first) == std::set<std::string>{"a"});
-    CHECK_FALSE(retired.changed_since(first));
-    CHECK(retired.learn({}, {"a"}).empty());  // back in an answer
-    CHECK_FALSE(retired.contains("a"));
-    CHECK(retired.changed_since(second) == std::set<std::string>{});
-    (void)retired.learn({"b"}, {});
-    retired.forget_for(7);
-    CHECK_FALSE(retired.contains("b"));
-    (void)retired.learn({"c"}, {});
-    retired.forget_for(7);  // another worker taking up the same reload
-    CHECK(retired.contains("c"));
+    CHECK(read(first).empty());
+    bulletin.post("a");
+    bulletin.post("b");
+    CHECK(wakes == 2);
+    CHECK(read(first) == std::vector<std::string>{"a", "b"});
+    CHECK(read(first).empty());
+    bulletin.post("c");
+    CHECK(read(first) == std::vector<std::string>{"c"});
+    CHECK(read(second) == std::vector<std::string>{"a", "b", "c"});
+    for (int i = 0; i < 100; ++i)
+        bulletin.post("many");
+    CHECK(read(second).size() == 64);
 }
