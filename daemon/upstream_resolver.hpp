@@ -62,6 +62,8 @@ class UpstreamResolver {
     // Forgets the answers kept, and reads /etc/resolv.conf and /etc/hosts again for the next
     // query (evdns reads them once; l5pgd's reload is the moment to read them again).
     void reread_configuration() noexcept;
+    // Forgets the answer kept for `name` (name_of()): the next lookup asks DNS again.
+    void forget(const std::string& name) noexcept { cache_.erase(name); }
     // Between two passes of the event loop: frees the resolver a reload replaced. evdns
     // finishes a cancelled query in a deferred callback, run before the pass ends.
     void free_retired() noexcept { retired_.clear(); }

@@ -1,5 +1,5 @@
 // How to wake every worker thread (Worker::wake(), thread-safe), for state the workers share
-// and each applies in its own loop: RoomRequests, RetiredAddresses.
+// and each applies in its own loop (WorkerBulletin: RoomRequests, LostAddresses).
 #pragma once
 
 #include <functional>
