@@ -13,6 +13,7 @@
 namespace l5pg::daemon {
 
 struct LostAddresses {
+    unsigned worker = 0;            // whose lookup found it (that worker closed its own)
     std::string name;               // UpstreamResolver::name_of(upstream.host, upstream.port)
     std::vector<std::string> gone;  // UpstreamAddress::bytes()
 };

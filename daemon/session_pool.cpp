@@ -257,8 +257,9 @@ void Session::refuse_reuse(std::string_view why, bool answered) {
 bool Session::make_room_for_login() {
     constexpr int kMaxRoomAttempts = 3;
     constexpr uint32_t kFirstRoomWaitMs = 25;  // then 100, 400
-    if (client_left_unserved() || client_gone_ || upstream_refuses_ || upstream_shut_ ||
-        pool_.client_sent || pool_.room_attempts >= kMaxRoomAttempts)
+    (void)client_left_unserved();              // takes in an EOF the session has not read yet
+    if (client_gone_ || upstream_refuses_ || upstream_shut_ || pool_.client_sent ||
+        pool_.room_attempts >= kMaxRoomAttempts)
         return false;
     const PoolDirectory::Key owner{record_->database, record_->role};
     const std::optional<RoomMatch> match = room_match(owner);

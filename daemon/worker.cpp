@@ -91,7 +91,7 @@ Worker::Worker(unsigned index, const SettingsStore& settings, Metrics& metrics,
             "worker {}: {} lost {} of its addresses: {} kept server connection(s) there "
             "closed",
             index_, name, gone.size(), closed);
-        admission_state_.lost_addresses.post({name, gone});
+        admission_state_.lost_addresses.post({index_, name, gone});
     });
     settings_ = store_.current();
     spin_policy_ = spin_policy(settings_->config.shm);
@@ -243,21 +243,20 @@ std::string Worker::upstream_name() const {
                                      settings_->config.upstream.port);
 }
 
-// A lookup (another worker's, mostly) found upstream.host's answer without an address this
-// worker's kept connections may have been reached at. Those idle go now; the answer this
-// worker keeps is forgotten, so that its next start looks the name up again and its own
-// lookup decides what it keeps from then on (its on_moved: a connection in use now is not
-// kept if reached there, and none new opened there).
+// Another worker's lookup found upstream.host's answer without an address this worker's kept
+// connections may have been reached at. Those idle go now; the answer this worker keeps is
+// forgotten, so that its next start looks the name up again and its own lookup decides what
+// it keeps from then on (its on_moved: a connection in use now is not kept if reached there,
+// and none new opened there).
 void Worker::close_kept_at_lost_addresses() {
     std::set<std::string> lost;
-    const std::string name = upstream_name();
     admission_state_.lost_addresses.read_since(lost_seen_, [&](const LostAddresses& news) {
-        if (news.name == name)
+        if (news.worker != index_ && news.name == upstream_name())
             lost.insert(news.gone.begin(), news.gone.end());
     });
     if (lost.empty())
         return;
-    resolver_.forget(name);
+    resolver_.forget(upstream_name());
     if (const size_t closed = upstream_pool_.drop_reached_at(lost); closed > 0)
         spdlog::info(
             "worker {}: {} kept server connection(s) closed: another worker's lookup of "
