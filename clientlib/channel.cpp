@@ -12,6 +12,7 @@
 #include "clientlib/cancellation_deferred.hpp"
 #include "clientlib/channel_wait.hpp"
 #include "clientlib/debug_log.hpp"
+#include "clientlib/doorbell_relook.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/l5pg.h"
@@ -129,7 +130,9 @@ class EndWaiter {
     bool arm() { return arm_as_waiter(ch_, want_, wait::kUnnamedWait, counted_); }
     void disarm() { disarm_unless_others_wait(ch_, want_, counted_); }
     wait::Woken sleep() {
-        const int ms = timeout_.poll_ms();
+        int ms = timeout_.poll_ms();
+        if (may_miss_doorbell(ch_, counted_))
+            ms = relook_.cut(ms);  // once passed, a round looks at the ring
         pollfd p{fd_, POLLIN, 0};
         const int rc = ms == 0 ? 0 : real().poll(&p, 1, ms);
         if (rc < 0)
@@ -154,6 +157,7 @@ class EndWaiter {
     Want want_;
     SocketTimeout& timeout_;
     CountedWants counted_ = 0;
+    DoorbellRelook relook_;
 };
 
 // False with errno set when poll() failed (see channel_wait()), or EAGAIN when the socket's

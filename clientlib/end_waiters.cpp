@@ -93,6 +93,10 @@ bool others_wait(Channel& ch, Want want) {
     return (count_word(ch, want).load(std::memory_order_seq_cst) & kCountMask) != 0;
 }
 
+bool may_miss_doorbell(Channel& ch, CountedWants counted) {
+    return (counted & bit(Want::Write)) != 0 || others_wait(ch, Want::Write);
+}
+
 // l5pgd takes a flag when it rings, and the doorbell byte may have been drained by the
 // thread that leaves now, while another sleeps on (its poll() found nothing when it looked):
 // arm again for those still counted. Data already waiting is most likely the leaver's own,

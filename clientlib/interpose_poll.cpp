@@ -13,6 +13,7 @@
 #include <array>
 #include <bitset>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,8 @@
 #include "clientlib/c_boundary.hpp"
 #include "clientlib/channel.hpp"
 #include "clientlib/channel_ref.hpp"
+#include "clientlib/doorbell_relook.hpp"
+#include "clientlib/end_waiters.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/foreign_waiters.hpp"
 #include "clientlib/proc_fds.hpp"
@@ -144,7 +147,7 @@ class MixedPoll {
         // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
         // again, where the rings are looked at first.
         wait::Woken sleep() {
-            const int rc = poll_.block(deadline_, mask_);
+            const int rc = poll_.block(sleep_until(), mask_);
             if (rc < 0)
                 return wait::Woken::Stop;
             ordinary_ready_ = rc;
@@ -155,10 +158,20 @@ class MixedPoll {
         [[nodiscard]] int ordinary_ready() const { return ordinary_ready_; }
 
       private:
+        // The caller's deadline, or sooner the next look at the rings when a doorbell may
+        // be drained by another thread (doorbell_relook.hpp).
+        int64_t sleep_until() {
+            if (!poll_.may_miss_a_doorbell())
+                return deadline_;
+            const int64_t look = now_ns() + std::chrono::nanoseconds(relook_.next()).count();
+            return deadline_ == kForever ? look : std::min(deadline_, look);
+        }
+
         MixedPoll& poll_;
         int64_t deadline_;
         const sigset_t* mask_;
         int ordinary_ready_ = 0;
+        DoorbellRelook relook_;
     };
 
     int wait(int64_t deadline, const sigset_t* mask) {
@@ -311,6 +324,14 @@ class MixedPoll {
     static_assert(sizeof(Entry) <= 24);
 
     CountedWants& counted_of(const Entry& e) { return entries_[e.counted_in].counted; }
+
+    bool may_miss_a_doorbell() {
+        bool may = false;
+        for_each_upgraded_entry([this, &may](Entry& e, short) {
+            may = may || may_miss_doorbell(*e.channel, counted_of(e));
+        });
+        return may;
+    }
 
     // The index of the first upgraded entry before `i` on the same channel, or i.
     uint32_t counted_in(const Channel* ch, nfds_t i) {

@@ -236,6 +236,84 @@ def test_close_by_another_thread_under_poll_leaves_the_new_file_its_bytes(l5pgd,
     assert out["new_socket_kept"] == "x", (out, r.stderr)
 
 
+# One thread writes a COPY of 50 MB (the ring fills again and again), another waits for the
+# answer on the same connection: both sleep on the one socket, and the waiter for the answer
+# drained the doorbell l5pgd rang for room, which nothing rang again. Both threads slept for
+# ever (clientlib/end_waiters.hpp, may_miss_doorbell()). The threads wait in blocking send()
+# and recv(), or in poll() beside non-blocking calls.
+SHARED_COPY_SCRIPT = r'''
+import ctypes, errno, fcntl, json, os, select, struct, sys, threading, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+waits_in = sys.argv[1]
+conn = psycopg.connect("", autocommit=True)
+conn.execute("create temporary table t (x text)")
+sock = conn.pgconn.socket
+flags = fcntl.fcntl(sock, fcntl.F_GETFL)
+if waits_in == "blocking_calls":
+    fcntl.fcntl(sock, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+def wait_until(events):
+    p = PollFd(sock, events, 0)
+    assert libc.poll(ctypes.byref(p), 1, -1) == 1
+
+def message(kind, body):
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+def send_all(data):
+    buf = ctypes.create_string_buffer(data, len(data))
+    sent = 0
+    while sent < len(data):
+        n = libc.send(sock, ctypes.byref(buf, sent), len(data) - sent, 0)
+        if n < 0 and ctypes.get_errno() == errno.EAGAIN:
+            wait_until(select.POLLOUT)
+        elif n < 0:
+            raise OSError(ctypes.get_errno(), "send")
+        else:
+            sent += n
+
+ROWS = 50_000
+answer = bytearray()
+
+def reader():
+    buf = ctypes.create_string_buffer(65536)
+    while b"COPY" not in answer or not answer.endswith(b"Z\0\0\0\x05I"):
+        if waits_in == "poll":
+            wait_until(select.POLLIN)
+        n = libc.recv(sock, buf, 65536, 0)
+        if n == 0 or (n < 0 and ctypes.get_errno() != errno.EAGAIN):
+            return
+        answer.extend(buf.raw[:max(n, 0)])
+
+def writer():
+    send_all(message(b"Q", b"copy t from stdin\0"))
+    rows = message(b"d", b"x" * 1000 + b"\n") * 50
+    for _ in range(ROWS // 50):
+        send_all(rows)
+    send_all(message(b"c", b""))
+
+threads = [threading.Thread(target=f, daemon=True) for f in (reader, writer)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(20)
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(sock),
+                  "stuck": [t.is_alive() for t in threads],
+                  "copied": b"COPY %d" % ROWS in answer}), flush=True)
+os._exit(0)
+'''
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("waits_in", ["blocking_calls", "poll"])
+def test_copy_beside_a_thread_waiting_for_its_answer(l5pgd, shim, waits_in):
+    out, r = run_python_json(shm_target(l5pgd), SHARED_COPY_SCRIPT, args=[waits_in])
+    assert out == {"transport": 1, "stuck": [False, False], "copied": True}, (out, r.stderr)
+
+
 # In a forked child the parent's upgraded connection is hung up (EOF, EPIPE): poll() says
 # POLLHUP always, POLLIN and POLLOUT where they were asked for, as for a socket whose peer
 # left (a socketpair beside it, its peer closed, is the yardstick).
