@@ -158,8 +158,8 @@ std::optional<uint64_t> answer_admin_query(std::string_view sql, AdminView view,
         show_rows("version", {"l5pgd " L5PG_VERSION}, out);
     } else if (command == "show help") {
         show_rows("command",
-                  {"SHOW SESSIONS", "SHOW POOLS", "SHOW STATS", "SHOW CONFIG", "SHOW VERSION",
-                   "SHOW HELP", "RELOAD"},
+                  {"SHOW SESSIONS", "SHOW CLIENTS", "SHOW POOLS", "SHOW STATS", "SHOW CONFIG",
+                   "SHOW VERSION", "SHOW HELP", "RELOAD"},
                   out);
     } else if (command == "reload" && view.request_reload) {
         return view.request_reload();

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace l5pg::daemon {
@@ -16,14 +17,17 @@ void raise_fd_limit(const config::Config& config) {
         (void)::setrlimit(RLIMIT_NOFILE, &limit);
         (void)::getrlimit(RLIMIT_NOFILE, &limit);
     }
-    const rlim_t needed = rlim_t{2} * limits.max_sessions + limits.max_startup_sessions +
-                          rlim_t{2} * lingering_share(config) * std::max(1u, config.workers.count) +
-                          64;
+    const rlim_t lingering =
+        config.rdma.enabled ? lingering_share(config) * std::max(1u, config.workers.count) : 0;
+    const rlim_t needed =
+        rlim_t{2} * limits.max_sessions + limits.max_startup_sessions + 2 * lingering + 64;
     if (limit.rlim_cur < needed)
         spdlog::warn(
             "open file limit {} is below the {} that limits.max_sessions={} needs (with "
-            "limits.max_startup_sessions={}); raise it (systemd: LimitNOFILE=, shell: ulimit -n)",
-            limit.rlim_cur, needed, limits.max_sessions, limits.max_startup_sessions);
+            "limits.max_startup_sessions={}{}); raise it (systemd: LimitNOFILE=, shell: ulimit "
+            "-n)",
+            limit.rlim_cur, needed, limits.max_sessions, limits.max_startup_sessions,
+            lingering > 0 ? fmt::format(" and {} lingering RDMA channels", lingering) : "");
 }
 
 }  // namespace l5pg::daemon

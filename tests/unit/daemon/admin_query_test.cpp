@@ -114,7 +114,7 @@ TEST_CASE("admin console: unknown commands are errors, empty queries are empty")
     CHECK(unknown[0].body.find("SHOW HELP") != std::string::npos);
     CHECK(types(ask(" ; ", sessions)) == "IZ");
     CHECK(types(ask("show version", sessions)) == "TDCZ");
-    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDDDCZ");
+    CHECK(types(ask("SHOW HELP", sessions)) == "TDDDDDDDDCZ");
 }
 
 // The console announces client_encoding UTF8; names are the client's bytes, which may be
