@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <utility>
 
 #include "clientlib/cancellation_deferred.hpp"
 #include "clientlib/channel_wait.hpp"
@@ -126,25 +127,43 @@ class EndWaiter {
     EndWaiter& operator=(const EndWaiter&) = delete;
 
     bool ready() { return ch_.end->ready(want_); }
-    wait::WaitPolicy policy() { return channel_wait_budget(ch_, true); }
+    // A round after a look without a doorbell (or a nap) arms at once: spinning then would
+    // only burn the CPU, and lengthen the instants a signal finds no EINTR to give.
+    wait::WaitPolicy policy() {
+        return std::exchange(looked_, false) ? wait::WaitPolicy::none()
+                                             : channel_wait_budget(ch_, true);
+    }
     bool arm() { return arm_as_waiter(ch_, want_, wait::kUnnamedWait, counted_); }
     void disarm() { disarm_unless_others_wait(ch_, want_, counted_); }
     wait::Woken sleep() {
         int ms = timeout_.poll_ms();
-        if (may_miss_doorbell(ch_, counted_))
+        if (may_miss_doorbell(counted_))
             ms = relook_.cut(ms);  // once passed, a round looks at the ring
         pollfd p{fd_, POLLIN, 0};
         const int rc = ms == 0 ? 0 : real().poll(&p, 1, ms);
         if (rc < 0)
             return wait::Woken::Stop;
         if (rc == 0 && timeout_.poll_ms() == 0) {
+            if (ready())  // a last look, as the kernel's after its timeout
+                return wait::Woken::Look;
             errno = EAGAIN;
             return wait::Woken::Stop;
         }
+        looked_ = rc == 0;
+        if (rc == 0)
+            return wait::Woken::Again;
         if (p.revents & POLLNVAL) {
             // Another thread closed the fd: no doorbell can reach us, but as on a socket the
             // call waits on for its answer, looking at the ring every millisecond.
             pause_keeping_errno(1'000'000);
+            return wait::Woken::Again;
+        }
+        if (doorbell_owed_to_others(ch_, counted_)) {
+            // Left on the socket for the thread it may be for. Not ready ourselves, we nap
+            // (our poll() would return at once) until that thread has drained it.
+            looked_ = true;
+            if (!ready())
+                nap();
             return wait::Woken::Again;
         }
         ch_.end->on_socket_readable(fd_);
@@ -152,12 +171,19 @@ class EndWaiter {
     }
 
   private:
+    void nap() {
+        const int ms = relook_.cut(timeout_.poll_ms());
+        if (ms > 0)
+            pause_keeping_errno(ms * 1'000'000L);
+    }
+
     Channel& ch_;
     int fd_;
     Want want_;
     SocketTimeout& timeout_;
     CountedWants counted_ = 0;
     DoorbellRelook relook_;
+    bool looked_ = false;  // the last round looked at the ring, no doorbell came
 };
 
 // False with errno set when poll() failed (see channel_wait()), or EAGAIN when the socket's

@@ -93,8 +93,20 @@ bool others_wait(Channel& ch, Want want) {
     return (count_word(ch, want).load(std::memory_order_seq_cst) & kCountMask) != 0;
 }
 
-bool may_miss_doorbell(Channel& ch, CountedWants counted) {
-    return (counted & bit(Want::Write)) != 0 || others_wait(ch, Want::Write);
+bool may_miss_doorbell(CountedWants counted) {
+    return (counted & bit(Want::Write)) != 0;
+}
+
+bool doorbell_owed_to_others(Channel& ch, CountedWants counted) {
+    if (ch.rdma)
+        return false;
+    for (const Want want : {Want::Read, Want::Write}) {
+        const uint32_t mine = (counted & bit(want)) != 0 ? 1 : 0;
+        const uint32_t waiting = count_word(ch, want).load(std::memory_order_seq_cst) & kCountMask;
+        if (waiting > mine && ch.end->ready(want))
+            return true;
+    }
+    return false;
 }
 
 // l5pgd takes a flag when it rings, and the doorbell byte may have been drained by the

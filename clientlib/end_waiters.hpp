@@ -14,9 +14,9 @@
 //     its wait while others stay arms again for them, and once it has read, asks l5pgd for
 //     another doorbell when data is left (SHM: the poke; an RDMA flag is never taken
 //     back, so RDMA waiters only lose the doorbell byte);
-//   - nothing rings again for room already made, nor for data whose doorbell a thread
-//     waiting for room drained: such waits look at the rings every few milliseconds too
-//     (may_miss_doorbell());
+//   - a waiter woken by a byte leaves it on the socket while another counted thread is
+//     ready (doorbell_owed_to_others()), and nothing rings again for room already made:
+//     a wait for room looks at the ring every few milliseconds too (may_miss_doorbell());
 //   - a waiter that is not alone arms without its wait's name: l5pgd rings one session per
 //     name and round (the name stands for one poll() call), and the other thread's name
 //     could otherwise stand on a session it does not poll.
@@ -44,11 +44,16 @@ void disarm_unless_others_wait(Channel& ch, transport::Want want, CountedWants c
 void stop_waiting(Channel& ch, CountedWants& counted);
 // Whether some thread is counted as waiting for `want` (the caller, done, is not).
 [[nodiscard]] bool others_wait(Channel& ch, transport::Want want);
-// Whether a wait counted in `counted` may sleep through its doorbell: another thread's wait
-// or return drains the byte it finds (the bytes of a wait for data and of one for room
-// cannot be told apart), and nothing rings again for room already made, or for data that
-// a thread waiting for room drained the doorbell of. So a wait for room, and a wait for
-// data beside one, looks at the rings now and then (doorbell_relook.hpp).
-[[nodiscard]] bool may_miss_doorbell(Channel& ch, CountedWants counted);
+// Whether a wait counted in `counted` may sleep through its doorbell: a wait for room. A
+// thread that finds the ring empty, or returns from a call, drains the bytes on the socket
+// (the bytes of a wait for data and of one for room cannot be told apart), and nothing rings
+// again for room already made. Such a wait looks at the ring now and then
+// (doorbell_relook.hpp).
+[[nodiscard]] bool may_miss_doorbell(CountedWants counted);
+// Whether a waiter woken by a doorbell byte leaves it on the socket: another thread counted
+// as waiting is ready now, so the byte may be that thread's, whose poll() would find it
+// drained and sleep on (in the kernel) for ever. That thread drains it. SHM only: an RDMA
+// end's readiness is asked by the thread that uses it.
+[[nodiscard]] bool doorbell_owed_to_others(Channel& ch, CountedWants counted);
 
 }  // namespace l5pg::shim

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory_resource>
+#include <utility>
 #include <vector>
 
 #include "clientlib/c_boundary.hpp"
@@ -130,7 +131,12 @@ class MixedPoll {
             : poll_(poll), deadline_(deadline), mask_(mask) {}
 
         bool ready() { return poll_.scan_rings() > 0; }
-        wait::WaitPolicy policy() { return poll_.budget_within(deadline_); }
+        // A round after a look at the rings arms at once: spinning then would only burn the
+        // CPU, and lengthen the instants a signal finds no EINTR to give.
+        wait::WaitPolicy policy() {
+            return std::exchange(looked_, false) ? wait::WaitPolicy::none()
+                                                 : poll_.budget_within(deadline_);
+        }
         // Every upgraded fd under one name: l5pgd rings one of them, which ends the wait.
         bool arm() {
             const uint64_t wait_id = wait::next_wait_id();
@@ -147,7 +153,9 @@ class MixedPoll {
         // Ready ordinary fds or the caller's timeout end the wait; a doorbell alone rounds
         // again, where the rings are looked at first.
         wait::Woken sleep() {
-            const int rc = poll_.block(sleep_until(), mask_);
+            const bool soon = poll_.looks_again_soon();
+            const int rc = poll_.block(soon ? next_look() : deadline_, mask_);
+            looked_ = soon;
             if (rc < 0)
                 return wait::Woken::Stop;
             ordinary_ready_ = rc;
@@ -158,11 +166,8 @@ class MixedPoll {
         [[nodiscard]] int ordinary_ready() const { return ordinary_ready_; }
 
       private:
-        // The caller's deadline, or sooner the next look at the rings when a doorbell may
-        // be drained by another thread (doorbell_relook.hpp).
-        int64_t sleep_until() {
-            if (!poll_.may_miss_a_doorbell())
-                return deadline_;
+        // The caller's deadline, or sooner the next look at the rings (doorbell_relook.hpp).
+        int64_t next_look() {
             const int64_t look = now_ns() + std::chrono::nanoseconds(relook_.next()).count();
             return deadline_ == kForever ? look : std::min(deadline_, look);
         }
@@ -172,6 +177,7 @@ class MixedPoll {
         const sigset_t* mask_;
         int ordinary_ready_ = 0;
         DoorbellRelook relook_;
+        bool looked_ = false;  // the last round was cut short to look at the rings
     };
 
     int wait(int64_t deadline, const sigset_t* mask) {
@@ -222,13 +228,14 @@ class MixedPoll {
     }
 
     // Blocks in the real ppoll() (upgraded fds armed by PollWaiter) with upgraded sockets
-    // polled for POLLIN only (a doorbell byte or EOF), then disarms and drains them.
+    // polled for POLLIN only (a doorbell byte or EOF), then disarms and drains them; a
+    // socket whose bytes are owed to another thread is left alone (looks_again_soon()).
     // Returns the number of ready ordinary fds, or -1 with errno.
     int block(int64_t deadline, const sigset_t* mask) {
         for (nfds_t i = 0; i < n_; ++i) {
             entries_[i].saved_events = fds_[i].events;
             if (entries_[i].kind == FdKind::Upgraded)
-                fds_[i].events = POLLIN;
+                fds_[i].events = entries_[i].owed_to_others ? 0 : POLLIN;
         }
         timespec ts{};
         const timespec* timeout = nullptr;
@@ -250,7 +257,9 @@ class MixedPoll {
                     ordinary_ready += become_ordinary(i);
                     continue;
                 }
-                if (rc > 0 && fds_[i].revents != 0)
+                // Asked again: the byte that woke us may be for a thread counted meanwhile.
+                if (rc > 0 && fds_[i].revents != 0 && !entry.owed_to_others &&
+                    !doorbell_owed_to_others(*entry.channel, counted_of(entry)))
                     channel_drain(*entry.channel, fds_[i].fd);
                 fds_[i].revents = 0;
             } else if (entry.kind != FdKind::Forked && rc > 0 && fds_[i].revents != 0) {
@@ -317,20 +326,25 @@ class MixedPoll {
         // first one's when the array names the channel more than once (one waiter per
         // channel). An index, not a pointer: Entry stays 24 bytes (kInlineBytes).
         uint32_t counted_in = 0;
-        ChannelRef channel;        // Upgraded, and kept once demoted (become_ordinary)
-        short saved_events = 0;    // the caller's events while block() asks for others
-        CountedWants counted = 0;  // this call counts as a waiter on the channel (arm())
+        ChannelRef channel;           // Upgraded, and kept once demoted (become_ordinary)
+        short saved_events = 0;       // the caller's events while block() asks for others
+        CountedWants counted = 0;     // this call counts as a waiter on the channel (arm())
+        bool owed_to_others = false;  // block() leaves the socket's bytes to another thread
     };
     static_assert(sizeof(Entry) <= 24);
 
     CountedWants& counted_of(const Entry& e) { return entries_[e.counted_in].counted; }
 
-    bool may_miss_a_doorbell() {
-        bool may = false;
-        for_each_upgraded_entry([this, &may](Entry& e, short) {
-            may = may || may_miss_doorbell(*e.channel, counted_of(e));
+    // Whether some entry's wait may miss its doorbell (a wait for room), or leaves its
+    // socket unpolled this round: its byte is owed to another thread (end_waiters.hpp).
+    // Either way the sleep is cut to the next look at the rings.
+    bool looks_again_soon() {
+        bool soon = false;
+        for_each_upgraded_entry([this, &soon](Entry& e, short) {
+            e.owed_to_others = doorbell_owed_to_others(*e.channel, counted_of(e));
+            soon = soon || e.owed_to_others || may_miss_doorbell(counted_of(e));
         });
-        return may;
+        return soon;
     }
 
     // The index of the first upgraded entry before `i` on the same channel, or i.

@@ -314,6 +314,72 @@ def test_copy_beside_a_thread_waiting_for_its_answer(l5pgd, shim, waits_in):
     assert out == {"transport": 1, "stuck": [False, False], "copied": True}, (out, r.stderr)
 
 
+# One thread runs 1000 queries, waiting for each answer in recv() or poll(); another only
+# polls the connection (as one waiting for a NOTIFY would). The poller used to drain the
+# doorbell of an answer and return, and the thread the answer was for slept on, for ever:
+# now a byte is left on the socket while another waiter is ready (end_waiters.hpp,
+# doorbell_owed_to_others()).
+WATCHED_QUERIES_SCRIPT = r'''
+import ctypes, errno, fcntl, json, os, select, struct, sys, threading, psycopg
+
+libc = ctypes.CDLL(None, use_errno=True)
+waits_in = sys.argv[1]
+conn = psycopg.connect("", autocommit=True)
+sock = conn.pgconn.socket
+flags = fcntl.fcntl(sock, fcntl.F_GETFL)
+if waits_in == "recv":
+    fcntl.fcntl(sock, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+def poll_in(timeout_ms):
+    p = PollFd(sock, select.POLLIN, 0)
+    return libc.poll(ctypes.byref(p), 1, timeout_ms)
+
+ROUNDS = 1000
+query = b"Q" + struct.pack("!i", 4 + 9) + b"select 1\0"
+answered = 0
+done = False
+
+def querier():
+    global answered, done
+    buf = ctypes.create_string_buffer(65536)
+    for _ in range(ROUNDS):
+        assert libc.send(sock, query, len(query), 0) == len(query)
+        answer = b""
+        while not answer.endswith(b"Z\0\0\0\x05I"):
+            if waits_in == "poll":
+                poll_in(-1)
+            n = libc.recv(sock, buf, 65536, 0)
+            if n == 0 or (n < 0 and ctypes.get_errno() != errno.EAGAIN):
+                return
+            answer += buf.raw[:max(n, 0)]
+        answered += 1
+    done = True
+
+def watcher():
+    while not done:
+        poll_in(100)
+
+threads = [threading.Thread(target=f, daemon=True) for f in (querier, watcher)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(20)
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(sock),
+                  "stuck": [t.is_alive() for t in threads], "answered": answered}), flush=True)
+os._exit(0)
+'''
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("waits_in", ["recv", "poll"])
+def test_queries_beside_a_thread_polling_the_connection(l5pgd, shim, waits_in):
+    out, r = run_python_json(shm_target(l5pgd), WATCHED_QUERIES_SCRIPT, args=[waits_in])
+    assert out == {"transport": 1, "stuck": [False, False], "answered": 1000}, (out, r.stderr)
+
+
 # In a forked child the parent's upgraded connection is hung up (EOF, EPIPE): poll() says
 # POLLHUP always, POLLIN and POLLOUT where they were asked for, as for a socket whose peer
 # left (a socketpair beside it, its peer closed, is the yardstick).
