@@ -158,23 +158,22 @@ class EndWaiter {
             pause_keeping_errno(1'000'000);
             return wait::Woken::Again;
         }
-        if (doorbell_owed_to_others(ch_, counted_)) {
-            // Left on the socket for the thread it may be for. Not ready ourselves, we nap
-            // (our poll() would return at once) until that thread has drained it.
-            looked_ = true;
-            if (!ready())
-                nap();
-            return wait::Woken::Again;
-        }
-        ch_.end->on_socket_readable(fd_);
-        return wait::Woken::Again;  // EOF makes the end ready (it reports Closed)
+        if (channel_drain_for_waiter(ch_, fd_, p.revents, counted_))
+            return wait::Woken::Again;  // EOF makes the end ready (it reports Closed)
+        // Left on the socket for another thread. Not ready ourselves, we nap (our poll()
+        // would return at once) until that thread has drained it.
+        looked_ = true;
+        return ready() ? wait::Woken::Again : nap();
     }
 
   private:
-    void nap() {
+    // A signal ends the nap as it would end the poll(): the call fails with EINTR.
+    wait::Woken nap() {
         const int ms = relook_.cut(timeout_.poll_ms());
-        if (ms > 0)
-            pause_keeping_errno(ms * 1'000'000L);
+        const timespec pause{0, ms * 1'000'000L};
+        if (ms > 0 && ::nanosleep(&pause, nullptr) != 0)
+            return wait::Woken::Stop;
+        return wait::Woken::Again;
     }
 
     Channel& ch_;
@@ -527,8 +526,12 @@ void channel_disarm(Channel& ch, short events, CountedWants counted) {
         disarm_unless_others_wait(ch, Want::Write, counted);
 }
 
-void channel_drain(Channel& ch, int fd) {
+bool channel_drain_for_waiter(Channel& ch, int fd, short revents, CountedWants counted) {
+    if ((revents & (POLLHUP | POLLERR)) == 0 && doorbell_owed_to_others(ch, counted))
+        return false;
     ch.end->on_socket_readable(fd);
+    ring_again_for_others(ch, fd, counted);
+    return true;
 }
 
 }  // namespace l5pg::shim

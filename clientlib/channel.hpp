@@ -116,7 +116,12 @@ void channel_arm(Channel& ch, short events, uint64_t wait_id, CountedWants& coun
 void channel_disarm(Channel& ch, short events, CountedWants counted);
 // Establishes the readiness invariant now (the application just started using epoll).
 void channel_prepare_for_foreign_wait(Channel& ch, int fd);
-// The socket itself polled readable: consume doorbell bytes, notice EOF.
-void channel_drain(Channel& ch, int fd);
+// The socket polled with `revents` for a waiter counted in `counted`: consumes the doorbell
+// bytes and notices EOF, or leaves the bytes to another counted thread that is ready now
+// (false; end_waiters.hpp, doorbell_owed_to_others()), but never a hang-up or error. After a
+// drain, a doorbell that came between that look and the drain may have been another
+// waiter's for data: l5pgd is asked for another (ring_again_for_others()).
+[[nodiscard]] bool channel_drain_for_waiter(Channel& ch, int fd, short revents,
+                                            CountedWants counted);
 
 }  // namespace l5pg::shim

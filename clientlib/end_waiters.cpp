@@ -97,6 +97,16 @@ bool may_miss_doorbell(CountedWants counted) {
     return (counted & bit(Want::Write)) != 0;
 }
 
+void ring_again_for_others(Channel& ch, int fd, CountedWants counted) {
+    if (ch.rdma)
+        return;
+    const uint32_t mine = (counted & bit(Want::Read)) != 0 ? 1 : 0;
+    const uint32_t waiting =
+        count_word(ch, Want::Read).load(std::memory_order_seq_cst) & kCountMask;
+    if (waiting > mine && ch.end->ready(Want::Read))
+        ch.end->prepare_for_foreign_wait(fd, true);  // true: drains nothing, pokes
+}
+
 bool doorbell_owed_to_others(Channel& ch, CountedWants counted) {
     if (ch.rdma)
         return false;

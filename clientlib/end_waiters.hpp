@@ -55,5 +55,9 @@ void stop_waiting(Channel& ch, CountedWants& counted);
 // drained and sleep on (in the kernel) for ever. That thread drains it. SHM only: an RDMA
 // end's readiness is asked by the thread that uses it.
 [[nodiscard]] bool doorbell_owed_to_others(Channel& ch, CountedWants counted);
+// After the caller drained the socket: when another thread counted as waiting for data finds
+// some, its doorbell may have been among the bytes (one that came after the caller's look
+// at doorbell_owed_to_others()): asks l5pgd for another (SHM's poke). SHM only.
+void ring_again_for_others(Channel& ch, int fd, CountedWants counted);
 
 }  // namespace l5pg::shim

@@ -257,10 +257,11 @@ class MixedPoll {
                     ordinary_ready += become_ordinary(i);
                     continue;
                 }
-                // Asked again: the byte that woke us may be for a thread counted meanwhile.
-                if (rc > 0 && fds_[i].revents != 0 && !entry.owed_to_others &&
-                    !doorbell_owed_to_others(*entry.channel, counted_of(entry)))
-                    channel_drain(*entry.channel, fds_[i].fd);
+                // Owed or not when we began, the byte that woke us may be for a thread
+                // counted meanwhile: asked again (with events 0, only a hang-up wakes us).
+                if (rc > 0 && fds_[i].revents != 0)
+                    (void)channel_drain_for_waiter(*entry.channel, fds_[i].fd, fds_[i].revents,
+                                                   counted_of(entry));
                 fds_[i].revents = 0;
             } else if (entry.kind != FdKind::Forked && rc > 0 && fds_[i].revents != 0) {
                 ++ordinary_ready;
