@@ -236,29 +236,35 @@ def test_close_by_another_thread_under_poll_leaves_the_new_file_its_bytes(l5pgd,
     assert out["new_socket_kept"] == "x", (out, r.stderr)
 
 
-# One thread writes a COPY of 50 MB (the ring fills again and again), another waits for the
-# answer on the same connection: both sleep on the one socket, and the waiter for the answer
-# drained the doorbell l5pgd rang for room, which nothing rang again. Both threads slept for
-# ever (clientlib/end_waiters.hpp, may_miss_doorbell()). The threads wait in blocking send()
-# and recv(), or in poll() beside non-blocking calls.
-SHARED_COPY_SCRIPT = r'''
+# The start of the scripts of two threads on one connection: psycopg's socket, made blocking
+# when the threads wait in blocking calls (argv[1]), and poll_for() on it through the shim.
+TWO_THREADS_PRELUDE = r'''
 import ctypes, errno, fcntl, json, os, select, struct, sys, threading, psycopg
 
 libc = ctypes.CDLL(None, use_errno=True)
 waits_in = sys.argv[1]
 conn = psycopg.connect("", autocommit=True)
-conn.execute("create temporary table t (x text)")
 sock = conn.pgconn.socket
-flags = fcntl.fcntl(sock, fcntl.F_GETFL)
 if waits_in == "blocking_calls":
+    flags = fcntl.fcntl(sock, fcntl.F_GETFL)
     fcntl.fcntl(sock, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
 
 class PollFd(ctypes.Structure):
     _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
 
-def wait_until(events):
+def poll_for(events, timeout_ms):
     p = PollFd(sock, events, 0)
-    assert libc.poll(ctypes.byref(p), 1, -1) == 1
+    return libc.poll(ctypes.byref(p), 1, timeout_ms)
+'''
+
+
+# One thread writes a COPY of 50 MB (the ring fills again and again), another waits for the
+# answer on the same connection: both sleep on the one socket, and the waiter for the answer
+# drained the doorbell l5pgd rang for room, which nothing rang again. Both threads slept for
+# ever (clientlib/end_waiters.hpp, may_miss_doorbell()). The threads wait in blocking send()
+# and recv(), or in poll() beside non-blocking calls.
+SHARED_COPY_SCRIPT = TWO_THREADS_PRELUDE + r'''
+conn.execute("create temporary table t (x text)")
 
 def message(kind, body):
     return kind + struct.pack("!i", len(body) + 4) + body
@@ -269,7 +275,7 @@ def send_all(data):
     while sent < len(data):
         n = libc.send(sock, ctypes.byref(buf, sent), len(data) - sent, 0)
         if n < 0 and ctypes.get_errno() == errno.EAGAIN:
-            wait_until(select.POLLOUT)
+            assert poll_for(select.POLLOUT, -1) == 1
         elif n < 0:
             raise OSError(ctypes.get_errno(), "send")
         else:
@@ -282,7 +288,7 @@ def reader():
     buf = ctypes.create_string_buffer(65536)
     while b"COPY" not in answer or not answer.endswith(b"Z\0\0\0\x05I"):
         if waits_in == "poll":
-            wait_until(select.POLLIN)
+            assert poll_for(select.POLLIN, -1) == 1
         n = libc.recv(sock, buf, 65536, 0)
         if n == 0 or (n < 0 and ctypes.get_errno() != errno.EAGAIN):
             return
@@ -319,24 +325,7 @@ def test_copy_beside_a_thread_waiting_for_its_answer(l5pgd, shim, waits_in):
 # doorbell of an answer and return, and the thread the answer was for slept on, for ever:
 # now a byte is left on the socket while another waiter is ready (end_waiters.hpp,
 # doorbell_owed_to_others()).
-WATCHED_QUERIES_SCRIPT = r'''
-import ctypes, errno, fcntl, json, os, select, struct, sys, threading, psycopg
-
-libc = ctypes.CDLL(None, use_errno=True)
-waits_in = sys.argv[1]
-conn = psycopg.connect("", autocommit=True)
-sock = conn.pgconn.socket
-flags = fcntl.fcntl(sock, fcntl.F_GETFL)
-if waits_in == "recv":
-    fcntl.fcntl(sock, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
-
-class PollFd(ctypes.Structure):
-    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
-
-def poll_in(timeout_ms):
-    p = PollFd(sock, select.POLLIN, 0)
-    return libc.poll(ctypes.byref(p), 1, timeout_ms)
-
+WATCHED_QUERIES_SCRIPT = TWO_THREADS_PRELUDE + r'''
 ROUNDS = 1000
 query = b"Q" + struct.pack("!i", 4 + 9) + b"select 1\0"
 answered = 0
@@ -350,7 +339,7 @@ def querier():
         answer = b""
         while not answer.endswith(b"Z\0\0\0\x05I"):
             if waits_in == "poll":
-                poll_in(-1)
+                poll_for(select.POLLIN, -1)
             n = libc.recv(sock, buf, 65536, 0)
             if n == 0 or (n < 0 and ctypes.get_errno() != errno.EAGAIN):
                 return
@@ -360,7 +349,7 @@ def querier():
 
 def watcher():
     while not done:
-        poll_in(100)
+        poll_for(select.POLLIN, 100)
 
 threads = [threading.Thread(target=f, daemon=True) for f in (querier, watcher)]
 for t in threads:
@@ -374,7 +363,7 @@ os._exit(0)
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("waits_in", ["recv", "poll"])
+@pytest.mark.parametrize("waits_in", ["blocking_calls", "poll"])
 def test_queries_beside_a_thread_polling_the_connection(l5pgd, shim, waits_in):
     out, r = run_python_json(shm_target(l5pgd), WATCHED_QUERIES_SCRIPT, args=[waits_in])
     assert out == {"transport": 1, "stuck": [False, False], "answered": 1000}, (out, r.stderr)
