@@ -255,6 +255,15 @@ class PollFd(ctypes.Structure):
 def poll_for(events, timeout_ms):
     p = PollFd(sock, events, 0)
     return libc.poll(ctypes.byref(p), 1, timeout_ms)
+
+def run_threads(*functions):
+    """Runs each function in a thread, gives them 20 s each; which of them are stuck."""
+    threads = [threading.Thread(target=f, daemon=True) for f in functions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    return [t.is_alive() for t in threads]
 '''
 
 
@@ -301,13 +310,8 @@ def writer():
         send_all(rows)
     send_all(message(b"c", b""))
 
-threads = [threading.Thread(target=f, daemon=True) for f in (reader, writer)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join(20)
-print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(sock),
-                  "stuck": [t.is_alive() for t in threads],
+stuck = run_threads(reader, writer)
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(sock), "stuck": stuck,
                   "copied": b"COPY %d" % ROWS in answer}), flush=True)
 os._exit(0)
 '''
@@ -351,13 +355,9 @@ def watcher():
     while not done:
         poll_for(select.POLLIN, 100)
 
-threads = [threading.Thread(target=f, daemon=True) for f in (querier, watcher)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join(20)
-print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(sock),
-                  "stuck": [t.is_alive() for t in threads], "answered": answered}), flush=True)
+stuck = run_threads(querier, watcher)
+print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(sock), "stuck": stuck,
+                  "answered": answered}), flush=True)
 os._exit(0)
 '''
 
