@@ -128,10 +128,16 @@ class EndWaiter {
 
     bool ready() { return ch_.end->ready(want_); }
     // A round after a look without a doorbell (or a nap) arms at once: spinning then would
-    // only burn the CPU, and lengthen the instants a signal finds no EINTR to give.
+    // only burn the CPU, and lengthen the instants a signal finds no EINTR to give. Spinning
+    // and yielding never outlast the socket's timeout.
     wait::WaitPolicy policy() {
-        return std::exchange(looked_, false) ? wait::WaitPolicy::none()
-                                             : channel_wait_budget(ch_, true);
+        if (std::exchange(looked_, false))
+            return wait::WaitPolicy::none();
+        const wait::WaitPolicy budget = channel_wait_budget(ch_, true);
+        if (budget.total() == std::chrono::nanoseconds::zero())
+            return budget;
+        const auto left = timeout_.left();
+        return left ? budget.within(*left) : budget;
     }
     bool arm() { return arm_as_waiter(ch_, want_, wait::kUnnamedWait, counted_); }
     void disarm() { disarm_unless_others_wait(ch_, want_, counted_); }

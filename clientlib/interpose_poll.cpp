@@ -203,10 +203,7 @@ class MixedPoll {
         });
         if (deadline == kForever)
             return budget;
-        const auto left = std::chrono::nanoseconds(std::max<int64_t>(deadline - now_ns(), 0));
-        budget.spin = std::min(budget.spin, left);
-        budget.yield = std::min(budget.yield, left - budget.spin);
-        return budget;
+        return budget.within(std::chrono::nanoseconds(std::max<int64_t>(deadline - now_ns(), 0)));
     }
 
     // Sets revents of upgraded/forked entries from ring state; returns how many are ready.

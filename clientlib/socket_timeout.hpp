@@ -23,13 +23,19 @@ class SocketTimeout {
     SocketTimeout(int fd, transport::Want want) : fd_(fd), want_(want) {}
 
     // How long poll() may wait now, in milliseconds: -1 without a timeout, 0 once it passed.
-    [[nodiscard]] int poll_ms() {
-        if (!deadline_)
-            deadline_ = deadline_from_socket();
-        return deadline_->poll_ms();
+    [[nodiscard]] int poll_ms() { return deadline().poll_ms(); }
+    // What is left of the timeout; nothing without one.
+    [[nodiscard]] std::optional<wait::Deadline::clock::duration> left() {
+        return deadline().left();
     }
 
   private:
+    const wait::Deadline& deadline() {
+        if (!deadline_)
+            deadline_ = deadline_from_socket();
+        return *deadline_;
+    }
+
     [[nodiscard]] wait::Deadline deadline_from_socket() const {
         timeval tv{};
         socklen_t len = sizeof tv;

@@ -990,7 +990,7 @@ def test_poll_reports_hangup_beside_unread_data(l5pgd, cluster, shim):
 # nothing read, as on a socketpair. (The upgraded socket is a blocking Python socket that
 # speaks the protocol itself: libpq's sockets are non-blocking.)
 RCVTIMEO_SCRIPT = r'''
-import ctypes, errno, json, socket, struct, sys
+import ctypes, errno, json, socket, struct, sys, time
 sys.path.insert(0, sys.argv[2])
 from tests.harness import pgwire
 
@@ -998,10 +998,11 @@ TIMEOUT = struct.pack("ll", 0, 200_000)  # 0.2 s
 
 def timed_out_recv(s):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, TIMEOUT)
+    started = time.monotonic()
     try:
         return ["data", len(s.recv(100))]
     except OSError as e:
-        return [errno.errorcode[e.errno]]
+        return [errno.errorcode[e.errno], time.monotonic() - started < 0.7]
 
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
@@ -1015,11 +1016,15 @@ print(json.dumps({"transport": ctypes.CDLL(None).l5pg_fd_transport(s.fileno()),
 '''
 
 
+# Spinning for up to a second (L5PG_SPIN_US) does not outlast the timeout: the EAGAIN comes
+# well before the answer (the shim's used to come after the spin, 1 s).
 @pytest.mark.timeout(60)
-def test_receive_timeout_of_a_blocking_socket_holds(l5pgd, shim):
+@pytest.mark.parametrize("spin_us", ["50", "1000000"])
+def test_receive_timeout_of_a_blocking_socket_holds(l5pgd, shim, spin_us):
     out, _ = run_python_json(shm_target(l5pgd), RCVTIMEO_SCRIPT,
-                             args=[str(l5pgd.socket_path), str(paths.REPO)])
-    assert out == {"transport": 1, "shim": ["EAGAIN"], "socket": ["EAGAIN"]}, out
+                             args=[str(l5pgd.socket_path), str(paths.REPO)],
+                             env={"L5PG_SPIN_US": spin_us})
+    assert out == {"transport": 1, "shim": ["EAGAIN", True], "socket": ["EAGAIN", True]}, out
 
 
 # A socket asked for exceptions alone that hangs up has nothing select() reports: the kernel's

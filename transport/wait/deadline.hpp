@@ -30,6 +30,12 @@ class Deadline {
         return at_ ? poll_ms_for(*at_ - clock::now()) : -1;
     }
     [[nodiscard]] bool passed() const noexcept { return poll_ms() == 0; }
+    // What is left (zero once passed); nothing for never.
+    [[nodiscard]] std::optional<clock::duration> left() const noexcept {
+        if (!at_)
+            return std::nullopt;
+        return std::max(*at_ - clock::now(), clock::duration::zero());
+    }
     // The rule itself, for what is `left`.
     [[nodiscard]] static int poll_ms_for(clock::duration left) noexcept {
         if (left <= clock::duration::zero())

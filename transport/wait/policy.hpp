@@ -6,6 +6,7 @@
 // (cpu_hint.hpp) say spinning cannot pay.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -28,6 +29,11 @@ struct WaitPolicy {
         return {std::chrono::microseconds(spin_us), std::chrono::microseconds(yield_us)};
     }
     [[nodiscard]] constexpr std::chrono::nanoseconds total() const noexcept { return spin + yield; }
+    // This policy cut to a wait that may last `left` at most (a caller's timeout).
+    [[nodiscard]] constexpr WaitPolicy within(std::chrono::nanoseconds left) const noexcept {
+        const std::chrono::nanoseconds cut_spin = std::min(spin, left);
+        return {cut_spin, std::min(yield, left - cut_spin)};
+    }
     [[nodiscard]] constexpr Phase phase_after(std::chrono::nanoseconds waited) const noexcept {
         if (waited >= total())
             return Phase::Block;
