@@ -536,7 +536,10 @@ bool channel_drain_for_waiter(Channel& ch, int fd, short revents, CountedWants c
     if ((revents & (POLLHUP | POLLERR)) == 0 && doorbell_owed_to_others(ch, counted))
         return false;
     ch.end->on_socket_readable(fd);
-    ring_again_for_others(ch, fd, counted);
+    // No poke written through a number that another thread closed meanwhile: it may name
+    // another file now.
+    if (fd_lookup(fd).channel == &ch)
+        ring_again_for_others(ch, fd, counted);
     return true;
 }
 

@@ -104,7 +104,7 @@ void ring_again_for_others(Channel& ch, int fd, CountedWants counted) {
     const uint32_t waiting =
         count_word(ch, Want::Read).load(std::memory_order_seq_cst) & kCountMask;
     if (waiting > mine && ch.end->ready(Want::Read))
-        ch.end->prepare_for_foreign_wait(fd, true);  // true: drains nothing, pokes
+        ch.end->prepare_for_foreign_wait(fd, /*room_awaited=*/true);  // drains nothing, pokes
 }
 
 bool doorbell_owed_to_others(Channel& ch, CountedWants counted) {

@@ -16,7 +16,7 @@
 //     back, so RDMA waiters only lose the doorbell byte);
 //   - a waiter woken by a byte leaves it on the socket while another counted thread is
 //     ready (doorbell_owed_to_others()), and nothing rings again for room already made:
-//     a wait for room looks at the ring every few milliseconds too (may_miss_doorbell());
+//     a wait for room looks at the ring every 1-64 ms too (may_miss_doorbell());
 //   - a waiter that is not alone arms without its wait's name: l5pgd rings one session per
 //     name and round (the name stands for one poll() call), and the other thread's name
 //     could otherwise stand on a session it does not poll.

@@ -131,8 +131,8 @@ class MixedPoll {
             : poll_(poll), deadline_(deadline), mask_(mask) {}
 
         bool ready() { return poll_.scan_rings() > 0; }
-        // A round after a look at the rings arms at once: spinning then would only burn the
-        // CPU, and lengthen the instants a signal finds no EINTR to give.
+        // A round after a sleep cut short to look at the rings arms at once: spinning then
+        // would only burn the CPU, and lengthen the instants a signal finds no EINTR to give.
         wait::WaitPolicy policy() {
             return std::exchange(looked_, false) ? wait::WaitPolicy::none()
                                                  : poll_.budget_within(deadline_);
@@ -177,7 +177,9 @@ class MixedPoll {
         const sigset_t* mask_;
         int ordinary_ready_ = 0;
         DoorbellRelook relook_;
-        bool looked_ = false;  // the last round was cut short to look at the rings
+        // The last round's sleep had its end cut to look at the rings (whatever ended it):
+        // the next round arms at once.
+        bool looked_ = false;
     };
 
     int wait(int64_t deadline, const sigset_t* mask) {

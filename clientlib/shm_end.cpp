@@ -193,7 +193,7 @@ void ShmEnd::prepare_for_foreign_wait(int fd, bool room_awaited) {
 // would ring again for room already made, and that thread's poll() would sleep on; they are
 // drained at a later return. (A thread that starts to wait for room in the instant between
 // the caller's look and this drain, and is rung within it, loses its doorbell: its wait
-// looks at the ring again within milliseconds, end_waiters.hpp may_miss_doorbell().)
+// looks at the ring again within 1-64 ms, end_waiters.hpp may_miss_doorbell().)
 void ShmEnd::drain_owed_doorbells(int fd, bool room_awaited) {
     if (room_awaited)
         return;

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "clientlib/channel.hpp"
+#include "clientlib/doorbell_relook.hpp"
 #include "clientlib/end_waiters.hpp"
 #include "clientlib/fd_table.hpp"
 #include "clientlib/l5pg.h"
@@ -226,6 +227,62 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         CHECK(c.doorbells() == 1);  // the poke for what it left: l5pgd answers with a doorbell
         l5pg::shim::stop_waiting(*ch, notify);
     }
+    SECTION("a doorbell byte is left on the socket only while another waiter is ready") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish("answer");
+        CHECK_FALSE(l5pg::shim::doorbell_owed_to_others(*ch, query));  // alone: its own
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        CHECK(l5pg::shim::doorbell_owed_to_others(*ch, query));  // may be the other's
+        CHECK(read(6) == 6);
+        CHECK_FALSE(l5pg::shim::doorbell_owed_to_others(*ch, query));  // nothing left to read
+        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, notify);
+    }
+    SECTION("a hang-up is drained even while the bytes are owed to another waiter") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish("answer");
+        REQUIRE(l5pg::shim::doorbell_owed_to_others(*ch, query));
+        CHECK_FALSE(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLIN, query));
+        ::close(c.worker);  // l5pgd is gone
+        c.worker = -1;
+        CHECK(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLIN | POLLHUP, query));
+        CHECK(c.end->hung_up());  // the EOF was taken in: every waiter finds the end ready
+        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, notify);
+    }
+    SECTION("a drain that may have taken another waiter's doorbell asks l5pgd for one") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        // The query's thread was woken by a byte for nothing the other wanted, and drains
+        // after the answer came and was rung for (the flag taken).
+        CHECK(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLIN, query));
+        CHECK(c.doorbells() == 0);  // nothing to read: no one to ring for
+        publish("answer");
+        REQUIRE(to_client.reader_needs_wakeup());
+        l5pg::shim::ring_again_for_others(*ch, c.app, query);
+        CHECK(c.doorbells() == 1);  // the poke, which l5pgd answers with a doorbell
+        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, notify);
+    }
+    SECTION("a drain touches no fd that another thread closed meanwhile") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        publish("answer");
+        REQUIRE(to_client.reader_needs_wakeup());
+        (void)l5pg::shim::fd_forget(c.app);  // closed: the number may name another file now
+        CHECK(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLHUP, query));
+        CHECK(c.doorbells() == 0);  // no poke written through the number
+        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, notify);
+    }
+    SECTION("only a wait for room may sleep through its doorbell") {
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        CHECK_FALSE(l5pg::shim::may_miss_doorbell(query));
+        (void)l5pg::shim::arm_as_waiter(*ch, Want::Write, query_wait, query);
+        CHECK(l5pg::shim::may_miss_doorbell(query));
+        l5pg::shim::stop_waiting(*ch, query);
+    }
     SECTION("a return touches no fd that another thread closed meanwhile") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
@@ -307,4 +364,18 @@ TEST_CASE("ShmEnd: a return drains the doorbell rung for the foreign wait it arm
         c.end->prepare_for_foreign_wait(c.app, false);
         CHECK(queued_on_app_socket() == 0);
     }
+}
+
+// A wait that may sleep through its doorbell looks at the ring soon, then less and less often.
+TEST_CASE("DoorbellRelook: 1, 2, 4 ... 64 ms, and a poll() timeout cut to the next look",
+          "[shim]") {
+    using namespace std::chrono_literals;
+    l5pg::shim::DoorbellRelook relook;
+    for (const auto ms : {1ms, 2ms, 4ms, 8ms, 16ms, 32ms, 64ms, 64ms})
+        CHECK(relook.next() == ms);
+    l5pg::shim::DoorbellRelook cut;
+    CHECK(cut.cut(-1) == 1);  // no timeout: the next look
+    CHECK(cut.cut(100) == 2);
+    CHECK(cut.cut(3) == 3);  // the timeout comes first
+    CHECK(cut.cut(0) == 0);
 }

@@ -10,7 +10,6 @@
 #include <limits>
 
 #include "transport/wait/deadline.hpp"
-#include "transport/wait/policy.hpp"
 
 using namespace std::chrono_literals;
 using l5pg::wait::Deadline;
@@ -29,23 +28,13 @@ TEST_CASE("deadline: poll()'s timeout, rounded up, -1 for never, 0 once passed")
     CHECK(Deadline::poll_ms_for(1000h) == std::numeric_limits<int>::max());  // not wrapped
 }
 
-TEST_CASE("deadline: what is left, and a wait policy cut to it") {
+TEST_CASE("deadline: what is left, nothing for never") {
     CHECK_FALSE(Deadline::never().left().has_value());
     CHECK(Deadline::after(-1ms).left() == Deadline::clock::duration::zero());
     const auto left = Deadline::after(1h).left();
     REQUIRE(left.has_value());
     CHECK(*left > 59min);
     CHECK(*left <= 1h);
-
-    using l5pg::wait::WaitPolicy;
-    const WaitPolicy policy{50us, 200us};
-    CHECK(policy.within(1s).spin == 50us);  // more left than the policy spends: unchanged
-    CHECK(policy.within(1s).yield == 200us);
-    CHECK(policy.within(100us).spin == 50us);  // the yield is cut to the rest
-    CHECK(policy.within(100us).yield == 50us);
-    CHECK(policy.within(20us).spin == 20us);
-    CHECK(policy.within(20us).yield == 0us);
-    CHECK(policy.within(0ns).total() == 0ns);
 }
 
 TEST_CASE("deadline: wait_ready answers ready, or times out with ETIMEDOUT") {

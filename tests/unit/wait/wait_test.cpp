@@ -11,6 +11,7 @@
 
 #include "transport/wait/adaptive_spin.hpp"
 #include "transport/wait/doorbell.hpp"
+#include "transport/wait/policy.hpp"
 #include "transport/wait/spin.hpp"
 
 using namespace l5pg::wait;
@@ -32,6 +33,18 @@ struct SocketPair {
 };
 
 }  // namespace
+
+TEST_CASE("WaitPolicy: cut to what is left of a caller's timeout", "[wait]") {
+    using namespace std::chrono_literals;
+    const l5pg::wait::WaitPolicy policy{50us, 200us};
+    CHECK(policy.within(1s).spin == 50us);  // more left than the policy spends: unchanged
+    CHECK(policy.within(1s).yield == 200us);
+    CHECK(policy.within(100us).spin == 50us);  // the yield is cut to the rest
+    CHECK(policy.within(100us).yield == 50us);
+    CHECK(policy.within(20us).spin == 20us);
+    CHECK(policy.within(20us).yield == 0us);
+    CHECK(policy.within(0ns).total() == 0ns);
+}
 
 TEST_CASE("Doorbell: ring and drain", "[wait]") {
     SocketPair sp;
