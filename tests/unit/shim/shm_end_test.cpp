@@ -174,9 +174,17 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
     const uint64_t query_wait = l5pg::wait::next_wait_id();
     const uint64_t notify_wait = l5pg::wait::next_wait_id();
     CountedWants query = 0, notify = 0;
-    SECTION("the other waiter still gets its doorbell, unnamed") {
+    // The NOTIFY thread waits first, the query's thread beside it; the query's leaves first.
+    const auto both_wait = [&] {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+    };
+    const auto both_leave = [&] {
+        l5pg::shim::stop_waiting(*ch, query);
+        l5pg::shim::stop_waiting(*ch, notify);
+    };
+    SECTION("the other waiter still gets its doorbell, unnamed") {
+        both_wait();
         // The query's answer came: its thread takes the flag back (it has not left its wait
         // yet; a poll() takes its flags back after every sleep).
         l5pg::shim::disarm_unless_others_wait(*ch, Want::Read, query);
@@ -186,8 +194,7 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         // Armed by two waits, the flag carries no name: l5pgd must not skip it because it
         // rang another session of one of the two polls already.
         CHECK(rung_for == l5pg::wait::kUnnamedWait);
-        l5pg::shim::stop_waiting(*ch, query);
-        l5pg::shim::stop_waiting(*ch, notify);
+        both_leave();
     }
     SECTION("the last waiter takes the flag back") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
@@ -203,8 +210,7 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         // l5pgd rang for the query's answer and took the flag; the query's thread drained the
         // doorbell byte (the other thread's poll() found nothing and sleeps on), read the
         // answer and leaves its wait.
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        both_wait();
         publish("answer");
         REQUIRE(to_client.reader_needs_wakeup());
         CHECK(read(6) == 6);
@@ -214,8 +220,7 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         l5pg::shim::stop_waiting(*ch, notify);
     }
     SECTION("a thread that leaves data behind has l5pgd ring for the one that sleeps on") {
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        both_wait();
         publish("answer");
         REQUIRE(to_client.reader_needs_wakeup());
         publish();  // the NOTIFY came too, with the flag taken: no doorbell of its own
@@ -235,12 +240,10 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         CHECK(l5pg::shim::doorbell_owed_to_others(*ch, query));  // may be the other's
         CHECK(read(6) == 6);
         CHECK_FALSE(l5pg::shim::doorbell_owed_to_others(*ch, query));  // nothing left to read
-        l5pg::shim::stop_waiting(*ch, query);
-        l5pg::shim::stop_waiting(*ch, notify);
+        both_leave();
     }
     SECTION("a hang-up is drained even while the bytes are owed to another waiter") {
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        both_wait();
         publish("answer");
         REQUIRE(l5pg::shim::doorbell_owed_to_others(*ch, query));
         CHECK_FALSE(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLIN, query));
@@ -248,12 +251,10 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         c.worker = -1;
         CHECK(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLIN | POLLHUP, query));
         CHECK(c.end->hung_up());  // the EOF was taken in: every waiter finds the end ready
-        l5pg::shim::stop_waiting(*ch, query);
-        l5pg::shim::stop_waiting(*ch, notify);
+        both_leave();
     }
     SECTION("a drain that may have taken another waiter's doorbell asks l5pgd for one") {
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        both_wait();
         // The query's thread was woken by a byte for nothing the other wanted, and drains
         // after the answer came and was rung for (the flag taken).
         CHECK(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLIN, query));
@@ -262,19 +263,16 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         REQUIRE(to_client.reader_needs_wakeup());
         l5pg::shim::ring_again_for_others(*ch, c.app, query);
         CHECK(c.doorbells() == 1);  // the poke, which l5pgd answers with a doorbell
-        l5pg::shim::stop_waiting(*ch, query);
-        l5pg::shim::stop_waiting(*ch, notify);
+        both_leave();
     }
     SECTION("a drain touches no fd that another thread closed meanwhile") {
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        both_wait();
         publish("answer");
         REQUIRE(to_client.reader_needs_wakeup());
         (void)l5pg::shim::fd_forget(c.app);  // closed: the number may name another file now
         CHECK(l5pg::shim::channel_drain_for_waiter(*ch, c.app, POLLHUP, query));
         CHECK(c.doorbells() == 0);  // no poke written through the number
-        l5pg::shim::stop_waiting(*ch, query);
-        l5pg::shim::stop_waiting(*ch, notify);
+        both_leave();
     }
     SECTION("only a wait for room may sleep through its doorbell") {
         (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
@@ -284,8 +282,7 @@ TEST_CASE("ShmEnd: a thread's wait keeps its wake-up when another thread's wait 
         l5pg::shim::stop_waiting(*ch, query);
     }
     SECTION("a return touches no fd that another thread closed meanwhile") {
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, notify_wait, notify);
-        (void)l5pg::shim::arm_as_waiter(*ch, Want::Read, query_wait, query);
+        both_wait();
         publish("answer");
         REQUIRE(to_client.reader_needs_wakeup());
         publish();
