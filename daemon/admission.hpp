@@ -13,6 +13,7 @@
 
 #include "config/config.hpp"
 #include "daemon/cancel_keys.hpp"
+#include "daemon/foreign_fds.hpp"
 #include "daemon/ident_map.hpp"
 #include "daemon/lost_addresses.hpp"
 #include "daemon/metrics.hpp"
@@ -63,6 +64,7 @@ struct AdmissionState {
     SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
+    ForeignFds foreign_fds;     // descriptors clients passed that no worker may close
     PoolDirectory pools;        // the server connections kept idle, for the admin console
     WorkerWakers wakers;        // each worker adds its own before the workers run
     RoomRequests room{wakers};  // kept backends to end for logins Postgres refused (53300)

@@ -21,6 +21,7 @@
 
 #include "daemon/unique_fd.hpp"
 #include "transport/io_result.hpp"
+#include "transport/wait/passed_fds.hpp"
 
 namespace l5pg::daemon {
 
@@ -36,6 +37,10 @@ class ClientEndHost {
     virtual void client_socket_ended() = 0;
     // The client broke the protocol, or its end failed: the session closes now.
     virtual void close(std::string_view reason, bool error = false) = 0;
+    // The client attached descriptors to bytes on its socket (SCM_RIGHTS) other than an
+    // upgrade request's memfd, which no client of Postgres's protocol does: they are closed
+    // off the worker (foreign_fds.hpp), `passed` is left empty, and the session closes.
+    virtual void client_passed_fds(wait::PassedFds& passed) = 0;
     // The client socket's readiness events (socket ends; SHM and RDMA ends read doorbells
     // and EOF through the read event).
     virtual void watch_client_readable(bool on) = 0;

@@ -31,7 +31,11 @@ ShmClientEnd::ShmClientEnd(shm::Segment segment, SegmentRegistry::Claim claim, i
       client_pid_(client_pid),
       coalescer_(coalescer),
       from_client_(segment_.header().c2s, segment_.c2s_data(), segment_.c2s_size()),
-      to_client_(segment_.header().s2c, segment_.s2c_data(), segment_.s2c_size()) {}
+      to_client_(segment_.header().s2c, segment_.s2c_data(), segment_.s2c_size()) {
+    // The mapping keeps the memfd's file (and its inode, the registry's key) while the
+    // session lasts: its descriptor would only count against l5pgd's open files.
+    segment_.close_fd();
+}
 
 // An honest client writes a doorbell byte only when it finds one of our wait flags set
 // (it clears the flag as it rings) or to answer a doorbell of ours (the poke, at most one
@@ -79,8 +83,14 @@ void ShmClientEnd::wake_reader_if_waiting() {
 
 void ShmClientEnd::on_socket_readable() {
     size_t count = 0;
-    const wait::DrainResult result = wait::drain_doorbells(socket_, count, kDoorbellDrainBudget);
+    wait::PassedFds passed;
+    const wait::DrainResult result =
+        wait::drain_doorbells(socket_, count, kDoorbellDrainBudget, &passed);
     const int err = errno;
+    if (passed.count > 0) {
+        host_.client_passed_fds(passed);
+        return;
+    }
     if (result == wait::DrainResult::Drained && !account_doorbells(count))
         return;
     if (result == wait::DrainResult::PeerClosed) {

@@ -23,8 +23,14 @@ void SocketClientEnd::fill_input() {
     const bool gone = host_.client_gone();
     if (!eof_ && (readable_ || gone || stream_.pending() > 0)) {
         std::span<std::byte> space = in_.prepare(kChunk);
-        const ssize_t n = stream_.recv(space.data(), space.size());
+        wait::PassedFds passed;
+        const ssize_t n = stream_.recv(space.data(), space.size(), passed);
         const int err = errno;
+        if (passed.count > 0) {
+            in_.commit(0);
+            host_.client_passed_fds(passed);
+            return;
+        }
         in_.commit(n > 0 ? static_cast<size_t>(n) : 0);
         // A short read emptied the socket (TLS: unless OpenSSL holds more).
         readable_ = n == static_cast<ssize_t>(kChunk) || stream_.pending() > 0;

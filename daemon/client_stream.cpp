@@ -30,9 +30,9 @@ ClientStream::Handshake ClientStream::handshake(std::string& error) {
     return Handshake::Failed;
 }
 
-ssize_t ClientStream::recv(void* buf, size_t len) noexcept {
-    if (!ssl_)
-        return ::recv(fd_, buf, len, MSG_DONTWAIT);
+ssize_t ClientStream::recv(void* buf, size_t len, wait::PassedFds& passed) noexcept {
+    if (!ssl_)  // TLS is TCP only: no descriptors come through it
+        return wait::recv_taking_fds(fd_, buf, len, MSG_DONTWAIT, passed);
     ERR_clear_error();
     return tls_result(SSL_read(ssl_.get(), buf, static_cast<int>(std::min<size_t>(len, INT_MAX))));
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "daemon/tls_context.hpp"
+#include "transport/wait/passed_fds.hpp"
 
 namespace l5pg::daemon {
 
@@ -25,7 +26,9 @@ class ClientStream {
     [[nodiscard]] Handshake handshake(std::string& error);
     [[nodiscard]] bool handshake_done() const noexcept { return handshake_done_; }
 
-    ssize_t recv(void* buf, size_t len) noexcept;
+    // A Unix socket's peer may attach descriptors to its bytes: they come in `passed` (empty
+    // before the call) rather than being closed in this thread (transport/wait/passed_fds.hpp).
+    ssize_t recv(void* buf, size_t len, wait::PassedFds& passed) noexcept;
     ssize_t send(const void* buf, size_t len) noexcept;
     // Decrypted bytes TLS holds that recv() returns without the socket being readable.
     [[nodiscard]] size_t pending() const noexcept;

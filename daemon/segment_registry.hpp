@@ -40,8 +40,9 @@ class SegmentRegistry {
     };
 
     struct Refusal {
-        uint64_t holder = 0;  // the session that has this segment; 0 when fstat failed
-        int err = 0;          // fstat's errno
+        uint64_t holder = 0;    // the session that has this segment; 0 when `fd` is not a memfd
+        const char* call = "";  // or fstat failed: the call, and its errno
+        int err = 0;
     };
 
     // Registers the memfd `fd` for session `session_id`, or says why not.

@@ -233,6 +233,17 @@ std::string Session::describe() const {
                        quoted_name(record_->database), peer_.describe(), to_string(transport_));
 }
 
+// No client of Postgres's protocol passes descriptors (a backend's recv() would drop them);
+// closing them here could stall the worker (foreign_fds.hpp).
+void Session::client_passed_fds(wait::PassedFds& passed) {
+    const size_t count = passed.count;
+    worker_.foreign_fds().close_later(passed);
+    close(fmt::format("client passed {} file descriptor{} on its socket (SCM_RIGHTS), which "
+                      "l5pgd takes only with a shared-memory upgrade request",
+                      count, count == 1 ? "" : "s"),
+          true);
+}
+
 void Session::close(std::string_view reason, bool error) {
     if (state_ == SessionState::Closed)
         return;

@@ -105,6 +105,7 @@ class Session final : public ClientEndHost {
     void watch_client_writable(bool on) override { set_event(client_write_.get(), on); }
     [[nodiscard]] size_t high_water() const noexcept override;
     [[nodiscard]] bool client_gone() const noexcept override { return client_gone_; }
+    void client_passed_fds(wait::PassedFds& passed) override;
     [[nodiscard]] bool discarding_output() const noexcept override {
         return client_gone_ && !client_may_read_;
     }
@@ -123,6 +124,7 @@ class Session final : public ClientEndHost {
     bool read_startup_from_end();
     // The client's Hello after an RDMA offer, else a startup packet.
     void process_startup_input();
+    bool keep_upgrade_fd(wait::PassedFds& passed);  // false: the session was closed
     void process_startup_buffer();
     // admin.database: served by the worker's AdminConsole once admit_to_console() agrees.
     [[nodiscard]] bool is_admin_database(std::string_view database) const;

@@ -186,7 +186,13 @@ void Session::watch_departed_client() {
     // read event, level-triggered, brings us back).
     constexpr size_t kDrainBudget = 64 * 1024;
     size_t count = 0;
-    const wait::DrainResult result = wait::drain_doorbells(client_.get(), count, kDrainBudget);
+    wait::PassedFds passed;
+    const wait::DrainResult result =
+        wait::drain_doorbells(client_.get(), count, kDrainBudget, &passed);
+    if (passed.count > 0) {
+        client_passed_fds(passed);
+        return;
+    }
     if (result == wait::DrainResult::Drained)
         return;
     if (result == wait::DrainResult::PeerClosed || errno == ECONNRESET || errno == EPIPE)

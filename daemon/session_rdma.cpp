@@ -87,7 +87,7 @@ std::optional<std::string> Session::reserve_rdma_memory(uint64_t c2s, uint64_t s
 
 void Session::handle_rdma_upgrade(const protocol::L5UpgradeRequest& req) {
     startup_.clear();
-    passed_fd_.reset();
+    worker_.foreign_fds().close_later(std::move(passed_fd_));
     if (std::optional<std::string> refusal = rdma_refusal(req)) {
         decline_rdma(*refusal);
         return;

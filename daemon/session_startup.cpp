@@ -37,23 +37,6 @@ size_t startup_bytes_wanted(const std::vector<std::byte>& buf) {
     return declared > buf.size() ? declared - buf.size() : 0;
 }
 
-// Keeps the first SCM_RIGHTS descriptor of a message, closes any others.
-void collect_passed_fds(msghdr& msg, UniqueFd& keep) {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < n; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (!keep.valid())
-                keep.reset(fd);
-            else
-                ::close(fd);
-        }
-    }
-}
-
 }  // namespace
 
 void Session::on_startup_readable() {
@@ -98,17 +81,12 @@ bool Session::read_startup_from_socket() {
         return read_startup_from_tls(want);
     const size_t have = startup_.size();
     startup_.resize(have + want);
-    iovec iov{startup_.data() + have, want};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(client_.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    wait::PassedFds passed;
+    const ssize_t n =
+        wait::recv_taking_fds(client_.get(), startup_.data() + have, want, MSG_DONTWAIT, passed);
     startup_.resize(have + (n > 0 ? static_cast<size_t>(n) : 0));
-    if (n > 0)
-        collect_passed_fds(msg, passed_fd_);
+    if (!keep_upgrade_fd(passed))
+        return false;
     if (n == 0) {
         close(have == 0 ? "client disconnected before startup"
                         : "client disconnected mid startup packet");
@@ -126,7 +104,8 @@ bool Session::read_startup_from_socket() {
 bool Session::read_startup_from_tls(size_t want) {
     while (want > 0) {
         std::byte chunk[512];
-        const ssize_t n = stream_.recv(chunk, std::min(want, sizeof chunk));
+        wait::PassedFds none;  // TLS is TCP only
+        const ssize_t n = stream_.recv(chunk, std::min(want, sizeof chunk), none);
         if (n > 0) {
             startup_.insert(startup_.end(), chunk, chunk + n);
             want -= static_cast<size_t>(n);
@@ -229,8 +208,28 @@ bool Session::within_request_limits(const protocol::StartupPacket& packet) {
     return within;
 }
 
+// An upgrade request carries one descriptor, its memfd (the shim sends it with the
+// packet's first bytes); any other is foreign_fds.hpp's.
+bool Session::keep_upgrade_fd(wait::PassedFds& passed) {
+    if (passed.count == 1 && !passed_fd_.valid()) {
+        passed_fd_.reset(passed.fds[0]);
+        passed.count = 0;
+        return true;
+    }
+    if (passed.count == 0)
+        return true;
+    client_passed_fds(passed);
+    return false;
+}
+
 void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_t length) {
     using protocol::StartupKind;
+    if (packet.kind != StartupKind::L5Upgrade && passed_fd_.valid()) {
+        wait::PassedFds passed;
+        passed.fds[passed.count++] = passed_fd_.release();
+        client_passed_fds(passed);
+        return;
+    }
     if (!within_request_limits(packet))
         return;
     switch (packet.kind) {
@@ -315,7 +314,7 @@ void Session::handle_upgrade(const protocol::StartupPacket& packet) {
     startup_.clear();
     std::unique_ptr<ClientEnd> shm_end;
     std::optional<std::string> refusal = try_attach(packet.upgrade, shm_end);
-    passed_fd_.reset();
+    worker_.foreign_fds().close_later(std::move(passed_fd_));  // a refused one's
     // Through TLS if a TCP client asked for shared memory inside it (declined).
     const std::byte answer = refusal ? protocol::kL5Declined : protocol::kL5Accepted;
     if (!send_now({&answer, 1})) {
@@ -361,7 +360,8 @@ std::optional<std::string> Session::try_attach(const protocol::L5UpgradeRequest&
     if (!claim)
         return taken.holder != 0
                    ? fmt::format("the memfd is already attached to session {}", taken.holder)
-                   : fmt::format("fstat of the memfd: {}", std::strerror(taken.err));
+                   : fmt::format("the passed descriptor is not a usable memfd ({}: {})", taken.call,
+                                 std::strerror(taken.err));
     shm::SysError error;
     std::optional<shm::Segment> segment =
         shm::Segment::attach(passed_fd_.release(), req.c2s_ring_size, req.s2c_ring_size, error);

@@ -1,5 +1,6 @@
 """l5pgd against a hand-driven (pure-Python) L5 SHM client: the well-behaved path, hostile
 ring writers and readers, and upgrade requests it must decline."""
+import contextlib
 import os
 import struct
 import time
@@ -418,3 +419,88 @@ def test_input_that_cannot_go_to_postgres_yet_lets_the_worker_sleep(workdir, clu
                 assert held.recv(4096, socket.MSG_DONTWAIT)[4:8] == struct.pack("!I", 196608)
         finally:
             c.close(clean=False)
+
+
+# ---------------------------------------------------------------- 7. descriptors passed
+
+def lingering_socket(stack):
+    """A TCP socket whose close would block for minutes: SO_LINGER with data its peer never
+    reads. Closing the peer (the ExitStack's end) resets it, so nothing outlives the test."""
+    import socket
+
+    listener = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    s.connect(listener.getsockname())
+    stack.enter_context(listener.accept()[0])  # never read
+    s.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            s.send(b"x" * 4096)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 600))
+    return s
+
+
+def pass_fd(sock, data, fd_owner):
+    """Sends `data` with fd_owner's descriptor attached, then closes ours: l5pgd holds the
+    last reference."""
+    import socket
+    socket.send_fds(sock, [data], [fd_owner.fileno()])
+    fd_owner.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("where", ["startup", "query", "shm_doorbell"])
+def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, cluster, where):
+    """A client may attach descriptors (SCM_RIGHTS) to any bytes on its Unix socket. The
+    kernel closes the ones a plain recv() has no room for in the reading thread, and the last
+    close of a socket lingering with unsent data waits out its linger time: l5pgd's only
+    worker stood still for ten minutes, every other session with it. Now they are closed on a
+    thread of their own, reset rather than lingering, and the session that passed them ends."""
+    from tests.harness.l5pgd import L5pgd
+
+    d = L5pgd(workdir / f"l5pgd-fd-{where}", cluster, workers=1)
+    with d, contextlib.ExitStack() as stack:
+        log0 = len(d.log_text())
+        fd = lingering_socket(stack)
+        passed = f"socket:[{os.fstat(fd.fileno()).st_ino}]"
+        if where == "shm_doorbell":
+            c = ShmClient(d.socket_path, c2s=RING, s2c=RING)
+            stack.callback(c.close, clean=False)
+            assert c.upgrade() == b"L"
+            c.startup(application_name=app_name("fd"))
+            pass_fd(c.sock, b"\x01", fd)
+            sock = c.sock
+        else:
+            sock = stack.enter_context(l5wire.connect_unix(d.socket_path))
+            packet = pgwire.startup_packet(application_name=app_name("fd"))
+            if where == "startup":
+                pass_fd(sock, packet, fd)
+            else:
+                sock.sendall(packet)
+                pgwire.read_until_ready(sock)
+                pass_fd(sock, b"Q\0\0\0\x0dselect 1\0", fd)
+        r = psql_on(d, "select 'served'")
+        assert r.returncode == 0 and r.stdout.strip() == "served", r.stderr
+        # The session that passed it is closed: its socket reaches EOF.
+        sock.settimeout(10)
+        with contextlib.suppress(ConnectionResetError):
+            while sock.recv(4096):
+                pass
+        wait_for(lambda: "client passed 1 file descriptor" in d.log_text()[log0:], 10,
+                 "l5pgd to log the passed descriptor")
+        # Closed, not kept open.
+        wait_for(lambda: passed not in open_files(d.pid()), 10,
+                 "l5pgd to close the passed socket")
+        assert d.alive()
+
+
+def open_files(pid):
+    names = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return names

@@ -5,7 +5,8 @@ import os
 from tests.harness.l5pgd import L5pgd
 from tests.harness.waiting import wait_for
 
-EXPECTED = ["l5pgd", "l5pgd-metrics", "l5pgd-worker-0", "l5pgd-worker-1", "l5pgd-worker-2"]
+EXPECTED = ["l5pgd", "l5pgd-fd-closer", "l5pgd-metrics", "l5pgd-worker-0", "l5pgd-worker-1",
+            "l5pgd-worker-2"]
 
 
 def thread_names(pid):

@@ -35,14 +35,18 @@ bool ring_doorbell(int sock) noexcept {
     return ok;
 }
 
-DrainResult drain_doorbells(int sock, size_t& count, size_t budget) noexcept {
+DrainResult drain_doorbells(int sock, size_t& count, size_t budget, PassedFds* passed) noexcept {
     count = 0;
     char buf[256];
     while (count < budget) {
         const size_t want = std::min(sizeof buf, budget - count);
-        const ssize_t n = raw_recv(sock, buf, want, MSG_DONTWAIT);
+        const ssize_t n = passed != nullptr
+                              ? recv_taking_fds(sock, buf, want, MSG_DONTWAIT, *passed)
+                              : raw_recv(sock, buf, want, MSG_DONTWAIT);
         if (n > 0) {
             count += static_cast<size_t>(n);
+            if (passed != nullptr && passed->count > 0)
+                return DrainResult::Drained;  // the caller deals with them first
             continue;
         }
         if (n == 0)

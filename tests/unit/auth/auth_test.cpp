@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <stdexcept>
+#include <string_view>
 
 #include "daemon/client_auth.hpp"
 #include "daemon/ident_map.hpp"
@@ -213,6 +214,14 @@ TEST_CASE("segment registry: one session per memfd, free again once released") {
     CHECK_FALSE(registry.claim(-1, 10, why).has_value());
     CHECK(why.holder == 0);
     CHECK(why.err == EBADF);
+    // Not a memfd: refused by its seals, before fstat() could reach its file system.
+    int pipe_fds[2];
+    REQUIRE(::pipe(pipe_fds) == 0);
+    CHECK_FALSE(registry.claim(pipe_fds[0], 11, why).has_value());
+    CHECK(why.err == EINVAL);
+    CHECK(std::string_view(why.call) == "F_GET_SEALS");
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
     ::close(memfd);
     ::close(same);
     ::close(other);

@@ -1,0 +1,41 @@
+// Descriptors a client passed l5pgd (SCM_RIGHTS on its Unix socket) that l5pgd does not keep:
+// all but the memfd of a shared-memory upgrade. Closing one may block for as long as the
+// client likes (transport/wait/passed_fds.hpp: a lingering socket, a file on a FUSE mount),
+// and a worker that did it would stall every session it serves. One thread closes them for
+// all workers; a socket is reset rather than left to linger (SO_LINGER 0), so only a file
+// whose close waits for its maker (FUSE) holds that thread up, and never a worker.
+//
+// The thread is detached and owns the queue with this object: a close that never returns
+// must not keep l5pgd from exiting either (the kernel drops an exiting process's files
+// without waiting).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "daemon/unique_fd.hpp"
+#include "transport/wait/passed_fds.hpp"
+
+namespace l5pg::daemon {
+
+class ForeignFds {
+  public:
+    ForeignFds();
+    ~ForeignFds();
+    ForeignFds(const ForeignFds&) = delete;
+    ForeignFds& operator=(const ForeignFds&) = delete;
+
+    // Closes them on the closing thread. Never blocks (but for the queue's lock).
+    void close_later(UniqueFd fd) noexcept;
+    // Takes all of `passed`, leaving it empty.
+    void close_later(wait::PassedFds& passed) noexcept;
+    // Descriptors queued or being closed: not closed yet.
+    [[nodiscard]] size_t pending() const noexcept;
+
+  private:
+    struct Queue;
+    static void run(const std::shared_ptr<Queue>& queue);  // the closing thread
+    std::shared_ptr<Queue> queue_;
+};
+
+}  // namespace l5pg::daemon

@@ -1,0 +1,41 @@
+#include "transport/wait/passed_fds.hpp"
+
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace l5pg::wait {
+
+ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags, PassedFds& passed) noexcept {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * PassedFds::kMax)];
+    iovec iov{buf, len};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    // The raw system call: this code is also linked into the LD_PRELOAD shim, whose own
+    // wrappers must not see it.
+    const ssize_t n = ::syscall(SYS_recvmsg, sock, &msg, flags | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return n;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (passed.count < PassedFds::kMax)
+                passed.fds[passed.count++] = fd;
+            else
+                (void)::close(fd);  // never when `passed` came empty (see the header)
+        }
+    }
+    return n;
+}
+
+}  // namespace l5pg::wait

@@ -1,0 +1,30 @@
+// Descriptors a peer attached (SCM_RIGHTS) to bytes read from a Unix stream socket. A plain
+// recv() has no room for them: the kernel closes them itself, in the reading thread, on its
+// way back from the call. Closing a descriptor may block for as long as whoever made it
+// likes: the last close of a socket with SO_LINGER and unsent data waits out the linger time
+// (uninterrupted where signals are blocked, as in l5pgd's workers), a file on a FUSE mount
+// waits for its server's answer. A reader that must never block reads with room for as many
+// as one message can carry (SCM_MAX_FD) and hands them to whoever may close them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstddef>
+
+namespace l5pg::wait {
+
+struct PassedFds {
+    static constexpr size_t kMax = 253;  // the kernel's SCM_MAX_FD per message
+    std::array<int, kMax> fds{};
+    size_t count = 0;
+};
+
+// recv(sock, buf, len, flags) that appends the descriptors passed with the bytes to `passed`
+// (close-on-exec) rather than letting the kernel close them here. errno as recv()'s. Reads
+// stop at a message that carries descriptors (the kernel's rule), so one call takes those of
+// one message at most: `passed` has room for them when empty.
+[[nodiscard]] ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags,
+                                      PassedFds& passed) noexcept;
+
+}  // namespace l5pg::wait
