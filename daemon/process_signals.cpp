@@ -16,22 +16,25 @@ sigset_t set_of(std::initializer_list<int> signals) noexcept {
     return set;
 }
 
+// Their default action ends the process: held until the handlers are in place.
+constexpr std::initializer_list<int> kHeldAtStart = {SIGHUP, SIGUSR1, SIGUSR2};
+
 }  // namespace
 
 void prepare_process_signals() noexcept {
     const sigset_t handled_at_once = set_of({SIGINT, SIGTERM, SIGQUIT});
-    const sigset_t held = set_of({SIGHUP});
+    const sigset_t held = set_of(kHeldAtStart);
     pthread_sigmask(SIG_UNBLOCK, &handled_at_once, nullptr);
     pthread_sigmask(SIG_BLOCK, &held, nullptr);
 }
 
 void release_held_signals() noexcept {
-    const sigset_t held = set_of({SIGHUP});
+    const sigset_t held = set_of(kHeldAtStart);
     pthread_sigmask(SIG_UNBLOCK, &held, nullptr);
 }
 
 void block_process_signals() noexcept {
-    const sigset_t all = set_of({SIGINT, SIGTERM, SIGHUP, SIGQUIT});
+    const sigset_t all = set_of({SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
 }
 

@@ -1,11 +1,13 @@
-// The signals l5pgd handles (SIGINT, SIGTERM, SIGQUIT, SIGHUP) and which threads see them:
-// the main thread's event loop handles them (Server), the worker threads block them.
+// The signals l5pgd handles (SIGINT, SIGTERM, SIGQUIT, SIGHUP; SIGUSR1 and SIGUSR2, which it
+// only logs) and which threads see them: the main thread's event loop handles them (Server),
+// the worker threads block them.
 #pragma once
 
 namespace l5pg::daemon {
 
-// First thing in main(): SIGHUP held (its default action ends the process, and a reload
-// sent while l5pgd starts, by a script or logrotate, killed it instead), the others
+// First thing in main(): SIGHUP, SIGUSR1 and SIGUSR2 held (their default action ends the
+// process, and a reload sent while l5pgd starts, by a script or logrotate, killed it
+// instead), the others
 // unblocked (a parent may leave signals blocked for its children: l5pgd would ignore a
 // stop or a reload for ever).
 void prepare_process_signals() noexcept;

@@ -114,7 +114,7 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics, Heal
         add_acceptor(tcp_listener_->fd(), Transport::Tcp);
 
     accept_resume_.reset(evtimer_new(base_.get(), accept_resume_cb, this));
-    for (int sig : {SIGINT, SIGTERM, SIGQUIT, SIGHUP}) {
+    for (int sig : {SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2}) {
         signal_events_.emplace_back(evsignal_new(base_.get(), sig, signal_cb, this));
         evsignal_add(signal_events_.back().get(), nullptr);
     }
@@ -298,6 +298,15 @@ void Server::signal_cb(int sig, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
     if (sig == SIGHUP) {
         self->reload();
+        return;
+    }
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        // PgBouncer's PAUSE and RESUME: an operator used to them must not stop l5pgd (the
+        // signals' default action) with every session in it.
+        spdlog::warn(
+            "received {}: ignored (l5pgd has no PAUSE or RESUME; SIGINT drains, "
+            "SIGTERM stops, SIGHUP reloads)",
+            sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
         return;
     }
     if (sig == SIGINT && !self->draining()) {

@@ -1,6 +1,7 @@
 """Configuration reload on SIGHUP and the admin console's RELOAD (README "Operating"): live
 keys change under running sessions, keys that need a restart are named and kept, an invalid
 file changes nothing."""
+import os
 import re
 import signal
 import subprocess
@@ -186,6 +187,23 @@ def test_signals_its_parent_left_blocked_still_work(workdir, cluster):
     finally:
         code = d.stop()
     assert code == 0, "SIGTERM did not stop l5pgd"
+
+
+def test_pgbouncers_pause_and_resume_signals_leave_it_serving(configured):
+    """SIGUSR1 and SIGUSR2 are PgBouncer's PAUSE and RESUME. Their default action ended l5pgd
+    at once, every session with it; now it logs them and serves on."""
+    d, _ = configured
+    with popen(psql_cmd("-c", "select pg_sleep(2)", "-c", "select 'survived'"),
+               unix_target(d), text=True) as open_session:
+        log0 = len(d.log_text())
+        for sig in (signal.SIGUSR1, signal.SIGUSR2):
+            os.kill(d.pid(), sig)
+        wait_for(lambda: "received SIGUSR2: ignored" in d.log_text()[log0:], 10,
+                 "l5pgd to log the signals")
+        out, err = open_session.communicate(timeout=30)
+    assert open_session.returncode == 0 and "survived" in out, err
+    assert "received SIGUSR1: ignored" in d.log_text()[log0:]
+    assert d.alive()
 
 
 def test_restart_keys_are_named_and_kept(configured):
