@@ -407,6 +407,7 @@ std::string Server::status() const {
 // a new client learns why it is refused (57P03) instead of finding no socket.
 void Server::begin_graceful_shutdown() {
     admission_.draining.store(true, std::memory_order_relaxed);
+    admission_.wakers.wake_all();  // they end the server connections they keep
     health_.draining();
     spdlog::info(
         "SIGINT: new sessions refused; waiting for {} sessions to end "

@@ -561,9 +561,12 @@ bool Session::on_current_upstream() const {
     return pool_.upstream_epoch == worker_.upstream_epoch();
 }
 
+// Not during SIGINT's drain: no new session could take the backend, which would only hold
+// a slot of max_connections (or a CONNECTION LIMIT) that the l5pgd replacing this one, or a
+// direct client, may need.
 bool Session::pool_wanted() const {
     return worker_.config().pool.mode == config::PoolMode::Session &&
-           worker_.pool_limits().max_idle > 0;
+           worker_.pool_limits().max_idle > 0 && !worker_.draining();
 }
 
 // False if the reset could not be sent at once (the socket is nearly empty here: Postgres

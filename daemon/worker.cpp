@@ -292,6 +292,8 @@ void Worker::wake_cb(int fd, short, void* arg) {
 
 void Worker::adopt_handed_over() {
     refresh_settings();  // a session accepted after a reload starts with its settings
+    if (draining())
+        upstream_pool_.clear();  // see Session::pool_wanted()
     answer_room_requests();
     close_kept_at_lost_addresses();
     // After the settings: a SHOW CONFIG behind a RELOAD shows what the reload applied.

@@ -548,6 +548,32 @@ def test_backend_past_its_lifetime_is_not_kept(l5pgd, cluster):
 
 
 @pytest.mark.timeout(60)
+def test_drain_ends_kept_backends_and_keeps_none(l5pgd, cluster):
+    """SIGINT's drain refuses new sessions, so a kept backend could only hold a slot of
+    max_connections that a rolling restart's next l5pgd (or a direct client) may need: those
+    kept end when the drain begins, and a client leaving during it gives nothing back."""
+    d = l5pgd.start()
+    kept, _ = kept_backend(d, new_app())
+    app = new_app()  # another slot: not the kept one
+    leaving, _ = raw_connect(d, app)
+    leaving_pid = raw_pid(leaving)
+    s, _ = raw_connect(d, app)  # holds the drain up
+    in_use = raw_pid(s)
+    os.kill(d.pid(), signal.SIGINT)
+    wait_backend_gone(cluster, kept)
+    pgwire.terminate(leaving)
+    leaving.close()
+    wait_backend_gone(cluster, leaving_pid)
+    assert d.alive(), "the drain ended with a session still open"
+    assert pool_metric(d, IDLE) == 0
+    pgwire.terminate(s)
+    s.close()
+    assert d.proc.wait(timeout=WAIT) == 0, "the drain did not end with its last session"
+    l5pgd.running.remove(d)
+    wait_backend_gone(cluster, in_use)
+
+
+@pytest.mark.timeout(60)
 def test_killed_client_gives_nothing_back(l5pgd, cluster):
     cluster.sql("create table if not exists pool_tx (note text)")
     d = l5pgd.start()
