@@ -535,20 +535,27 @@ std::optional<std::string_view> Session::pool_refusal() const {
         return "pooling is off now";
     if (!on_current_upstream())
         return "a reload pointed upstream.* elsewhere since it connected";
-    if (worker_.cancel_keys().cancelled_within(pool_.greeting.key, kCancelSettles))
-        return "a cancel request for it is on its way, was sent in the last seconds, or was "
-               "not seen taken by Postgres";
     return std::nullopt;
 }
 
 bool Session::try_pool_reset() {
     if (!pool_.pooled)
         return false;
-    // The client's key cancels nothing from now on. Withdrawn before the check: a cancel
-    // that found it is then on record as in flight (CancelKeys orders both).
-    cancel_lease_ = CancelKeys::Lease();
+    // A backend that is not kept keeps the client's key until the session ends, as a plain
+    // session's does: a client that sent a Terminate behind a query it then cancels (a
+    // driver's timeout: cancel, then close) still stops the query, as it would directly.
     if (const std::optional<std::string_view> refusal = pool_refusal()) {
         spdlog::debug("session {}: server connection not kept: {}", id_, *refusal);
+        return false;
+    }
+    // One to be kept: the key cancels nothing from now on. Withdrawn before the last check,
+    // so that a cancel that found it is on record as in flight (CancelKeys orders both).
+    cancel_lease_ = CancelKeys::Lease();
+    if (worker_.cancel_keys().cancelled_within(pool_.greeting.key, kCancelSettles)) {
+        spdlog::debug(
+            "session {}: server connection not kept: a cancel request for it is on its way, "
+            "was sent in the last seconds, or was not seen taken by Postgres",
+            id_);
         return false;
     }
     if (start_pool_reset())

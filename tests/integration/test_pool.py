@@ -534,6 +534,29 @@ def test_client_leaving_right_after_a_cancel_gives_nothing_back(l5pgd, cluster):
     assert_logged_not_kept(d, "a cancel request for it is on its way, was sent in the last seconds")
 
 
+@pytest.mark.timeout(60)
+def test_cancel_sent_after_the_terminate_still_stops_the_query(l5pgd, cluster):
+    """A driver's timeout: the query is cancelled and the connection closed, the Terminate
+    (here) reaching l5pgd before the CancelRequest. A backend that is not kept (it has not
+    answered) keeps its client's key until the session ends, as a plain session's does: the
+    cancel stops the query, which would otherwise run its 60 s after its client left (with
+    Postgres's default client_connection_check_interval, 0, which this session sets: the
+    test cluster's would notice the closed connection)."""
+    d = l5pgd.start()
+    app = new_app()
+    s, key = raw_connect(d, app)
+    pid = raw_pid(s)
+    send_query(s, "set client_connection_check_interval = 0")
+    assert read_result(s)[1] is None
+    send_query(s, "select pg_sleep(60)")
+    wait_for_backend(cluster, app)
+    pgwire.terminate(s)
+    assert_logged_not_kept(d, "Postgres had not answered every request")
+    send_cancel(d, key)
+    wait_backend_gone(cluster, pid)
+    s.close()
+
+
 def test_backend_past_its_lifetime_is_not_kept(l5pgd, cluster):
     d = l5pgd.start(extra=["pool.server_lifetime_ms=300"])
     app = new_app()
