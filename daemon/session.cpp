@@ -226,6 +226,19 @@ void Session::terminate_for_shutdown() {
     close("l5pgd is shutting down");
 }
 
+// A request is under way from its forwarding until its ReadyForQuery (the directory's
+// "active", which also covers an answer streaming in), or until the answer's first bytes
+// where there is no directory record.
+std::optional<CancelKeys::Backend> Session::backend_of_running_request() const {
+    if (state_ != SessionState::Forwarding || !upstream_.valid() || upstream_eof_ || admin_ ||
+        cancel_request_ || !backend_key_)
+        return std::nullopt;
+    const bool active = record_ ? record_->active.load(std::memory_order_relaxed) : false;
+    if (!active && !awaiting_upstream_)
+        return std::nullopt;
+    return CancelKeys::Backend{*backend_key_, upstream_address_};
+}
+
 std::string Session::describe() const {
     if (!record_)
         return fmt::format("{} over {}", peer_.describe(), to_string(transport_));

@@ -85,6 +85,10 @@ class Session final : public ClientEndHost {
     // Shutdown (SIGTERM, a second SIGINT): FATAL 57P01 to the client when it can go out
     // now without breaking its framing, then close().
     void terminate_for_shutdown();
+    // The backend of a statement (or any request) Postgres has not answered yet, to cancel
+    // before a stop closes the session (shutdown_cancels.hpp); nothing while the backend
+    // waits for the client, or before Postgres sent its key.
+    [[nodiscard]] std::optional<CancelKeys::Backend> backend_of_running_request() const;
 
     // The client is gone (EOF, ECONNRESET, EPIPE, client_closed, RDMA channel closed):
     // what it published still goes to Postgres before the session closes. Only marks the
@@ -101,11 +105,11 @@ class Session final : public ClientEndHost {
 
     // ClientEndHost, for the client's end (client_end.hpp)
     void client_socket_ended() override { client_eof_ = true; }
+    void client_passed_fds(wait::PassedFds& passed) override;
     void watch_client_readable(bool on) override { set_event(client_read_.get(), on); }
     void watch_client_writable(bool on) override { set_event(client_write_.get(), on); }
     [[nodiscard]] size_t high_water() const noexcept override;
     [[nodiscard]] bool client_gone() const noexcept override { return client_gone_; }
-    void client_passed_fds(wait::PassedFds& passed) override;
     [[nodiscard]] bool discarding_output() const noexcept override {
         return client_gone_ && !client_may_read_;
     }
@@ -120,11 +124,11 @@ class Session final : public ClientEndHost {
     void on_startup_readable();
     bool read_startup_from_socket();
     bool read_startup_from_tls(size_t want);
+    bool keep_upgrade_fd(wait::PassedFds& passed);  // false: the session was closed
     // An upgraded client's startup bytes, from its end.
     bool read_startup_from_end();
     // The client's Hello after an RDMA offer, else a startup packet.
     void process_startup_input();
-    bool keep_upgrade_fd(wait::PassedFds& passed);  // false: the session was closed
     void process_startup_buffer();
     // admin.database: served by the worker's AdminConsole once admit_to_console() agrees.
     [[nodiscard]] bool is_admin_database(std::string_view database) const;
@@ -305,10 +309,11 @@ class Session final : public ClientEndHost {
     Capacity::Share rdma_memory_;        // the rings of its RDMA channel (rdma.max_memory)
     Capacity::Share console_place_;      // held by an admin console session
     SessionState state_ = SessionState::Startup;
-    bool counted_ = false;                   // included in sessions_active
-    bool polled_ = false;                    // in the worker's polling loop (set_polled())
-    bool cancel_request_ = false;            // upstream leg only carries a CancelRequest
-    CancelKeys::InFlight cancel_in_flight_;  // a CancelRequest with one of l5pgd's keys
+    bool counted_ = false;                            // included in sessions_active
+    bool polled_ = false;                             // in the worker's polling loop (set_polled())
+    bool cancel_request_ = false;                     // upstream leg only carries a CancelRequest
+    CancelKeys::InFlight cancel_in_flight_;           // a CancelRequest with one of l5pgd's keys
+    std::optional<protocol::CancelKey> backend_key_;  // the backend's own, once Postgres sent it
     // The key this session's client holds (the backend's own, or l5pgd's for a pooled
     // one), and until Postgres has sent it, what picks it out of Postgres's first bytes.
     CancelKeys::Lease cancel_lease_;

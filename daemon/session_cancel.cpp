@@ -73,6 +73,7 @@ bool Session::watch_for_key(std::span<const std::byte> copy) {
         note_logged_in();
     if (const std::optional<protocol::CancelKey> key = key_watcher_->key()) {
         cancel_lease_ = worker_.cancel_keys().serve({*key, upstream_address_});
+        backend_key_ = *key;
         if (record_)
             record_->backend_pid.store(key->backend_pid, std::memory_order_relaxed);
     } else

@@ -403,6 +403,7 @@ void Session::greet_client_then(std::span<const std::byte> rest) {
 void Session::greet_client() {
     note_logged_in();  // a new backend's complete greeting, or a kept backend's
     cancel_lease_ = worker_.cancel_keys().issue({pool_.greeting.key, upstream_address_});
+    backend_key_ = pool_.greeting.key;
     if (record_)
         record_->backend_pid.store(pool_.greeting.key.backend_pid, std::memory_order_relaxed);
     const std::vector<std::byte> greeting = pool_.greeting.build(cancel_lease_.key());

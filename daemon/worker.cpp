@@ -18,6 +18,7 @@
 #include "daemon/fd_limit.hpp"
 #include "daemon/process_signals.hpp"
 #include "daemon/session.hpp"
+#include "daemon/shutdown_cancels.hpp"
 #include "daemon/thread_name.hpp"
 #include "transport/rdma/channel/layout.hpp"
 #include "transport/wait/block.hpp"
@@ -619,12 +620,34 @@ UpstreamPool::Limits Worker::pool_limits() const noexcept {
             std::chrono::milliseconds(pool.server_lifetime_ms)};
 }
 
+// Before their sessions close (shutdown_cancels.hpp). A server that does not take the cancels
+// holds the stop up a second at most.
+void Worker::cancel_running_requests(const std::vector<Session*>& sessions) {
+    constexpr std::chrono::seconds kCancelBudget{1};
+    ShutdownCancels cancels;
+    size_t running = 0;
+    for (const Session* session : sessions)
+        if (const std::optional<CancelKeys::Backend> backend =
+                session->backend_of_running_request()) {
+            cancels.add(*backend);
+            ++running;
+        }
+    if (running == 0)
+        return;
+    const size_t sent = cancels.send(kCancelBudget);
+    spdlog::info(
+        "worker {}: cancelled {} of {} statements still running, before closing their "
+        "sessions",
+        index_, sent, running);
+}
+
 void Worker::close_all(std::string_view reason) {
     upstream_pool_.clear();
     std::vector<Session*> all;
     all.reserve(sessions_.size());
     for (auto& [raw, owned] : sessions_)
         all.push_back(raw);
+    cancel_running_requests(all);
     for (Session* session : all)
         session->terminate_for_shutdown();  // FATAL 57P01 where it can go out now
     reap();

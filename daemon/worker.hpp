@@ -172,6 +172,7 @@ class Worker {
     void disarm_sessions();
     void reap();
     void close_all(std::string_view reason);
+    void cancel_running_requests(const std::vector<Session*>& sessions);
     static void linger_cb(int fd, short what, void* arg);
     void poll_lingering();
 
