@@ -58,7 +58,10 @@ void write_marker(const std::string& socket_path) {
     const std::string marker = UnixListener::marker_path(socket_path);
     const std::string tmp = marker + ".tmp";
     const std::string line = fmt::format("l5pgd 1 {} {}\n", st.st_ino, ::getpid());
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    // A new file, never one a link put there points at: in a directory others may write to,
+    // another user's symbolic link would have l5pgd truncate and chmod a file of its own.
+    ::unlink(tmp.c_str());
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid())
         fail("cannot create marker file " + tmp);
     // Clients of every user read it to recognise l5pgd, whatever our umask (the unit's is

@@ -191,6 +191,10 @@ void Server::accept_client(int fd, Transport transport) {
     if (transport == Transport::Tcp) {
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        // The kernel's keepalive times, as Postgres (tcp_keepalives_*) and PgBouncer
+        // (tcp_keepalive) by default: a client whose host went away while its session
+        // idled (in a transaction, holding locks) is found out, and SIGINT's drain ends.
+        ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     }
     if (const std::optional<ConnectionRefusal> refusal = admit(client)) {
         refuse_connection(client, *refusal);

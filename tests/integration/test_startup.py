@@ -1,8 +1,11 @@
 """l5pgd's handling of invalid startup traffic, unreachable upstream, and bad configuration."""
+import os
 import socket
+import stat
 import struct
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +13,7 @@ from tests.harness import l5wire, paths, pgwire
 from tests.harness.client import make_target, psql, psql_cmd, run
 from tests.harness.l5pgd import L5pgd
 from tests.harness.ports import free_port
+from tests.harness.waiting import wait_for
 
 
 def expect_fatal(s, sqlstate=None):
@@ -33,6 +37,47 @@ def raw_connection(server, l5pgd, cluster):
     s.settimeout(5)
     s.connect(str(cluster.socket_dir / f".s.PGSQL.{cluster.port}"))
     return s
+
+
+def test_marker_file_is_never_written_through_a_link(workdir, cluster):
+    """l5pgd writes the marker beside its socket through a temporary file. In a socket
+    directory others may write to, a symbolic link planted at that name had l5pgd truncate
+    and chmod 0644 whatever it pointed at."""
+    d = L5pgd(workdir / "l5pgd-marker-link", cluster)
+    d.socket_dir.mkdir(parents=True, exist_ok=True)
+    victim = workdir / "marker-victim"
+    victim.write_text("keep me\n")
+    os.chmod(victim, 0o600)
+    Path(f"{d.socket_path}.l5pg.tmp").symlink_to(victim)
+    with d:
+        assert Path(f"{d.socket_path}.l5pg").read_text().startswith("l5pgd 1 ")
+    assert victim.read_text() == "keep me\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+
+
+def tcp_timer(local_port, remote_port):
+    """The timer /proc/net/tcp shows for the IPv4 socket between these ports (its `tr`: 0
+    none, 1 retransmit, 2 keepalive, ...), or None when there is no such socket."""
+    with open("/proc/net/tcp") as f:
+        for line in list(f)[1:]:
+            fields = line.split()
+            local, remote = (int(a.split(":")[1], 16) for a in fields[1:3])
+            if (local, remote) == (local_port, remote_port):
+                return int(fields[5].split(":")[0], 16)
+    return None
+
+
+@pytest.mark.timeout(30)
+def test_tcp_client_connections_have_keepalive(l5pgd):
+    """A TCP client whose host went away while its session idled held that session, its
+    backend and whatever locks it had for ever: l5pgd's end of a TCP client's connection
+    has the kernel's keepalive on, as Postgres's own has by default."""
+    with pgwire.connect(l5pgd.host, l5pgd.port) as s:
+        s.sendall(pgwire.startup_packet(application_name="keepalive"))
+        pgwire.read_until_ready(s)
+        ours = s.getsockname()[1]
+        wait_for(lambda: tcp_timer(l5pgd.port, ours) == 2, 5,
+                 "l5pgd's end to have a keepalive timer")
 
 
 @pytest.mark.timeout(30)
