@@ -1,9 +1,12 @@
 // Descriptors a client passed l5pgd (SCM_RIGHTS on its Unix socket) that l5pgd does not keep:
-// all but the memfd of a shared-memory upgrade. Closing one may block for as long as the
-// client likes (transport/wait/passed_fds.hpp: a lingering socket, a file on a FUSE mount),
-// and a worker that did it would stall every session it serves. One thread closes them for
-// all workers; a socket is reset rather than left to linger (SO_LINGER 0), so only a file
-// whose close waits for its maker (FUSE) holds that thread up, and never a worker.
+// all but the memfd of a shared-memory upgrade; and the Unix client sockets themselves once
+// their sessions end, whose close drops what is still queued in them. Closing one may block
+// for as long as the client likes (transport/wait/passed_fds.hpp: a lingering socket), and a
+// worker that did it would stall every session it serves. One thread closes them for all
+// workers; a socket is reset rather than left to linger (SO_LINGER 0, which a Unix socket
+// ignores). A file on a FUSE mount still holds that thread up: close() asks its server to
+// flush, and one that never answers keeps what is queued behind it open (l5pgd then runs out
+// of descriptors: new clients get 53300, its sessions go on). Never a worker.
 //
 // The thread is detached and owns the queue with this object: a close that never returns
 // must not keep l5pgd from exiting either (the kernel drops an exiting process's files

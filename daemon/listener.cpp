@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -56,12 +57,12 @@ void write_marker(const std::string& socket_path) {
     if (::stat(socket_path.c_str(), &st) != 0)
         fail("stat " + socket_path);
     const std::string marker = UnixListener::marker_path(socket_path);
-    const std::string tmp = marker + ".tmp";
+    std::string tmp = marker + ".XXXXXX";
     const std::string line = fmt::format("l5pgd 1 {} {}\n", st.st_ino, ::getpid());
-    // A new file, never one a link put there points at: in a directory others may write to,
-    // another user's symbolic link would have l5pgd truncate and chmod a file of its own.
-    ::unlink(tmp.c_str());
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    // A new file of a name nobody could guess (O_EXCL), never one a link put there points at:
+    // in a directory others may write to, another user's symbolic link at a fixed name would
+    // have l5pgd truncate and chmod a file of its own, or (sticky) keep it from starting.
+    UniqueFd fd(::mkostemp(tmp.data(), O_CLOEXEC));
     if (!fd.valid())
         fail("cannot create marker file " + tmp);
     // Clients of every user read it to recognise l5pgd, whatever our umask (the unit's is
@@ -71,8 +72,12 @@ void write_marker(const std::string& socket_path) {
     if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         fail("cannot write marker file " + tmp);
     fd.reset();
-    if (::rename(tmp.c_str(), marker.c_str()) != 0)
+    if (::rename(tmp.c_str(), marker.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        errno = err;
         fail("cannot rename to " + marker);
+    }
 }
 
 }  // namespace

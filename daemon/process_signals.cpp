@@ -8,7 +8,8 @@
 namespace l5pg::daemon {
 namespace {
 
-sigset_t set_of(std::initializer_list<int> signals) noexcept {
+template <class Signals>
+sigset_t set_of(const Signals& signals) noexcept {
     sigset_t set;
     sigemptyset(&set);
     for (int sig : signals)
@@ -22,7 +23,7 @@ constexpr std::initializer_list<int> kHeldAtStart = {SIGHUP, SIGUSR1, SIGUSR2};
 }  // namespace
 
 void prepare_process_signals() noexcept {
-    const sigset_t handled_at_once = set_of({SIGINT, SIGTERM, SIGQUIT});
+    const sigset_t handled_at_once = set_of(std::initializer_list<int>{SIGINT, SIGTERM, SIGQUIT});
     const sigset_t held = set_of(kHeldAtStart);
     pthread_sigmask(SIG_UNBLOCK, &handled_at_once, nullptr);
     pthread_sigmask(SIG_BLOCK, &held, nullptr);
@@ -34,7 +35,7 @@ void release_held_signals() noexcept {
 }
 
 void block_process_signals() noexcept {
-    const sigset_t all = set_of({SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2});
+    const sigset_t all = set_of(kProcessSignals);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
 }
 

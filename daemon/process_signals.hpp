@@ -3,7 +3,15 @@
 // the worker threads block them.
 #pragma once
 
+#include <signal.h>
+
+#include <array>
+
 namespace l5pg::daemon {
+
+// Every signal the main thread's event loop handles (Server) and the workers block.
+inline constexpr std::array<int, 6> kProcessSignals = {SIGINT, SIGTERM, SIGQUIT,
+                                                       SIGHUP, SIGUSR1, SIGUSR2};
 
 // First thing in main(): SIGHUP, SIGUSR1 and SIGUSR2 held (their default action ends the
 // process, and a reload sent while l5pgd starts, by a script or logrotate, killed it

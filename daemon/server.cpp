@@ -114,7 +114,7 @@ Server::Server(SettingsPtr settings, ConfigSource source, Metrics& metrics, Heal
         add_acceptor(tcp_listener_->fd(), Transport::Tcp);
 
     accept_resume_.reset(evtimer_new(base_.get(), accept_resume_cb, this));
-    for (int sig : {SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2}) {
+    for (const int sig : kProcessSignals) {
         signal_events_.emplace_back(evsignal_new(base_.get(), sig, signal_cb, this));
         evsignal_add(signal_events_.back().get(), nullptr);
     }

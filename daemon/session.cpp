@@ -48,6 +48,17 @@ Session::~Session() {
     if (record_)
         worker_.sessions().remove(id_);
     end_->reap(client_);
+    // Closing a Unix socket drops what the client still had queued in it, descriptors it
+    // passed with bytes nobody read included, and their last close must not run here
+    // (foreign_fds.hpp). The events on it go first.
+    // The client sees its end at once all the same (shutdown), however long that thread
+    // takes.
+    if (peer_.local && client_.valid()) {
+        client_read_.reset();
+        client_write_.reset();
+        (void)::shutdown(client_.get(), SHUT_RDWR);
+        worker_.foreign_fds().close_later(std::move(client_));
+    }
 }
 
 void Session::enter(SessionState next) {
@@ -260,6 +271,7 @@ void Session::client_passed_fds(wait::PassedFds& passed) {
 void Session::close(std::string_view reason, bool error) {
     if (state_ == SessionState::Closed)
         return;
+    worker_.foreign_fds().close_later(std::move(passed_fd_));  // an upgrade's that never came
     const bool was_forwarding = state_ == SessionState::Forwarding;
     enter(SessionState::Closed);
     if (error)

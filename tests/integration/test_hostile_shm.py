@@ -2,6 +2,7 @@
 ring writers and readers, and upgrade requests it must decline."""
 import contextlib
 import os
+import signal
 import struct
 import time
 import uuid
@@ -453,13 +454,17 @@ def pass_fd(sock, data, fd_owner):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("where", ["startup", "query", "shm_doorbell"])
+@pytest.mark.parametrize("where", ["startup", "query", "shm_doorbell", "invalid_length",
+                                   "behind_a_cancel"])
 def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, cluster, where):
     """A client may attach descriptors (SCM_RIGHTS) to any bytes on its Unix socket. The
     kernel closes the ones a plain recv() has no room for in the reading thread, and the last
     close of a socket lingering with unsent data waits out its linger time: l5pgd's only
     worker stood still for ten minutes, every other session with it. Now they are closed on a
-    thread of their own, reset rather than lingering, and the session that passed them ends."""
+    thread of their own, reset rather than lingering, and the session that passed them ends.
+    So are those l5pgd kept for an upgrade request that never came (a packet of an invalid
+    length), and those behind bytes it never read (a cancel request's): closing the socket
+    drops them, and a worker does not close a Unix client's socket either."""
     from tests.harness.l5pgd import L5pgd
 
     d = L5pgd(workdir / f"l5pgd-fd-{where}", cluster, workers=1)
@@ -467,7 +472,20 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
         log0 = len(d.log_text())
         fd = lingering_socket(stack)
         passed = f"socket:[{os.fstat(fd.fileno()).st_ino}]"
-        if where == "shm_doorbell":
+        if where == "behind_a_cancel":
+            # Both messages queued before l5pgd reads the first: it reads the cancel
+            # request's 16 bytes, refuses its key and closes, the second message unread.
+            sock = stack.enter_context(l5wire.connect_unix(d.socket_path))
+            os.kill(d.pid(), signal.SIGSTOP)
+            try:
+                sock.sendall(struct.pack("!IIII", 16, 80877102, 1, 2))
+                pass_fd(sock, b"x", fd)
+            finally:
+                os.kill(d.pid(), signal.SIGCONT)
+        elif where == "invalid_length":
+            sock = stack.enter_context(l5wire.connect_unix(d.socket_path))
+            pass_fd(sock, b"\xff\xff\xff\xff", fd)
+        elif where == "shm_doorbell":
             c = ShmClient(d.socket_path, c2s=RING, s2c=RING)
             stack.callback(c.close, clean=False)
             assert c.upgrade() == b"L"
@@ -490,8 +508,9 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
         with contextlib.suppress(ConnectionResetError):
             while sock.recv(4096):
                 pass
-        wait_for(lambda: "client passed 1 file descriptor" in d.log_text()[log0:], 10,
-                 "l5pgd to log the passed descriptor")
+        if where in ("startup", "query", "shm_doorbell"):
+            wait_for(lambda: "client passed 1 file descriptor" in d.log_text()[log0:], 10,
+                     "l5pgd to log the passed descriptor")
         # Closed, not kept open.
         wait_for(lambda: passed not in open_files(d.pid()), 10,
                  "l5pgd to close the passed socket")

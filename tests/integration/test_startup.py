@@ -41,8 +41,8 @@ def raw_connection(server, l5pgd, cluster):
 
 def test_marker_file_is_never_written_through_a_link(workdir, cluster):
     """l5pgd writes the marker beside its socket through a temporary file. In a socket
-    directory others may write to, a symbolic link planted at that name had l5pgd truncate
-    and chmod 0644 whatever it pointed at."""
+    directory others may write to, a symbolic link planted at its name (then a fixed one, now
+    random) had l5pgd truncate and chmod 0644 whatever it pointed at."""
     d = L5pgd(workdir / "l5pgd-marker-link", cluster)
     d.socket_dir.mkdir(parents=True, exist_ok=True)
     victim = workdir / "marker-victim"

@@ -1,10 +1,10 @@
 // Descriptors a peer attached (SCM_RIGHTS) to bytes read from a Unix stream socket. A plain
 // recv() has no room for them: the kernel closes them itself, in the reading thread, on its
-// way back from the call. Closing a descriptor may block for as long as whoever made it
-// likes: the last close of a socket with SO_LINGER and unsent data waits out the linger time
-// (uninterrupted where signals are blocked, as in l5pgd's workers), a file on a FUSE mount
-// waits for its server's answer. A reader that must never block reads with room for as many
-// as one message can carry (SCM_MAX_FD) and hands them to whoever may close them.
+// way back from the call (so does closing the socket, for those still queued in it). That
+// may block for as long as whoever made them likes: the last close of a socket with
+// SO_LINGER and unsent data waits out the linger time (uninterrupted where signals are
+// blocked, as in l5pgd's workers). A reader that must never block reads with room for as
+// many as one message can carry (SCM_MAX_FD) and hands them to whoever may close them.
 #pragma once
 
 #include <sys/types.h>
