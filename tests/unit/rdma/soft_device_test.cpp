@@ -758,13 +758,17 @@ TEST_CASE("soft: a frame's header alone does not make the QP set its length asid
         return resident_pages * ::sysconf(_SC_PAGESIZE);
     };
     auto [device, pd, wire, qp] = bare_qp();
+    constexpr size_t kLength = 16u << 20;
+    Region dst = make_region(*pd, kLength, kRemote);  // a target that takes it
     connect_to_soft_peer(*qp, 5);
     using namespace l5pg::rdma::soft;
     std::vector<std::byte> frame(kFrameHeaderSize + 4096);
     FrameHeader h;
     h.type = FrameType::WriteRequest;
-    h.length = 64u << 20;  // the default maximum message
+    h.length = kLength;
     h.seq = 5;
+    h.remote_addr = addr(dst.data());
+    h.rkey = dst.mr->rkey();
     encode_frame_header(h, frame.data());
     const auto send_and_see_it_read = [&](std::span<const std::byte> bytes) {
         REQUIRE(::write(wire.b.get(), bytes.data(), bytes.size()) ==
@@ -778,8 +782,40 @@ TEST_CASE("soft: a frame's header alone does not make the QP set its length asid
     send_and_see_it_read(frame);
     // The room for the rest is made before the next read: after this one is read.
     send_and_see_it_read(std::span(frame).subspan(kFrameHeaderSize));
-    CHECK(resident() - before < (16l << 20));
+    CHECK(resident() - before < (8l << 20));
     CHECK_FALSE(qp->failed());
+}
+
+// A WRITE its target did not register is refused from its header, as one complete would be
+// (a NAK, the QP fails): its payload, up to the maximum message, is never waited for and
+// set aside (a client of l5pgd's soft device could make it hold that much per connection).
+TEST_CASE("soft: a WRITE to a range the target did not register is refused from its header",
+          "[rdma][soft]") {
+    auto [device, pd, wire, qp] = bare_qp();
+    connect_to_soft_peer(*qp, 9);
+    using namespace l5pg::rdma::soft;
+    std::array<std::byte, kFrameHeaderSize> frame{};
+    FrameHeader h;
+    h.type = FrameType::WriteRequest;
+    h.length = 64u << 20;  // the default maximum message; none of it follows
+    h.seq = 9;
+    h.rkey = 12345;
+    encode_frame_header(h, frame.data());
+    REQUIRE(::write(wire.b.get(), frame.data(), frame.size()) ==
+            static_cast<ssize_t>(frame.size()));
+    std::string reason;
+    CHECK(eventually([&] { return qp->failed(&reason); }));
+    CHECK_THAT(reason, Catch::Contains("rejected the peer's WRITE"));
+    std::array<std::byte, kFrameHeaderSize> answer{};
+    const timeval bound{5, 0};
+    REQUIRE(::setsockopt(wire.b.get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound) == 0);
+    REQUIRE(::recv(wire.b.get(), answer.data(), answer.size(), MSG_WAITALL) ==
+            static_cast<ssize_t>(answer.size()));
+    FrameHeader nak;
+    std::string error;
+    REQUIRE(decode_frame_header(answer.data(), nak, error));
+    CHECK(nak.type == FrameType::Nak);
+    CHECK(nak.seq == 9);
 }
 
 // Each signaled WRITE owes the peer an Ack; a peer that never reads its wire but keeps

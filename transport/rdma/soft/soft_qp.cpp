@@ -300,7 +300,7 @@ bool SoftQueuePair::receive() {
         size_t want = std::max(kMinReceiveBuffer, in_len_ + 1);
         if (in_len_ >= kFrameHeaderSize) {
             FrameHeader h;
-            if (!check_frame_header(in_.data(), h))
+            if (!check_frame_header(in_.data(), h) || !admit_write_header(h))
                 return false;
             want = std::max(
                 want, std::min(kFrameHeaderSize + payload_length(h), in_len_ + kReceiveBudget));
@@ -378,22 +378,46 @@ void SoftQueuePair::dispatch(const FrameHeader& h, const std::byte* payload) {
 
 // ---- target side
 
-void SoftQueuePair::on_write_request(const FrameHeader& h, const std::byte* payload) {
-    if (h.seq != expected_peer_seq_)
-        return protocol_error("soft RDMA request out of sequence (" + describe(h) + ")");
+// A WRITE whose frame is still arriving: its target is checked from the header, before its
+// payload is set aside. One the target cannot take would otherwise make this process hold
+// up to max_message for it until the payload is complete (a client of l5pgd's, before it
+// has even logged in); one it can take is no larger than a region the target registered.
+bool SoftQueuePair::admit_write_header(const FrameHeader& h) {
+    if (h.type != FrameType::WriteRequest)
+        return true;
+    const WcStatus status = write_target(h, [](std::byte*) {});
+    if (status == WcStatus::Success)
+        return true;
+    if (take_request_seq(h))
+        refuse_write(h, status);
+    return false;
+}
+
+bool SoftQueuePair::take_request_seq(const FrameHeader& h) {
+    if (h.seq != expected_peer_seq_) {
+        protocol_error("soft RDMA request out of sequence (" + describe(h) + ")");
+        return false;
+    }
     ++expected_peer_seq_;
-    WcStatus status = WcStatus::RemoteInvalidRequest;
-    if (h.length > 0) {
-        status = table_->with_range(h.rkey, h.remote_addr, h.length, Access::RemoteWrite,
-                                    [&](std::byte* dst) { apply_write(dst, payload, h.length); });
-    }
+    return true;
+}
+
+void SoftQueuePair::refuse_write(const FrameHeader& h, WcStatus status) {
     std::lock_guard lock(mutex_);
-    if (status != WcStatus::Success) {
-        FrameHeader nak{FrameType::Nak, 0, 0, h.seq, 0, 0, static_cast<uint32_t>(status)};
-        append_frame_locked(nak, nullptr, 0);
-        return fail_locked(std::string("rejected the peer's WRITE: ") + to_string(status) + " (" +
-                           describe(h) + ")");
-    }
+    FrameHeader nak{FrameType::Nak, 0, 0, h.seq, 0, 0, static_cast<uint32_t>(status)};
+    append_frame_locked(nak, nullptr, 0);
+    fail_locked(std::string("rejected the peer's WRITE: ") + to_string(status) + " (" +
+                describe(h) + ")");
+}
+
+void SoftQueuePair::on_write_request(const FrameHeader& h, const std::byte* payload) {
+    if (!take_request_seq(h))
+        return;
+    const WcStatus status =
+        write_target(h, [&](std::byte* dst) { apply_write(dst, payload, h.length); });
+    if (status != WcStatus::Success)
+        return refuse_write(h, status);
+    std::lock_guard lock(mutex_);
     if ((h.flags & kFlagAckRequested) != 0) {
         FrameHeader ack{FrameType::Ack, 0, 0, h.seq, 0, 0, 0};
         append_frame_locked(ack, nullptr, 0);
@@ -402,9 +426,8 @@ void SoftQueuePair::on_write_request(const FrameHeader& h, const std::byte* payl
 }
 
 void SoftQueuePair::on_read_request(const FrameHeader& h) {
-    if (h.seq != expected_peer_seq_)
-        return protocol_error("soft RDMA request out of sequence (" + describe(h) + ")");
-    ++expected_peer_seq_;
+    if (!take_request_seq(h))
+        return;
     {
         std::lock_guard lock(mutex_);
         // An honest peer reads its responses; one that only asks would grow the queue.

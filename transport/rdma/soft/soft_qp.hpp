@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/rdma/device.hpp"
@@ -80,6 +81,17 @@ class SoftQueuePair final : public QueuePair, private WireHandler {
     [[nodiscard]] bool dispatch_complete_frames();
     [[nodiscard]] bool check_frame_header(const std::byte* p, FrameHeader& h);
     void dispatch(const FrameHeader& h, const std::byte* payload);
+    [[nodiscard]] bool admit_write_header(const FrameHeader& h);  // false: the QP failed
+    [[nodiscard]] bool take_request_seq(const FrameHeader& h);    // false: the QP failed
+    // Runs fn(destination) when the WRITE's target range may be written; the status.
+    template <class Fn>
+    [[nodiscard]] WcStatus write_target(const FrameHeader& h, Fn&& fn) {
+        if (h.length == 0)
+            return WcStatus::RemoteInvalidRequest;
+        return table_->with_range(h.rkey, h.remote_addr, h.length, Access::RemoteWrite,
+                                  std::forward<Fn>(fn));
+    }
+    void refuse_write(const FrameHeader& h, WcStatus status);  // a NAK, then the QP fails
     void on_write_request(const FrameHeader& h, const std::byte* payload);
     void on_read_request(const FrameHeader& h);
     void on_ack(const FrameHeader& h);
