@@ -61,7 +61,7 @@ def test_statement_running_at_sigterm_is_cancelled_not_committed(workdir, cluste
     try:
         # Postgres's default client_connection_check_interval (0): the test cluster's (1 s)
         # would notice the closed connection.
-        client = popen(psql_cmd("-c", f"insert into {table} select 'committed' from pg_sleep(4)"),
+        client = popen(psql_cmd("-c", f"insert into {table} select 'committed' from pg_sleep(3)"),
                        make_target(kind, d), text=True,
                        env={"PGAPPNAME": app, "PGOPTIONS": "-c client_connection_check_interval=0"})
         wait_for_backend(cluster, app)
@@ -69,8 +69,8 @@ def test_statement_running_at_sigterm_is_cancelled_not_committed(workdir, cluste
         d.proc.wait(timeout=30)
         wait_for(lambda: cluster.sql(f"select count(*) from pg_stat_activity "
                                      f"where application_name = '{app}'") == "0",
-                 3, "the backend to end before its statement could (pg_sleep(4))")
-        time.sleep(4)  # past the statement's end, had it gone on
+                 2, "the backend to end before its statement could (pg_sleep(3))")
+        time.sleep(3)  # past the statement's end, had it gone on
         assert cluster.sql(f"select count(*) from {table}") == "0", "the INSERT committed"
         assert "cancelled 1 of 1 statements still running" in d.log_text(), d.log_tail()
     finally:
