@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -16,19 +18,35 @@ struct ForeignFds::Queue {
     std::mutex mutex;
     std::condition_variable wake;
     std::vector<int> fds;  // guarded by mutex
-    size_t closing = 0;    // guarded by mutex: taken by the thread, not closed yet
     bool stop = false;     // guarded by mutex: the owner is gone, close what is left and end
 };
 
 namespace {
 
+// Closing a Unix socket drops what is queued in it, and descriptors passed in it would have
+// their last close here, unreset: they are taken out first (after shutdown(), nobody can add
+// more, so the queue ends) and closed the same way (`more`).
+void take_queued_fds(int fd, std::vector<int>& more) noexcept {
+    (void)::shutdown(fd, SHUT_RDWR);
+    std::array<std::byte, 4096> sink;
+    for (;;) {
+        wait::PassedFds passed;
+        const ssize_t n = wait::recv_taking_fds(fd, sink.data(), sink.size(), MSG_DONTWAIT, passed);
+        more.insert(more.end(), passed.fds.begin(), passed.fds.begin() + passed.count);
+        if (n <= 0 && !(n < 0 && errno == EINTR))
+            return;
+    }
+}
+
 // A socket is reset at its close instead of waiting out a linger time (or sending what its
-// maker left in it); getsockopt() fails at once on anything else (ENOTSOCK), a file on a
-// FUSE mount included.
-void close_foreign(int fd) noexcept {
-    int type = 0;
-    socklen_t len = sizeof type;
-    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0) {
+// maker left in it), a Unix one emptied first; getsockopt() fails at once on anything else
+// (ENOTSOCK), a file on a FUSE mount included.
+void close_foreign(int fd, std::vector<int>& more) noexcept {
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
+        if (domain == AF_UNIX)
+            take_queued_fds(fd, more);
         const linger reset{1, 0};
         (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     }
@@ -46,12 +64,13 @@ void ForeignFds::run(const std::shared_ptr<Queue>& queue) {
             return;  // stopping, nothing left
         std::vector<int> batch;
         batch.swap(queue->fds);
-        queue->closing = batch.size();
         lock.unlock();
-        for (const int fd : batch)
-            close_foreign(fd);
+        while (!batch.empty()) {
+            const int fd = batch.back();
+            batch.pop_back();
+            close_foreign(fd, batch);
+        }
         lock.lock();
-        queue->closing = 0;
     }
 }
 
@@ -87,11 +106,6 @@ void ForeignFds::close_later(wait::PassedFds& passed) noexcept {
     }
     passed.count = 0;
     queue_->wake.notify_one();
-}
-
-size_t ForeignFds::pending() const noexcept {
-    const std::lock_guard lock(queue_->mutex);
-    return queue_->fds.size() + queue_->closing;
 }
 
 }  // namespace l5pg::daemon

@@ -65,19 +65,21 @@ void write_marker(const std::string& socket_path) {
     UniqueFd fd(::mkostemp(tmp.data(), O_CLOEXEC));
     if (!fd.valid())
         fail("cannot create marker file " + tmp);
+    const auto give_up = [&tmp](const std::string& what) {
+        const int err = errno;
+        ::unlink(tmp.c_str());  // no file of a new name left behind at each failed start
+        errno = err;
+        fail(what);
+    };
     // Clients of every user read it to recognise l5pgd, whatever our umask (the unit's is
     // 0077).
     if (::fchmod(fd.get(), 0644) != 0)
-        fail("cannot chmod marker file " + tmp);
+        give_up("cannot chmod marker file " + tmp);
     if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-        fail("cannot write marker file " + tmp);
+        give_up("cannot write marker file " + tmp);
     fd.reset();
-    if (::rename(tmp.c_str(), marker.c_str()) != 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        errno = err;
-        fail("cannot rename to " + marker);
-    }
+    if (::rename(tmp.c_str(), marker.c_str()) != 0)
+        give_up("cannot rename to " + marker);
 }
 
 }  // namespace

@@ -198,6 +198,8 @@ void Server::accept_client(int fd, Transport transport) {
     }
     if (const std::optional<ConnectionRefusal> refusal = admit(client)) {
         refuse_connection(client, *refusal);
+        if (transport == Transport::Unix)  // descriptors it may have queued: not on this thread
+            admission_.foreign_fds.close_later(std::move(client.fd));
         return;
     }
     auto least_busy = std::min_element(
@@ -250,8 +252,9 @@ void Server::on_accept_error(int err) {
             protocol::build_fatal(protocol::kSqlstateTooManyConnections,
                                   "l5pgd: too many connections (l5pgd is out of file descriptors)");
         for (const auto& acceptor : acceptors_)
-            refused += fd_reserve_.refuse_waiting(evconnlistener_get_fd(acceptor->listener), error,
-                                                  kRefusalsPerPause);
+            refused += fd_reserve_.refuse_waiting(
+                evconnlistener_get_fd(acceptor->listener), error, kRefusalsPerPause,
+                acceptor->transport == Transport::Unix ? &admission_.foreign_fds : nullptr);
         for (size_t i = 0; i < refused; ++i)
             metrics_.connection_refused(ConnectionRefusal::OutOfFds);
         fd_refusals_unlogged_ += refused;

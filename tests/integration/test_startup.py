@@ -51,6 +51,9 @@ def test_marker_file_is_never_written_through_a_link(workdir, cluster):
     Path(f"{d.socket_path}.l5pg.tmp").symlink_to(victim)
     with d:
         assert Path(f"{d.socket_path}.l5pg").read_text().startswith("l5pgd 1 ")
+        names = sorted(p.name for p in d.socket_dir.iterdir())
+        marker = Path(f"{d.socket_path}.l5pg").name
+        assert names == sorted([d.socket_path.name, marker, f"{marker}.tmp"]), names
     assert victim.read_text() == "keep me\n"
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
 
