@@ -6,12 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "daemon/foreign_fds.hpp"
-
 namespace l5pg::daemon {
 
-size_t FdReserve::refuse_waiting(int listen_fd, std::span<const std::byte> refusal, size_t max,
-                                 ForeignFds* closer) {
+size_t FdReserve::refuse_waiting(int listen_fd, std::span<const std::byte> refusal, size_t max) {
     size_t refused = 0;
     while (refused < max) {
         UniqueFd client(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
@@ -24,8 +21,6 @@ size_t FdReserve::refuse_waiting(int listen_fd, std::span<const std::byte> refus
         // A fresh socket's buffer takes the whole message; what does not fit is dropped.
         (void)!::send(client.get(), refusal.data(), refusal.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         ++refused;
-        if (closer != nullptr)
-            closer->close_later(std::move(client));
     }
     (void)refill();
     return refused;

@@ -20,8 +20,6 @@
 
 namespace l5pg::daemon {
 
-class ForeignFds;
-
 class FdReserve {
   public:
     static constexpr size_t kSpares = 3;
@@ -32,9 +30,7 @@ class FdReserve {
     // it; gives up a spare whenever accept() fails for want of a descriptor. Takes the spares
     // back afterwards (those whose slots another thread holds, when refill() next succeeds).
     // Returns how many connections were refused.
-    // `closer`: for a Unix listener, whose clients may have queued descriptors (foreign_fds.hpp).
-    size_t refuse_waiting(int listen_fd, std::span<const std::byte> refusal, size_t max,
-                          ForeignFds* closer);
+    size_t refuse_waiting(int listen_fd, std::span<const std::byte> refusal, size_t max);
 
     // Reopens the missing spares; false while one of them still cannot be opened.
     bool refill();

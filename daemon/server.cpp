@@ -252,9 +252,8 @@ void Server::on_accept_error(int err) {
             protocol::build_fatal(protocol::kSqlstateTooManyConnections,
                                   "l5pgd: too many connections (l5pgd is out of file descriptors)");
         for (const auto& acceptor : acceptors_)
-            refused += fd_reserve_.refuse_waiting(
-                evconnlistener_get_fd(acceptor->listener), error, kRefusalsPerPause,
-                acceptor->transport == Transport::Unix ? &admission_.foreign_fds : nullptr);
+            refused += fd_reserve_.refuse_waiting(evconnlistener_get_fd(acceptor->listener), error,
+                                                  kRefusalsPerPause);
         for (size_t i = 0; i < refused; ++i)
             metrics_.connection_refused(ConnectionRefusal::OutOfFds);
         fd_refusals_unlogged_ += refused;

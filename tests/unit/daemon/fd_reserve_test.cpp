@@ -158,7 +158,7 @@ TEST_CASE("fd reserve: refuses what waits when the table is full", "[daemon][fd]
     REQUIRE(reserve.spares() == FdReserve::kSpares);
     size_t refused = 0;
     REQUIRE(with_full_table(
-        [&] { refused = reserve.refuse_waiting(queue.listener.get(), kRefusal, 64, nullptr); }));
+        [&] { refused = reserve.refuse_waiting(queue.listener.get(), kRefusal, 64); }));
     CHECK(refused == kWaiting);
     CHECK(queue.refused() == kWaiting);
     CHECK(reserve.spares() == FdReserve::kSpares);  // all taken back
@@ -177,7 +177,7 @@ TEST_CASE("fd reserve: a slot taken by another thread does not stop the refusals
         bool refilled_while_stolen = false;
         REQUIRE(with_full_table([&] {
             thief.steal();
-            refused = reserve.refuse_waiting(queue.listener.get(), kRefusal, 64, nullptr);
+            refused = reserve.refuse_waiting(queue.listener.get(), kRefusal, 64);
             stolen = thief.stop();
             spares_left = reserve.spares();
             refilled_while_stolen = reserve.refill();
