@@ -16,7 +16,9 @@ namespace l5pg::wait {
 
 struct PassedFds {
     static constexpr size_t kMax = 253;  // the kernel's SCM_MAX_FD per message
-    std::array<int, kMax> fds{};
+    // Only the first `count` are set: a PassedFds is on the path of every read of a Unix
+    // client socket, which must not clear a kilobyte each time.
+    std::array<int, kMax> fds;
     size_t count = 0;
 };
 
