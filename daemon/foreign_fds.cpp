@@ -1,5 +1,6 @@
 #include "daemon/foreign_fds.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,34 +24,96 @@ struct ForeignFds::Queue {
 
 namespace {
 
-// Closing a Unix socket drops what is queued in it, and descriptors passed in it would have
-// their last close here, unreset: they are taken out first (after shutdown(), nobody can add
-// more, so the queue ends) and closed the same way (`more`).
-void take_queued_fds(int fd, std::vector<int>& more) noexcept {
+// How a descriptor is emptied before its close. Closing a Unix socket drops what is queued
+// in it, and descriptors passed in it would have their last close on this thread, unreset:
+// those are taken out first and closed the same way. shutdown() first, so that nobody can
+// add more (a send gets EPIPE, a connect ECONNREFUSED) and the queue ends.
+enum class Emptying {
+    Nothing,     // not a Unix socket (a socket is reset at its close, SO_LINGER 0)
+    Stream,      // read until the end (0)
+    Datagrams,   // read until none is left (EAGAIN): a datagram may have no bytes
+    SeqPackets,  // read while a message comes (SO_PASSCRED marks each): the end reads 0 too
+    Listener,    // accept the connections waiting, then empty those
+};
+
+Emptying prepare(int fd) noexcept {
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    // getsockopt() fails at once on anything but a socket (ENOTSOCK), a FUSE file included.
+    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0)
+        return Emptying::Nothing;
+    const linger reset{1, 0};
+    (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    if (domain != AF_UNIX)
+        return Emptying::Nothing;
+    int listening = 0;
+    int type = 0;
+    len = sizeof listening;
+    (void)::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+    len = sizeof type;
+    (void)::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
     (void)::shutdown(fd, SHUT_RDWR);
+    if (listening != 0) {
+        // accept() waits or not as the listener's file says, whatever its flags.
+        (void)::fcntl(fd, F_SETFL, O_NONBLOCK);
+        return Emptying::Listener;
+    }
+    if (type == SOCK_SEQPACKET) {
+        const int on = 1;
+        (void)::setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on);
+        return Emptying::SeqPackets;
+    }
+    return type == SOCK_DGRAM ? Emptying::Datagrams : Emptying::Stream;
+}
+
+// Takes the next message's descriptors (or the next waiting connection) out of `fd` into
+// `taken`; false once there is nothing left to take.
+bool take_next(int fd, Emptying how, wait::PassedFds& taken) noexcept {
+    if (how == Emptying::Nothing)
+        return false;
+    if (how == Emptying::Listener) {
+        const int accepted = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (accepted >= 0)
+            taken.fds[taken.count++] = accepted;
+        return accepted >= 0 || errno == EINTR || errno == ECONNABORTED;
+    }
     std::array<std::byte, 4096> sink;
-    for (;;) {
-        wait::PassedFds passed;
-        const ssize_t n = wait::recv_taking_fds(fd, sink.data(), sink.size(), MSG_DONTWAIT, passed);
-        more.insert(more.end(), passed.fds.begin(), passed.fds.begin() + passed.count);
-        if (n <= 0 && !(n < 0 && errno == EINTR))
-            return;
+    bool message = false;
+    const ssize_t n =
+        wait::recv_message_taking_fds(fd, sink.data(), sink.size(), MSG_DONTWAIT, taken, message);
+    if (n < 0)
+        return errno == EINTR;
+    switch (how) {
+        case Emptying::Stream:
+            return n > 0 || taken.count > 0;
+        case Emptying::SeqPackets:
+            return message;
+        default:
+            return true;
     }
 }
 
-// A socket is reset at its close instead of waiting out a linger time (or sending what its
-// maker left in it), a Unix one emptied first; getsockopt() fails at once on anything else
-// (ENOTSOCK), a file on a FUSE mount included.
-void close_foreign(int fd, std::vector<int>& more) noexcept {
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0) {
-        if (domain == AF_UNIX)
-            take_queued_fds(fd, more);
-        const linger reset{1, 0};
-        (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+// Closes `first` and, depth first, whatever was queued in it: a socket's descriptors are
+// closed before the next message of the socket is read, so l5pgd's descriptor table holds
+// one message's worth (at most 253) per level of nesting, not a whole queue's. (Should it
+// fill up nonetheless, the kernel closes what it had no room for, here.)
+void close_foreign(int first) noexcept {
+    struct Open {
+        int fd;
+        Emptying how;
+    };
+    std::vector<Open> open{{first, prepare(first)}};
+    while (!open.empty()) {
+        const Open top = open.back();
+        wait::PassedFds taken;
+        if (take_next(top.fd, top.how, taken)) {
+            for (size_t i = 0; i < taken.count; ++i)
+                open.push_back({taken.fds[i], prepare(taken.fds[i])});
+            continue;
+        }
+        (void)::close(top.fd);
+        open.pop_back();
     }
-    (void)::close(fd);
 }
 
 }  // namespace
@@ -65,11 +128,8 @@ void ForeignFds::run(const std::shared_ptr<Queue>& queue) {
         std::vector<int> batch;
         batch.swap(queue->fds);
         lock.unlock();
-        while (!batch.empty()) {
-            const int fd = batch.back();
-            batch.pop_back();
-            close_foreign(fd, batch);
-        }
+        for (const int fd : batch)
+            close_foreign(fd);
         lock.lock();
     }
 }

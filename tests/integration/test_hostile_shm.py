@@ -528,3 +528,51 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
         # Closed, reset rather than lingering, wherever it was (read, or still queued).
         assert reset_seen(peer), "the passed socket was not reset within 10 s"
         assert d.alive()
+
+
+def socket_holding(kind, stack, workdir, fd):
+    """A Unix socket (of `kind`) with `fd` queued in it, behind a message of no bytes where
+    there are such; for "listener", a listening socket with a connection waiting whose
+    bytes carry it. Our ends are closed: the socket returned holds the last references."""
+    import socket
+
+    if kind == "listener":
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        holder.bind(str(workdir / "holder.sock"))
+        holder.listen(1)
+        sender = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        sender.connect(str(workdir / "holder.sock"))
+    else:
+        types = {"stream": socket.SOCK_STREAM, "datagram": socket.SOCK_DGRAM,
+                 "seqpacket": socket.SOCK_SEQPACKET}
+        holder, sender = socket.socketpair(socket.AF_UNIX, types[kind])
+        stack.enter_context(sender)
+        if kind != "stream":
+            sender.send(b"")
+    pass_fd(sender, b"x", fd)
+    return holder
+
+
+@pytest.mark.timeout(90)
+def test_descriptors_queued_in_a_passed_socket_are_reset_too(workdir, cluster):
+    """A socket passed to l5pgd may hold descriptors of its own, queued in it: closing it
+    would close them on l5pgd's closing thread as they are, and one lingering would hold that
+    thread (and every descriptor queued behind it) for its linger time. The closing thread
+    empties a passed Unix socket first, however it is made: a stream, datagrams or sequenced
+    packets (where a message may have no bytes, and read as an end of the queue), or a
+    listening socket with connections waiting (whose bytes may carry descriptors)."""
+    from tests.harness.l5pgd import L5pgd
+
+    d = L5pgd(workdir / "l5pgd-nested-fds", cluster, workers=1)
+    with d:
+        for kind in ("stream", "datagram", "seqpacket", "listener"):
+            with contextlib.ExitStack() as stack:
+                fd, peer = lingering_socket(stack)
+                holder = socket_holding(kind, stack, workdir, fd)
+                sock = stack.enter_context(l5wire.connect_unix(d.socket_path))
+                pass_fd(sock, pgwire.startup_packet(application_name=app_name("fd")), holder)
+                assert reset_seen(peer), f"the socket queued in a {kind} was not reset in 10 s"
+                with contextlib.suppress(FileNotFoundError):
+                    (workdir / "holder.sock").unlink()
+        r = psql_on(d, "select 'served'")
+        assert r.returncode == 0 and r.stdout.strip() == "served", r.stderr

@@ -9,8 +9,25 @@
 
 namespace l5pg::wait {
 
-ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags, PassedFds& passed) noexcept {
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * PassedFds::kMax)];
+namespace {
+
+// Appends the descriptors of an SCM_RIGHTS message to `passed`.
+void take_rights(const cmsghdr& c, PassedFds& passed) noexcept {
+    const size_t count = (c.cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(&c) + i * sizeof(int), sizeof fd);
+        if (passed.count < PassedFds::kMax)
+            passed.fds[passed.count++] = fd;
+        else
+            (void)::close(fd);  // never when `passed` came empty (see the header)
+    }
+}
+
+ssize_t recv_with_control(int sock, void* buf, size_t len, int flags, PassedFds& passed,
+                          bool* credentials) noexcept {
+    alignas(cmsghdr) char
+        control[CMSG_SPACE(sizeof(int) * PassedFds::kMax) + CMSG_SPACE(sizeof(ucred))];
     iovec iov{buf, len};
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -23,19 +40,26 @@ ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags, PassedFds& p
     if (n < 0)
         return n;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+        if (c->cmsg_level != SOL_SOCKET)
             continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (passed.count < PassedFds::kMax)
-                passed.fds[passed.count++] = fd;
-            else
-                (void)::close(fd);  // never when `passed` came empty (see the header)
-        }
+        if (c->cmsg_type == SCM_RIGHTS)
+            take_rights(*c, passed);
+        else if (c->cmsg_type == SCM_CREDENTIALS && credentials != nullptr)
+            *credentials = true;
     }
     return n;
+}
+
+}  // namespace
+
+ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags, PassedFds& passed) noexcept {
+    return recv_with_control(sock, buf, len, flags, passed, nullptr);
+}
+
+ssize_t recv_message_taking_fds(int sock, void* buf, size_t len, int flags, PassedFds& passed,
+                                bool& message) noexcept {
+    message = false;
+    return recv_with_control(sock, buf, len, flags, passed, &message);
 }
 
 }  // namespace l5pg::wait

@@ -29,4 +29,11 @@ struct PassedFds {
 [[nodiscard]] ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags,
                                       PassedFds& passed) noexcept;
 
+// recv_taking_fds() on a socket with SO_PASSCRED set, on which the kernel attaches the
+// sender's credentials to every message read: `message` says whether one was, which the
+// result cannot say on a SOCK_SEQPACKET socket (a message of no bytes and the end of the
+// stream both return 0).
+[[nodiscard]] ssize_t recv_message_taking_fds(int sock, void* buf, size_t len, int flags,
+                                              PassedFds& passed, bool& message) noexcept;
+
 }  // namespace l5pg::wait
