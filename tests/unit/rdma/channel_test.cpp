@@ -40,11 +40,6 @@ std::vector<std::byte> drain(ServerSession& s) {
     return got;
 }
 
-bool socket_readable(int fd, int timeout_ms = 0) {
-    pollfd p{fd, POLLIN, 0};
-    return ::poll(&p, 1, timeout_ms) == 1;
-}
-
 // Sends `data` through an echo server and checks it comes back unchanged.
 void round_trip(ClientChannel& c, const std::vector<std::byte>& data) {
     // The echo server buffers without limit, so writing everything first cannot deadlock.

@@ -34,6 +34,13 @@ struct HostileClient {
             return false;
         return link_.await(link_.last_signaled());
     }
+
+    // Sets the client's mailbox byte with nothing written before it, and no doorbell.
+    static bool mailbox_only(ClientChannel& c) {
+        return c.link_.post_one(WrKind::Flag, c.server_.mailbox_addr, c.server_.mailbox_rkey,
+                                true) &&
+               c.link_.await(c.link_.last_signaled());
+    }
 };
 
 }  // namespace l5pg::rdma
@@ -174,4 +181,28 @@ TEST_CASE("hostile client: garbage in its control block harms nobody else", "[rd
     f.check_good_client(8);
     CHECK(f.server.errors().empty());
     CHECK(f.server.live() == 2);
+}
+
+TEST_CASE("hostile client: a mailbox byte with nothing behind it keeps no server awake",
+          "[rdma][hostile]") {
+    auto device = open_soft();
+    std::string error;
+    auto endpoint = ServerEndpoint::create(*device, Fixture::options(), error);
+    REQUIRE(endpoint != nullptr);
+    SessionPair p = connect_pair(*device, *endpoint, Fixture::client_options());
+    std::array<ServerSession*, 4> ready{};
+    bool settled = false;
+    REQUIRE(eventually([&] { return endpoint->prepare_to_block(ready, settled) == 0 && settled; }));
+    // A client that sets its byte over and over kept the worker from ever blocking.
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(HostileClient::mailbox_only(*p.client.channel));
+        CHECK(endpoint->prepare_to_block(ready, settled) == 0);
+    }
+    // What a client publishes still wakes the server, through its doorbell.
+    REQUIRE(p.client.channel->write(pattern(1, 10)).bytes == 10);
+    REQUIRE(socket_readable(p.server_fd.get(), 5000));
+    p.session->on_socket_readable();
+    CHECK(endpoint->prepare_to_block(ready, settled) == 1);
+    std::vector<std::byte> got(10);
+    CHECK(p.session->read(got).bytes == 10);
 }

@@ -163,6 +163,11 @@ inline Completion next_completion(QueuePair& qp, std::chrono::milliseconds timeo
     }
 }
 
+inline bool socket_readable(int fd, int timeout_ms = 0) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, timeout_ms) == 1;
+}
+
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout = kWait) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;

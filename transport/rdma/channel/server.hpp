@@ -69,8 +69,9 @@ class ServerEndpoint {
 
     // Call when about to block. Never blocks itself: handles completions, arms the wait
     // flag of every session in its client's memory (one WRITE per session, only when
-    // not armed yet), then polls the mailboxes once more. Returns the sessions that are
-    // ready (like poll(), plus those with readable data, EOF or errors).
+    // not armed yet), then clears the mailboxes once more. Returns the sessions that are
+    // ready: readable data, EOF or errors, or room for output they wait for (a mailbox
+    // byte set with nothing behind it does not count).
     //   returns > 0:                  service them, do not block;
     //   0 and `settled` false:        requests (e.g. the flag WRITEs) are still in
     //                                 flight: block only briefly (or yield) and call again;
