@@ -101,6 +101,10 @@ struct LimitsConfig {
     // so idle sockets cannot keep other clients out.
     unsigned max_startup_sessions = 500;
     unsigned max_startup_per_peer = 100;
+    // CancelRequests with a key no session holds that l5pgd looks up a second, in all and
+    // from one peer; beyond, every CancelRequest is dropped unread (cancel_guess_limiter.hpp).
+    unsigned wrong_cancel_keys_per_second = 100;
+    unsigned wrong_cancel_keys_per_second_per_peer = 10;
     // Per direction and session: reading from one side stops while this much waits for
     // the other (socket and RDMA clients); it also bounds the queues' memory (byte_queue.hpp).
     uint32_t session_buffer_bytes = 256 * 1024;

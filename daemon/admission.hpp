@@ -12,6 +12,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "daemon/cancel_guess_limiter.hpp"
 #include "daemon/cancel_keys.hpp"
 #include "daemon/foreign_fds.hpp"
 #include "daemon/ident_map.hpp"
@@ -55,7 +56,9 @@ struct Admission {
 // One per l5pgd, shared by the acceptor thread and the workers, kept across reloads.
 struct AdmissionState {
     explicit AdmissionState(const config::LimitsConfig& limits)
-        : startup(limits.max_startup_sessions, limits.max_startup_per_peer) {}
+        : startup(limits.max_startup_sessions, limits.max_startup_per_peer),
+          cancel_guesses(limits.wrong_cancel_keys_per_second,
+                         limits.wrong_cancel_keys_per_second_per_peer) {}
 
     StartupLimiter startup;     // its caps follow reloads (StartupLimiter::set_caps)
     SessionCap session_cap;     // limits.max_sessions
@@ -64,10 +67,11 @@ struct AdmissionState {
     SegmentRegistry segments;   // SHM segments attached to live sessions
     SessionDirectory sessions;  // who passed the check, for the admin console
     CancelKeys cancel_keys;     // the keys clients of pooled server connections hold
-    ForeignFds foreign_fds;     // descriptors clients passed that no worker may close
-    PoolDirectory pools;        // the server connections kept idle, for the admin console
-    WorkerWakers wakers;        // each worker adds its own before the workers run
-    RoomRequests room{wakers};  // kept backends to end for logins Postgres refused (53300)
+    CancelGuessLimiter cancel_guesses;  // its rates follow reloads (set_rates)
+    ForeignFds foreign_fds;             // descriptors clients passed that no worker may close
+    PoolDirectory pools;                // the server connections kept idle, for the admin console
+    WorkerWakers wakers;                // each worker adds its own before the workers run
+    RoomRequests room{wakers};          // kept backends to end for logins Postgres refused (53300)
     LostAddressBulletin lost_addresses{wakers};  // upstream.host's, as lookups find them
     ReloadLedger reloads;                        // the admin console's RELOADs and their outcomes
     // Set by SIGINT: a StartupMessage gets FATAL 57P03 while CancelRequests are still

@@ -84,6 +84,8 @@ std::string_view to_string(CancelOutcome o) noexcept {
             return "unknown_key";
         case CancelOutcome::Rejected:
             return "rejected";
+        case CancelOutcome::Throttled:
+            return "throttled";
     }
     return "unknown";
 }

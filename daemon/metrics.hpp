@@ -37,8 +37,8 @@ inline constexpr size_t kConnectionRefusalCount = 5;
 
 // What became of a CancelRequest: forwarded to Postgres with the backend's key, or not
 // (a key no session of l5pgd holds; the client's listener is auth.*: reject).
-enum class CancelOutcome { Forwarded, UnknownKey, Rejected };
-inline constexpr size_t kCancelOutcomeCount = 3;
+enum class CancelOutcome { Forwarded, UnknownKey, Rejected, Throttled };
+inline constexpr size_t kCancelOutcomeCount = 4;
 [[nodiscard]] std::string_view to_string(CancelOutcome o) noexcept;  // "forwarded", ...
 
 // One transport's totals, as the admin console's SHOW STATS lists them.

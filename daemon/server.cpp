@@ -344,6 +344,8 @@ void Server::reload() {
         raise_fd_limit(config());
         admission_.startup.set_caps(config().limits.max_startup_sessions,
                                     config().limits.max_startup_per_peer);
+        admission_.cancel_guesses.set_rates(config().limits.wrong_cancel_keys_per_second,
+                                            config().limits.wrong_cancel_keys_per_second_per_peer);
         store_.publish(settings_);
         spdlog::info("reload: done");
     }

@@ -214,6 +214,8 @@ class Session final : public ClientEndHost {
     void give_up_pooling(std::vector<std::byte> received);
     // cancel keys (session_cancel.cpp): a CancelRequest goes to Postgres only with the key
     // of a session l5pgd serves, translated to the backend's.
+    // false: refused (refuse_cancel()), the session closed.
+    [[nodiscard]] bool look_up_cancel_key(const protocol::StartupPacket& packet);
     [[nodiscard]] bool translate_cancel_key(const protocol::StartupPacket& packet);
     // False when `copy` must not reach the client: see passthrough_login_.
     [[nodiscard]] bool watch_for_key(std::span<const std::byte> copy);

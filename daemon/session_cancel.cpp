@@ -17,6 +17,38 @@
 #include "protocol/wire.hpp"
 
 namespace l5pg::daemon {
+// Guessing keys through l5pgd costs no fork: a CancelRequest is looked up only within
+// limits.wrong_cancel_keys_per_second* (cancel_guess_limiter.hpp).
+bool Session::look_up_cancel_key(const protocol::StartupPacket& packet) {
+    CancelGuessLimiter& guesses = worker_.cancel_guesses();
+    const std::string peer = peer_.limit_key();
+    switch (guesses.take(peer, CancelGuessLimiter::clock::now())) {
+        case CancelGuessLimiter::Verdict::LookUp:
+            break;
+        case CancelGuessLimiter::Verdict::OverPeerCap:
+            refuse_cancel(CancelOutcome::Throttled,
+                          fmt::format("more than {} a second with wrong keys from {} "
+                                      "(limits.wrong_cancel_keys_per_second_per_peer)",
+                                      guesses.per_peer_rate(), peer));
+            return false;
+        case CancelGuessLimiter::Verdict::OverTotalCap:
+            refuse_cancel(CancelOutcome::Throttled,
+                          fmt::format("more than {} a second with wrong keys in all "
+                                      "(limits.wrong_cancel_keys_per_second)",
+                                      guesses.total_rate()));
+            return false;
+    }
+    if (!translate_cancel_key(packet)) {
+        // Postgres logs a wrong key too (processCancelRequest); none of these reach it.
+        refuse_cancel(CancelOutcome::UnknownKey,
+                      fmt::format("its key (process {}) is not one of a session l5pgd serves",
+                                  packet.cancel.backend_pid));
+        return false;
+    }
+    guesses.refund(peer);
+    return true;
+}
+
 bool Session::translate_cancel_key(const protocol::StartupPacket& packet) {
     std::optional<CancelKeys::Translation> translation =
         worker_.cancel_keys().backend_for(packet.cancel);

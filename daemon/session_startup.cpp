@@ -261,15 +261,8 @@ void Session::handle_startup_packet(const protocol::StartupPacket& packet, size_
                               fmt::format("{} is reject", peer_.local ? "auth.local" : "auth.tcp"));
                 return;
             }
-            if (!translate_cancel_key(packet)) {
-                // Postgres logs a wrong key too (processCancelRequest): none of these
-                // reach it, and guessing keys through l5pgd costs no fork.
-                refuse_cancel(CancelOutcome::UnknownKey,
-                              fmt::format("its key (process {}) is not one of a session l5pgd "
-                                          "serves",
-                                          packet.cancel.backend_pid));
+            if (!look_up_cancel_key(packet))
                 return;
-            }
             begin_upstream({startup_.data(), length}, /*cancel=*/true);
             return;
         case StartupKind::Startup: {

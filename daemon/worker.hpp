@@ -113,6 +113,9 @@ class Worker {
     // worker last looked (at each wake, and before a kept connection is handed out).
     void close_kept_at_lost_addresses();
     [[nodiscard]] CancelKeys& cancel_keys() noexcept { return admission_state_.cancel_keys; }
+    [[nodiscard]] CancelGuessLimiter& cancel_guesses() noexcept {
+        return admission_state_.cancel_guesses;
+    }
     [[nodiscard]] ForeignFds& foreign_fds() noexcept { return admission_state_.foreign_fds; }
     // SIGINT's graceful shutdown: new sessions are refused, cancel requests forwarded.
     [[nodiscard]] bool draining() const noexcept {

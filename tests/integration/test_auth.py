@@ -282,6 +282,58 @@ def test_cancel_request_reaches_postgres_only_with_a_served_key(guarded, peer_cl
     watcher.close()
 
 
+def test_wrong_cancel_keys_are_capped_per_peer(workdir, cluster):
+    """Postgres forks a process for every CancelRequest; l5pgd refuses a wrong key in
+    microseconds, and a 32-bit secret (the process id is in pg_stat_activity) could be
+    guessed through it in hours. Over limits.wrong_cancel_keys_per_second_per_peer a peer's
+    CancelRequests are dropped without being looked up, a right key too; another peer's
+    right key still cancels."""
+    app = "l5pg-guess-cap"
+    overrides = ["limits.wrong_cancel_keys_per_second_per_peer=1"]
+    with L5pgd(workdir / "l5pgd-guesses", cluster, extra_overrides=overrides) as d:
+        s, key = unix_session(d, application_name=app)
+        watcher, _ = unix_session(d)
+        query = "select pg_sleep(60)"
+        s.sendall(b"Q" + struct.pack("!I", 4 + len(query) + 1) + query.encode() + b"\0")
+
+        def sleeping():
+            rows = [b for t, b in pgwire.query(watcher, "select count(*) from pg_stat_activity "
+                                               f"where application_name = '{app}' and "
+                                               "state = 'active'") if t == "D"]
+            return rows[0][6:] == b"1"
+
+        deadline = time.monotonic() + 15
+        while not sleeping():
+            assert time.monotonic() < deadline, "the query never started"
+            time.sleep(0.05)
+
+        def cancel_over_unix(k):
+            unix = socket.socket(socket.AF_UNIX)
+            unix.settimeout(10)
+            unix.connect(str(d.socket_path))
+            assert send_cancel_request(unix, k)
+
+        def counted(result):
+            return d.metric("l5pg_cancel_requests_total", result=result)
+
+        wrong = key[:4] + bytes(b ^ 0x5a for b in key[4:])
+        for _ in range(5):
+            cancel_over_unix(wrong)
+        assert counted("unknown_key") + counted("throttled") == 5
+        assert counted("throttled") >= 3, "wrong keys were looked up beyond the cap"
+        throttled = counted("throttled")
+        cancel_over_unix(key)  # at once: the same peer's bucket is still empty
+        assert counted("throttled") == throttled + 1, "a right key was looked up over the cap"
+        assert counted("forwarded") == 0 and sleeping(), "the query was cancelled"
+        assert "(limits.wrong_cancel_keys_per_second_per_peer)" in d.log_text()
+        assert send_cancel_request(pgwire.connect("127.0.0.1", d.port, timeout=10), key)
+        errors = [pgwire.parse_fields(body) for t, body in pgwire.read_until_ready(s) if t == "E"]
+        assert errors and errors[0].get("C") == "57014", errors
+        assert counted("forwarded") == 1
+        s.close()
+        watcher.close()
+
+
 def alice_uid():
     return pwd.getpwnam(ALICE).pw_uid
 
