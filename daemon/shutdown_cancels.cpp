@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "daemon/unique_fd.hpp"
@@ -15,18 +16,25 @@ namespace {
 struct Pending {
     UniqueFd fd;
     protocol::CancelKey key;
-    bool sent = false;
 };
 
-// A non-blocking connection on its way (or there already); an invalid fd when it failed.
-UniqueFd start_connect(const UpstreamAddress& address) {
+// How often a connection refused for a full backlog is tried again within the budget.
+constexpr int kRetryMs = 10;
+
+// A non-blocking connection on its way (or there already); an invalid fd when it failed,
+// `busy` when only because a Unix socket's listen backlog is full (EAGAIN: worth another try,
+// a postmaster busy forking takes from it).
+UniqueFd start_connect(const UpstreamAddress& address, bool& busy) {
+    busy = false;
     UniqueFd fd(::socket(address.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd.valid())
         return fd;
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length) !=
             0 &&
-        errno != EINPROGRESS)
-        fd.reset();  // EAGAIN: a Unix socket's backlog is full
+        errno != EINPROGRESS) {
+        busy = errno == EAGAIN;
+        fd.reset();
+    }
     return fd;
 }
 
@@ -41,23 +49,35 @@ bool send_request(Pending& p) {
            static_cast<ssize_t>(request.size());
 }
 
+// Starts a connection for each of `backends`; those refused for a full backlog stay there.
+void connect_all(std::vector<CancelKeys::Backend>& backends, std::vector<Pending>& pending) {
+    std::vector<CancelKeys::Backend> busy_ones;
+    for (const CancelKeys::Backend& backend : backends) {
+        if (backend.address.length == 0)
+            continue;
+        bool busy = false;
+        if (UniqueFd fd = start_connect(backend.address, busy); fd.valid())
+            pending.push_back({std::move(fd), backend.key});
+        else if (busy)
+            busy_ones.push_back(backend);
+    }
+    backends = std::move(busy_ones);
+}
+
 }  // namespace
 
 size_t ShutdownCancels::send(std::chrono::milliseconds budget) {
     const wait::Deadline deadline = wait::Deadline::after(budget);
     std::vector<Pending> pending;
-    for (const CancelKeys::Backend& backend : backends_) {
-        if (backend.address.length == 0)
-            continue;
-        if (UniqueFd fd = start_connect(backend.address); fd.valid())
-            pending.push_back({std::move(fd), backend.key});
-    }
     size_t sent = 0;
-    while (!pending.empty() && !deadline.passed()) {
+    connect_all(backends_, pending);
+    while ((!pending.empty() || !backends_.empty()) && !deadline.passed()) {
         std::vector<pollfd> fds;
         for (const Pending& p : pending)
             fds.push_back({p.fd.get(), POLLOUT, 0});
-        if (::poll(fds.data(), fds.size(), deadline.poll_ms()) < 0 && errno != EINTR)
+        const int wait_ms =
+            backends_.empty() ? deadline.poll_ms() : std::min(deadline.poll_ms(), kRetryMs);
+        if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR)
             break;
         std::vector<Pending> waiting;
         for (size_t i = 0; i < pending.size(); ++i) {
@@ -67,6 +87,7 @@ size_t ShutdownCancels::send(std::chrono::milliseconds budget) {
                 ++sent;
         }
         pending = std::move(waiting);
+        connect_all(backends_, pending);
     }
     backends_.clear();
     return sent;
