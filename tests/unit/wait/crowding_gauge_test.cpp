@@ -1,6 +1,7 @@
 // CrowdingGauge: the contention signal of the spin phases (crowding_gauge.hpp).
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <cerrno>
@@ -51,9 +52,16 @@ bool waits_over(CrowdingGauge& gauge, FakeTimes& times, clock_type::time_point& 
     return last;
 }
 
+// Runs until this thread has had `d` of CPU time, however many other threads want the CPUs
+// (ctest runs tests side by side).
 void busy_for(std::chrono::milliseconds d) {
-    const auto end = clock_type::now() + d;
-    while (clock_type::now() < end) {
+    auto cpu_now = [] {
+        timespec ts{};
+        ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+    };
+    const auto end = cpu_now() + d;
+    while (cpu_now() < end) {
     }
 }
 
@@ -89,7 +97,9 @@ TEST_CASE("read_sched_times: this thread's CPU time grows, errno is kept") {
     REQUIRE(after);
     CHECK(after->run_ns - before->run_ns >= 10'000'000);
     CHECK(after->delay_ns >= before->delay_ns);
-    CHECK(after->host_idle_ns >= before->host_idle_ns);
+    // Not that the host's idle time grows: the kernel's idle counters are not guaranteed
+    // never to step back (psutil's issue 2172 shows /proc/stat's doing so).
+    CHECK(after->host_idle_ns > 0);
 }
 
 TEST_CASE("CrowdingGauge judges windows of spinning, backs off while crowded") {
