@@ -322,11 +322,11 @@ const std::vector<std::pair<std::string_view, Setter>>& setters() {
          [](Config& c, N n, K k) { c.limits.max_startup_per_peer = get_uint<unsigned>(n, k, 1); }},
         {"limits.wrong_cancel_keys_per_second",
          [](Config& c, N n, K k) {
-             c.limits.wrong_cancel_keys_per_second = get_uint<unsigned>(n, k, 1, 1000000);
+             c.limits.wrong_cancel_keys_per_second = get_uint<unsigned>(n, k, 1, 100000);
          }},
         {"limits.wrong_cancel_keys_per_second_per_peer",
          [](Config& c, N n, K k) {
-             c.limits.wrong_cancel_keys_per_second_per_peer = get_uint<unsigned>(n, k, 1, 1000000);
+             c.limits.wrong_cancel_keys_per_second_per_peer = get_uint<unsigned>(n, k, 1, 100000);
          }},
         {"limits.session_buffer_bytes",
          [](Config& c, N n, K k) {

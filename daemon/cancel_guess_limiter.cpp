@@ -11,17 +11,21 @@ CancelGuessLimiter::CancelGuessLimiter(unsigned total_per_second, unsigned per_p
       total_{static_cast<double>(total_per_second), clock::time_point::min()} {}
 
 void CancelGuessLimiter::fill(Bucket& bucket, unsigned rate, clock::time_point now) noexcept {
-    if (bucket.filled == clock::time_point::min() || now < bucket.filled) {
+    if (bucket.filled == clock::time_point::min()) {
         bucket.filled = now;
         return;
     }
+    // `now` was read before the lock: another thread's later reading may have filled the
+    // bucket to a later time already. Going back would credit that span twice.
+    if (now <= bucket.filled)
+        return;
     const std::chrono::duration<double> elapsed = now - bucket.filled;
     bucket.tokens = std::min<double>(rate, bucket.tokens + elapsed.count() * rate);
     bucket.filled = now;
 }
 
-CancelGuessLimiter::Verdict CancelGuessLimiter::take(const std::string& peer,
-                                                     clock::time_point now) {
+CancelGuessLimiter::Verdict CancelGuessLimiter::admit(const std::string& peer,
+                                                      clock::time_point now) {
     const std::lock_guard lock(mutex_);
     fill(total_, total_rate_, now);
     if (peers_.size() >= sweep_at_)
@@ -33,16 +37,16 @@ CancelGuessLimiter::Verdict CancelGuessLimiter::take(const std::string& peer,
         return Verdict::OverPeerCap;
     if (total_.tokens < 1)
         return Verdict::OverTotalCap;
-    mine.tokens -= 1;
-    total_.tokens -= 1;
     return Verdict::LookUp;
 }
 
-void CancelGuessLimiter::refund(const std::string& peer) {
+// Admitted lookups of several workers may all turn out wrong: a bucket then goes below
+// zero, by as many as there were at once, and refills from there.
+void CancelGuessLimiter::charge(const std::string& peer) {
     const std::lock_guard lock(mutex_);
-    total_.tokens = std::min<double>(total_rate_, total_.tokens + 1);
+    total_.tokens -= 1;
     if (const auto it = peers_.find(peer); it != peers_.end())
-        it->second.tokens = std::min<double>(peer_rate_, it->second.tokens + 1);
+        it->second.tokens -= 1;
 }
 
 // A peer whose bucket has filled up again is as if never seen: the map holds only the peers

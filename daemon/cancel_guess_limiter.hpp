@@ -6,9 +6,10 @@
 // wrong key without reaching Postgres, in microseconds, and guessing through it would take
 // hours rather than weeks. Over a cap, every CancelRequest of that peer (of everyone, over
 // the total one) is dropped without being looked up, a right key too: a guess must not be
-// tried, and a guess cannot be told from a cancel. A right key costs nothing (refund()), so
-// the cap only ever holds back a peer while it, or everyone together, sends wrong keys
-// faster than it allows. Each cap is a token bucket holding one second's worth.
+// tried, and a guess cannot be told from a cancel. Only a wrong key costs (charge()), so
+// the caps only ever hold back a peer while it, or everyone together, sends wrong keys
+// faster than they allow. Each cap is a token bucket holding one second's worth: the rate
+// on average, after a first burst of as many.
 // Thread-safe: one per l5pgd, shared by the workers.
 #pragma once
 
@@ -28,11 +29,10 @@ class CancelGuessLimiter {
     CancelGuessLimiter& operator=(const CancelGuessLimiter&) = delete;
 
     enum class Verdict { LookUp, OverPeerCap, OverTotalCap };
-    // Whether a CancelRequest from `peer` may be looked up now; if so it counts as a wrong
-    // key until refund()ed.
-    [[nodiscard]] Verdict take(const std::string& peer, clock::time_point now);
-    // The key was right.
-    void refund(const std::string& peer);
+    // Whether a CancelRequest from `peer` may be looked up now.
+    [[nodiscard]] Verdict admit(const std::string& peer, clock::time_point now);
+    // The key of an admitted CancelRequest was wrong.
+    void charge(const std::string& peer);
 
     // New rates (a reload): what is in the buckets stays, up to the new sizes.
     void set_rates(unsigned total_per_second, unsigned per_peer_per_second);

@@ -318,7 +318,8 @@ void Metrics::render_refusals(std::string& out) const {
                        to_string(static_cast<ConnectionRefusal>(r)), read(refusals_[r]));
     header(out, "l5pg_cancel_requests_total", "counter",
            "CancelRequests: forwarded to Postgres, or not (unknown_key: no session of l5pgd "
-           "holds the key; rejected: auth.* is reject for the client's listener).");
+           "holds the key; rejected: auth.* is reject for the client's listener; throttled: "
+           "not looked up, over limits.wrong_cancel_keys_per_second*).");
     for (size_t r = 0; r < kCancelOutcomeCount; ++r)
         fmt::format_to(std::back_inserter(out), "l5pg_cancel_requests_total{{result=\"{}\"}} {}\n",
                        to_string(static_cast<CancelOutcome>(r)), read(cancels_[r]));

@@ -36,7 +36,8 @@ inline constexpr size_t kConnectionRefusalCount = 5;
 [[nodiscard]] std::string_view to_string(ConnectionRefusal r) noexcept;
 
 // What became of a CancelRequest: forwarded to Postgres with the backend's key, or not
-// (a key no session of l5pgd holds; the client's listener is auth.*: reject).
+// (a key no session of l5pgd holds; the client's listener is auth.*: reject; not looked up,
+// over limits.wrong_cancel_keys_per_second*).
 enum class CancelOutcome { Forwarded, UnknownKey, Rejected, Throttled };
 inline constexpr size_t kCancelOutcomeCount = 4;
 [[nodiscard]] std::string_view to_string(CancelOutcome o) noexcept;  // "forwarded", ...

@@ -319,12 +319,11 @@ def test_wrong_cancel_keys_are_capped_per_peer(workdir, cluster):
         wrong = key[:4] + bytes(b ^ 0x5a for b in key[4:])
         for _ in range(5):
             cancel_over_unix(wrong)
-        assert counted("unknown_key") + counted("throttled") == 5
-        assert counted("throttled") >= 3, "wrong keys were looked up beyond the cap"
-        throttled = counted("throttled")
         cancel_over_unix(key)  # at once: the same peer's bucket is still empty
-        assert counted("throttled") == throttled + 1, "a right key was looked up over the cap"
-        assert counted("forwarded") == 0 and sleeping(), "the query was cancelled"
+        assert counted("unknown_key") + counted("throttled") == 6
+        assert counted("throttled") >= 4, "wrong keys were looked up beyond the cap"
+        # Looked up, the right key would have been forwarded.
+        assert counted("forwarded") == 0 and sleeping(), "a right key was looked up over the cap"
         assert "(limits.wrong_cancel_keys_per_second_per_peer)" in d.log_text()
         assert send_cancel_request(pgwire.connect("127.0.0.1", d.port, timeout=10), key)
         errors = [pgwire.parse_fields(body) for t, body in pgwire.read_until_ready(s) if t == "E"]
