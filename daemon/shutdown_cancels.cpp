@@ -87,7 +87,8 @@ size_t ShutdownCancels::send(std::chrono::milliseconds budget) {
                 ++sent;
         }
         pending = std::move(waiting);
-        connect_all(backends_, pending);
+        if (!deadline.passed())  // else a connection the postmaster forks for, never used
+            connect_all(backends_, pending);
     }
     backends_.clear();
     return sent;
