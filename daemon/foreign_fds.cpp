@@ -22,6 +22,11 @@ struct ForeignFds::Queue {
     bool stop = false;     // guarded by mutex: the owner is gone, close what is left and end
 };
 
+// Linux 6.5+, newer than Debian 12's headers: a pidfd with each message (SCM_PIDFD).
+#ifndef SO_PASSPIDFD
+#define SO_PASSPIDFD 76
+#endif
+
 namespace {
 
 // How a descriptor is emptied before its close. Closing a Unix socket drops what is queued
@@ -36,6 +41,15 @@ enum class Emptying {
     Listener,    // accept the connections waiting, then empty those
 };
 
+// Options of a passed socket (set by whoever made it) that would put control messages of
+// their own before the descriptors, leaving less room for them: off.
+void stop_extra_control_messages(int fd) noexcept {
+    const int off = 0;
+    for (const int option :
+         {SO_TIMESTAMP, SO_TIMESTAMPNS, SO_TIMESTAMPING, SO_RXQ_OVFL, SO_PASSSEC, SO_PASSPIDFD})
+        (void)::setsockopt(fd, SOL_SOCKET, option, &off, sizeof off);
+}
+
 Emptying prepare(int fd) noexcept {
     int domain = 0;
     socklen_t len = sizeof domain;
@@ -46,44 +60,69 @@ Emptying prepare(int fd) noexcept {
     (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     if (domain != AF_UNIX)
         return Emptying::Nothing;
+    // Before looking at what it is: it cannot become a listener after this.
+    (void)::shutdown(fd, SHUT_RDWR);
     int listening = 0;
     int type = 0;
     len = sizeof listening;
     (void)::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
     len = sizeof type;
     (void)::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
-    (void)::shutdown(fd, SHUT_RDWR);
     if (listening != 0) {
         // accept() waits or not as the listener's file says, whatever its flags.
         (void)::fcntl(fd, F_SETFL, O_NONBLOCK);
         return Emptying::Listener;
     }
+    stop_extra_control_messages(fd);
+    const int on = 1;
     if (type == SOCK_SEQPACKET) {
-        const int on = 1;
         (void)::setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on);
         return Emptying::SeqPackets;
     }
-    return type == SOCK_DGRAM ? Emptying::Datagrams : Emptying::Stream;
+    if (type == SOCK_DGRAM)
+        return Emptying::Datagrams;
+    // An out-of-band byte's descriptors come with it only when it is read inline; a plain
+    // read would drop the byte and close them itself.
+    (void)::setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on);
+    return Emptying::Stream;
 }
 
-// Takes the next message's descriptors (or the next waiting connection) out of `fd` into
+// A descriptor being closed: a Unix socket stays open while its queue is emptied.
+struct Closing {
+    int fd;
+    Emptying how;
+    unsigned errors = 0;  // reads in a row that failed with a pending socket error
+};
+
+// A datagram or sequenced-packet socket reports a pending error (its peer went away with
+// bytes unread: ECONNRESET) before what is queued; reading it clears it. A peer that keeps
+// setting one again (reconnecting) gets this many reads at most.
+constexpr unsigned kMaxErrorsInARow = 16;
+
+// Takes the next message's descriptors (or the next waiting connection) out of `c` into
 // `taken`; false once there is nothing left to take.
-bool take_next(int fd, Emptying how, wait::PassedFds& taken) noexcept {
-    if (how == Emptying::Nothing)
+bool take_next(Closing& c, wait::PassedFds& taken) noexcept {
+    if (c.how == Emptying::Nothing)
         return false;
-    if (how == Emptying::Listener) {
-        const int accepted = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c.how == Emptying::Listener) {
+        const int accepted = ::accept4(c.fd, nullptr, nullptr, SOCK_CLOEXEC);
         if (accepted >= 0)
             taken.fds[taken.count++] = accepted;
-        return accepted >= 0 || errno == EINTR || errno == ECONNABORTED;
+        return accepted >= 0 || errno == EINTR;
     }
     std::array<std::byte, 4096> sink;
     bool message = false;
     const ssize_t n =
-        wait::recv_message_taking_fds(fd, sink.data(), sink.size(), MSG_DONTWAIT, taken, message);
-    if (n < 0)
-        return errno == EINTR;
-    switch (how) {
+        wait::recv_message_taking_fds(c.fd, sink.data(), sink.size(), MSG_DONTWAIT, taken, message);
+    if (n < 0) {
+        if (errno == EINTR)
+            return true;
+        const bool pending_error = errno != EAGAIN && errno != EBADF && errno != EINVAL &&
+                                   errno != ENOTCONN && c.how != Emptying::Stream;
+        return pending_error && ++c.errors < kMaxErrorsInARow;
+    }
+    c.errors = 0;
+    switch (c.how) {
         case Emptying::Stream:
             return n > 0 || taken.count > 0;
         case Emptying::SeqPackets:
@@ -93,25 +132,31 @@ bool take_next(int fd, Emptying how, wait::PassedFds& taken) noexcept {
     }
 }
 
+// How many descriptors the closing thread holds open while it empties nested sockets. A
+// client can nest sockets as deep as its own open-file limit allows (and keep adding levels
+// ahead of us): beyond this many, a socket is closed without being emptied, which may hold
+// this thread up (the risk emptying avoids) but never fills l5pgd's descriptor table.
+constexpr size_t kMaxHeldOpen = 4096;
+
 // Closes `first` and, depth first, whatever was queued in it: a socket's descriptors are
 // closed before the next message of the socket is read, so l5pgd's descriptor table holds
-// one message's worth (at most 253) per level of nesting, not a whole queue's. (Should it
-// fill up nonetheless, the kernel closes what it had no room for, here.)
+// one message's worth (at most 253) per level of nesting, not a whole queue's; and only
+// Unix sockets wait there, anything else is closed (reset) as it comes.
 void close_foreign(int first) noexcept {
-    struct Open {
-        int fd;
-        Emptying how;
-    };
-    std::vector<Open> open{{first, prepare(first)}};
+    std::vector<Closing> open{{first, prepare(first)}};
     while (!open.empty()) {
-        const Open top = open.back();
         wait::PassedFds taken;
-        if (take_next(top.fd, top.how, taken)) {
-            for (size_t i = 0; i < taken.count; ++i)
-                open.push_back({taken.fds[i], prepare(taken.fds[i])});
+        if (take_next(open.back(), taken)) {
+            for (size_t i = 0; i < taken.count; ++i) {
+                const Emptying how = prepare(taken.fds[i]);
+                if (how == Emptying::Nothing || open.size() >= kMaxHeldOpen)
+                    (void)::close(taken.fds[i]);
+                else
+                    open.push_back({taken.fds[i], how});
+            }
             continue;
         }
-        (void)::close(top.fd);
+        (void)::close(open.back().fd);
         open.pop_back();
     }
 }

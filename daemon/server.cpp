@@ -195,6 +195,12 @@ void Server::accept_client(int fd, Transport transport) {
         // (tcp_keepalive) by default: a client whose host went away while its session
         // idled (in a transaction, holding locks) is found out, and SIGINT's drain ends.
         ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    } else {
+        // Descriptors passed with an out-of-band byte (MSG_OOB) come with it only when it
+        // is read inline: a plain read drops that byte and the kernel closes them in the
+        // reading thread, unreset (transport/wait/passed_fds.hpp).
+        const int one = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one);
     }
     if (const std::optional<ConnectionRefusal> refusal = admit(client)) {
         refuse_connection(client, *refusal);

@@ -459,17 +459,20 @@ def reset_seen(peer, timeout=10):
     return False  # an orderly close: it lingered
 
 
-def pass_fd(sock, data, fd_owner):
-    """Sends `data` with fd_owner's descriptor attached, then closes ours: l5pgd holds the
-    last reference."""
+def pass_fd(sock, data, fd_owner, flags=0):
+    """Sends `data` with fd_owner's descriptor attached (flags: socket.MSG_OOB, out of band),
+    then closes ours: l5pgd holds the last reference."""
+    import array
     import socket
-    socket.send_fds(sock, [data], [fd_owner.fileno()])
+    # Not socket.send_fds(), which drops its flags.
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                           array.array("i", [fd_owner.fileno()]))], flags)
     fd_owner.close()
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("where", ["startup", "query", "shm_doorbell", "invalid_length",
-                                   "behind_a_cancel"])
+@pytest.mark.parametrize("where", ["startup", "query", "out_of_band", "shm_doorbell",
+                                   "invalid_length", "behind_a_cancel"])
 def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, cluster, where):
     """A client may attach descriptors (SCM_RIGHTS) to any bytes on its Unix socket. The
     kernel closes the ones a plain recv() has no room for in the reading thread, and the last
@@ -479,7 +482,9 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
     So are those l5pgd kept for an upgrade request that never came (a packet of an invalid
     length), and those behind bytes it never read (a cancel request's): closing the socket
     would drop them, so a worker does not close a Unix client's socket either, and the
-    closing thread takes what is queued in one before closing it."""
+    closing thread takes what is queued in one before closing it. Descriptors on an
+    out-of-band byte (MSG_OOB) were closed by the kernel in the worker's read, which dropped
+    that byte: l5pgd reads it inline (SO_OOBINLINE), descriptors and all."""
     from tests.harness.l5pgd import L5pgd
 
     d = L5pgd(workdir / f"l5pgd-fd-{where}", cluster, workers=1)
@@ -514,7 +519,11 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
             else:
                 sock.sendall(packet)
                 pgwire.read_until_ready(sock)
-                pass_fd(sock, b"Q\0\0\0\x0dselect 1\0", fd)
+                if where == "out_of_band":
+                    import socket
+                    pass_fd(sock, b"Q", fd, socket.MSG_OOB)
+                else:
+                    pass_fd(sock, b"Q\0\0\0\x0dselect 1\0", fd)
         r = psql_on(d, "select 'served'")
         assert r.returncode == 0 and r.stdout.strip() == "served", r.stderr
         # The session that passed it is closed: its socket reaches EOF.
@@ -522,7 +531,7 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
         with contextlib.suppress(ConnectionResetError):
             while sock.recv(4096):
                 pass
-        if where in ("startup", "query", "shm_doorbell"):
+        if where in ("startup", "query", "out_of_band", "shm_doorbell"):
             wait_for(lambda: "client passed 1 file descriptor" in d.log_text()[log0:], 10,
                      "l5pgd to log the passed descriptor")
         # Closed, reset rather than lingering, wherever it was (read, or still queued).
@@ -533,7 +542,9 @@ def test_passed_descriptor_neither_stalls_the_worker_nor_stays_open(workdir, clu
 def socket_holding(kind, stack, workdir, fd):
     """A Unix socket (of `kind`) with `fd` queued in it, behind a message of no bytes where
     there are such; for "listener", a listening socket with a connection waiting whose
-    bytes carry it. Our ends are closed: the socket returned holds the last references."""
+    bytes carry it; "stream_out_of_band": on an out-of-band byte; "seqpacket_reset": with an
+    error pending, the peer gone with bytes unread. Our ends are closed: the socket returned
+    holds the last references."""
     import socket
 
     if kind == "listener":
@@ -543,13 +554,23 @@ def socket_holding(kind, stack, workdir, fd):
         sender = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
         sender.connect(str(workdir / "holder.sock"))
     else:
-        types = {"stream": socket.SOCK_STREAM, "datagram": socket.SOCK_DGRAM,
-                 "seqpacket": socket.SOCK_SEQPACKET}
+        types = {"stream": socket.SOCK_STREAM, "stream_out_of_band": socket.SOCK_STREAM,
+                 "datagram": socket.SOCK_DGRAM, "seqpacket": socket.SOCK_SEQPACKET,
+                 "seqpacket_reset": socket.SOCK_SEQPACKET}
         holder, sender = socket.socketpair(socket.AF_UNIX, types[kind])
         stack.enter_context(sender)
-        if kind != "stream":
+        if types[kind] != socket.SOCK_STREAM:
             sender.send(b"")
-    pass_fd(sender, b"x", fd)
+    if kind == "seqpacket_reset":
+        holder.send(b"never read")
+    if kind == "seqpacket":
+        # Linux 6.5+: a pidfd of the sender with every message read (SCM_PIDFD), a
+        # descriptor l5pgd would leak.
+        with contextlib.suppress(OSError):
+            holder.setsockopt(socket.SOL_SOCKET, 76, 1)  # SO_PASSPIDFD
+    pass_fd(sender, b"x", fd, socket.MSG_OOB if kind == "stream_out_of_band" else 0)
+    if kind == "seqpacket_reset":
+        sender.close()
     return holder
 
 
@@ -558,14 +579,16 @@ def test_descriptors_queued_in_a_passed_socket_are_reset_too(workdir, cluster):
     """A socket passed to l5pgd may hold descriptors of its own, queued in it: closing it
     would close them on l5pgd's closing thread as they are, and one lingering would hold that
     thread (and every descriptor queued behind it) for its linger time. The closing thread
-    empties a passed Unix socket first, however it is made: a stream, datagrams or sequenced
-    packets (where a message may have no bytes, and read as an end of the queue), or a
-    listening socket with connections waiting (whose bytes may carry descriptors)."""
+    empties a passed Unix socket first, however it is made: a stream (descriptors on an
+    out-of-band byte too), datagrams or sequenced packets (where a message may have no bytes,
+    and read as an end of the queue; where a pending error, read first, ended the reading),
+    or a listening socket with connections waiting (whose bytes may carry descriptors)."""
     from tests.harness.l5pgd import L5pgd
 
     d = L5pgd(workdir / "l5pgd-nested-fds", cluster, workers=1)
     with d:
-        for kind in ("stream", "datagram", "seqpacket", "listener"):
+        for kind in ("stream", "stream_out_of_band", "datagram", "seqpacket", "seqpacket_reset",
+                     "listener"):
             with contextlib.ExitStack() as stack:
                 fd, peer = lingering_socket(stack)
                 holder = socket_holding(kind, stack, workdir, fd)
@@ -574,5 +597,11 @@ def test_descriptors_queued_in_a_passed_socket_are_reset_too(workdir, cluster):
                 assert reset_seen(peer), f"the socket queued in a {kind} was not reset in 10 s"
                 with contextlib.suppress(FileNotFoundError):
                     (workdir / "holder.sock").unlink()
+        fds = Path(f"/proc/{d.pid()}/fd")
+        links = []
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                links.append(os.readlink(fd))
+        assert not [link for link in links if "pidfd" in link], links
         r = psql_on(d, "select 'served'")
         assert r.returncode == 0 and r.stdout.strip() == "served", r.stderr

@@ -7,6 +7,12 @@
 
 #include <cstring>
 
+// Linux 6.5+ (<linux/socket.h>), newer than Debian 12's headers: a pidfd of the sender,
+// with each message, on a socket with SO_PASSPIDFD.
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04
+#endif
+
 namespace l5pg::wait {
 
 namespace {
@@ -26,8 +32,10 @@ void take_rights(const cmsghdr& c, PassedFds& passed) noexcept {
 
 ssize_t recv_with_control(int sock, void* buf, size_t len, int flags, PassedFds& passed,
                           bool* credentials) noexcept {
+    // Room for the most descriptors one message carries, credentials, and control messages
+    // a socket's options may add before them (timestamps), which would cost descriptors.
     alignas(cmsghdr) char
-        control[CMSG_SPACE(sizeof(int) * PassedFds::kMax) + CMSG_SPACE(sizeof(ucred))];
+        control[CMSG_SPACE(sizeof(int) * PassedFds::kMax) + CMSG_SPACE(sizeof(ucred)) + 256];
     iovec iov{buf, len};
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -42,9 +50,13 @@ ssize_t recv_with_control(int sock, void* buf, size_t len, int flags, PassedFds&
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET)
             continue;
-        if (c->cmsg_type == SCM_RIGHTS)
+        if (c->cmsg_type == SCM_RIGHTS) {
             take_rights(*c, passed);
-        else if (c->cmsg_type == SCM_CREDENTIALS && credentials != nullptr)
+        } else if (c->cmsg_type == SCM_PIDFD && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int pidfd;  // a descriptor of our own now: never kept (closing one never blocks)
+            std::memcpy(&pidfd, CMSG_DATA(c), sizeof pidfd);
+            (void)::close(pidfd);
+        } else if (c->cmsg_type == SCM_CREDENTIALS && credentials != nullptr)
             *credentials = true;
     }
     return n;
