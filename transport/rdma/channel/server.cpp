@@ -128,7 +128,8 @@ size_t ServerEndpoint::prepare_to_block(std::span<ServerSession*> ready, bool& s
     // before it is readable below (RC order), and one it sets later finds our rx flag (set
     // above) and rings. A client setting its byte over and over with nothing behind it
     // would otherwise keep the worker from ever blocking. The scan still counts the
-    // observations (the stall check in read()).
+    // observations (the stall check in read(), which so fails a torn record only while the
+    // worker is awake for something else: until then it holds nothing but its own session).
     (void)poll(ready);
     size_t n = 0;
     for (ServerSession* s : live_) {
