@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/foreign_fds.hpp"
+
 namespace l5pg::daemon {
 
 void raise_fd_limit(const config::Config& config) {
@@ -24,8 +26,8 @@ void raise_fd_limit(const config::Config& config) {
     const rlim_t kept = config.pool.mode == config::PoolMode::Session
                             ? (config.pool.max_idle + workers - 1) / workers * workers
                             : 0;
-    const rlim_t needed =
-        rlim_t{2} * limits.max_sessions + limits.max_startup_sessions + 2 * lingering + kept + 64;
+    const rlim_t needed = rlim_t{2} * limits.max_sessions + limits.max_startup_sessions +
+                          2 * lingering + kept + ForeignFds::kMostHeld + 64;
     if (limit.rlim_cur < needed)
         spdlog::warn(
             "open file limit {} is below the {} that limits.max_sessions={} needs (with "

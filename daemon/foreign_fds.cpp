@@ -22,11 +22,6 @@ struct ForeignFds::Queue {
     bool stop = false;     // guarded by mutex: the owner is gone, close what is left and end
 };
 
-// Linux 6.5+, newer than Debian 12's headers: a pidfd with each message (SCM_PIDFD).
-#ifndef SO_PASSPIDFD
-#define SO_PASSPIDFD 76
-#endif
-
 namespace {
 
 // How a descriptor is emptied before its close. Closing a Unix socket drops what is queued
@@ -81,9 +76,7 @@ Emptying prepare(int fd) noexcept {
     }
     if (type == SOCK_DGRAM)
         return Emptying::Datagrams;
-    // An out-of-band byte's descriptors come with it only when it is read inline; a plain
-    // read would drop the byte and close them itself.
-    (void)::setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on);
+    wait::read_out_of_band_inline(fd);
     return Emptying::Stream;
 }
 
@@ -132,11 +125,12 @@ bool take_next(Closing& c, wait::PassedFds& taken) noexcept {
     }
 }
 
-// How many descriptors the closing thread holds open while it empties nested sockets. A
-// client can nest sockets as deep as its own open-file limit allows (and keep adding levels
-// ahead of us): beyond this many, a socket is closed without being emptied, which may hold
-// this thread up (the risk emptying avoids) but never fills l5pgd's descriptor table.
-constexpr size_t kMaxHeldOpen = 4096;
+// How many Unix sockets the closing thread holds open while it empties nested ones. A client
+// can nest sockets as deep as its own open-file limit allows (and keep adding levels ahead of
+// us); no honest client nests any. Beyond this, a socket is closed without being emptied,
+// which may hold this thread up (the risk emptying avoids) but keeps the thread's share of
+// l5pgd's descriptor table at ForeignFds::kMostHeld (counted in fd_limit.cpp).
+constexpr size_t kMaxHeldOpen = ForeignFds::kMostHeld - wait::PassedFds::kMax;
 
 // Closes `first` and, depth first, whatever was queued in it: a socket's descriptors are
 // closed before the next message of the socket is read, so l5pgd's descriptor table holds

@@ -25,6 +25,9 @@ namespace l5pg::daemon {
 
 class ForeignFds {
   public:
+    // The most descriptors the closing thread holds at once, emptying nested sockets.
+    static constexpr size_t kMostHeld = 64 + wait::PassedFds::kMax;
+
     ForeignFds();
     ~ForeignFds();
     ForeignFds(const ForeignFds&) = delete;

@@ -22,6 +22,7 @@
 #include "daemon/upstream.hpp"
 #include "protocol/error_response.hpp"
 #include "transport/shm/segment.hpp"
+#include "transport/wait/passed_fds.hpp"
 
 namespace l5pg::daemon {
 namespace {
@@ -196,11 +197,7 @@ void Server::accept_client(int fd, Transport transport) {
         // idled (in a transaction, holding locks) is found out, and SIGINT's drain ends.
         ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     } else {
-        // Descriptors passed with an out-of-band byte (MSG_OOB) come with it only when it
-        // is read inline: a plain read drops that byte and the kernel closes them in the
-        // reading thread, unreset (transport/wait/passed_fds.hpp).
-        const int one = 1;
-        ::setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof one);
+        wait::read_out_of_band_inline(fd);  // descriptors passed on MSG_OOB: passed_fds.hpp
     }
     if (const std::optional<ConnectionRefusal> refusal = admit(client)) {
         refuse_connection(client, *refusal);

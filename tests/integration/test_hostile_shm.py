@@ -565,7 +565,9 @@ def socket_holding(kind, stack, workdir, fd):
         holder.send(b"never read")
     if kind == "seqpacket":
         # Linux 6.5+: a pidfd of the sender with every message read (SCM_PIDFD), a
-        # descriptor l5pgd would leak.
+        # descriptor l5pgd would leak. l5pgd turns the option off before reading (and
+        # would close such a pidfd): the check below sees the first of the two defences.
+        # Older kernels refuse the option.
         with contextlib.suppress(OSError):
             holder.setsockopt(socket.SOL_SOCKET, 76, 1)  # SO_PASSPIDFD
     pass_fd(sender, b"x", fd, socket.MSG_OOB if kind == "stream_out_of_band" else 0)

@@ -7,12 +7,6 @@
 
 #include <cstring>
 
-// Linux 6.5+ (<linux/socket.h>), newer than Debian 12's headers: a pidfd of the sender,
-// with each message, on a socket with SO_PASSPIDFD.
-#ifndef SCM_PIDFD
-#define SCM_PIDFD 0x04
-#endif
-
 namespace l5pg::wait {
 
 namespace {
@@ -63,6 +57,11 @@ ssize_t recv_with_control(int sock, void* buf, size_t len, int flags, PassedFds&
 }
 
 }  // namespace
+
+void read_out_of_band_inline(int sock) noexcept {
+    const int on = 1;
+    (void)::setsockopt(sock, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on);
+}
 
 ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags, PassedFds& passed) noexcept {
     return recv_with_control(sock, buf, len, flags, passed, nullptr);

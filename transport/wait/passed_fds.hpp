@@ -4,13 +4,25 @@
 // may block for as long as whoever made them likes: the last close of a socket with
 // SO_LINGER and unsent data waits out the linger time (uninterrupted where signals are
 // blocked, as in l5pgd's workers). A reader that must never block reads with room for as
-// many as one message can carry (SCM_MAX_FD) and hands them to whoever may close them.
+// many as one message can carry (SCM_MAX_FD) and hands them to whoever may close them, from
+// a socket set up with read_out_of_band_inline(): a plain read drops an out-of-band byte
+// (MSG_OOB), and the kernel closes the descriptors sent with it in the reading thread.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <array>
 #include <cstddef>
+
+// Linux 6.5+, newer than Debian 12's headers: with SO_PASSPIDFD set, a pidfd of the sender
+// comes with each message (SCM_PIDFD).
+#ifndef SO_PASSPIDFD
+#define SO_PASSPIDFD 76
+#endif
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04
+#endif
 
 namespace l5pg::wait {
 
@@ -28,6 +40,10 @@ struct PassedFds {
 // one message at most: `passed` has room for them when empty.
 [[nodiscard]] ssize_t recv_taking_fds(int sock, void* buf, size_t len, int flags,
                                       PassedFds& passed) noexcept;
+
+// Sets SO_OOBINLINE on a Unix stream socket: an out-of-band byte is read in line, with the
+// descriptors sent on it.
+void read_out_of_band_inline(int sock) noexcept;
 
 // recv_taking_fds() on a socket with SO_PASSCRED set, on which the kernel attaches the
 // sender's credentials to every message read: `message` says whether one was, which the
