@@ -28,13 +28,11 @@ CancelGuessLimiter::Verdict CancelGuessLimiter::admit(const std::string& peer,
                                                       clock::time_point now) {
     const std::lock_guard lock(mutex_);
     fill(total_, total_rate_, now);
-    if (peers_.size() >= sweep_at_)
-        forget_full_peers(now);
-    const auto it = peers_.try_emplace(peer, Bucket{static_cast<double>(peer_rate_), now}).first;
-    Bucket& mine = it->second;
-    fill(mine, peer_rate_, now);
-    if (mine.tokens < 1)
-        return Verdict::OverPeerCap;
+    if (const auto it = peers_.find(peer); it != peers_.end()) {
+        fill(it->second, peer_rate_, now);
+        if (it->second.tokens < 1)
+            return Verdict::OverPeerCap;
+    }  // else full
     if (total_.tokens < 1)
         return Verdict::OverTotalCap;
     return Verdict::LookUp;
@@ -42,11 +40,14 @@ CancelGuessLimiter::Verdict CancelGuessLimiter::admit(const std::string& peer,
 
 // Admitted lookups of several workers may all turn out wrong: a bucket then goes below
 // zero, by as many as there were at once, and refills from there.
-void CancelGuessLimiter::charge(const std::string& peer) {
+void CancelGuessLimiter::charge(const std::string& peer, clock::time_point now) {
     const std::lock_guard lock(mutex_);
     total_.tokens -= 1;
-    if (const auto it = peers_.find(peer); it != peers_.end())
-        it->second.tokens -= 1;
+    if (peers_.size() >= sweep_at_)
+        forget_full_peers(now);
+    const auto it = peers_.try_emplace(peer, Bucket{static_cast<double>(peer_rate_), now}).first;
+    fill(it->second, peer_rate_, now);
+    it->second.tokens -= 1;
 }
 
 // A peer whose bucket has filled up again is as if never seen: the map holds only the peers

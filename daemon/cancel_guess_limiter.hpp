@@ -32,13 +32,13 @@ class CancelGuessLimiter {
     // Whether a CancelRequest from `peer` may be looked up now.
     [[nodiscard]] Verdict admit(const std::string& peer, clock::time_point now);
     // The key of an admitted CancelRequest was wrong.
-    void charge(const std::string& peer);
+    void charge(const std::string& peer, clock::time_point now);
 
     // New rates (a reload): what is in the buckets stays, up to the new sizes.
     void set_rates(unsigned total_per_second, unsigned per_peer_per_second);
     [[nodiscard]] unsigned total_rate() const;
     [[nodiscard]] unsigned per_peer_rate() const;
-    // Peers held in memory: those whose bucket was not full at the last sweep.
+    // Peers held in memory: those that sent a wrong key and were not full at the last sweep.
     [[nodiscard]] size_t peers_held() const;
 
   private:
@@ -50,11 +50,13 @@ class CancelGuessLimiter {
     void forget_full_peers(clock::time_point now);
 
     mutable std::mutex mutex_;
-    unsigned total_rate_;                            // guarded by mutex_
-    unsigned peer_rate_;                             // guarded by mutex_
-    Bucket total_;                                   // guarded by mutex_
-    std::unordered_map<std::string, Bucket> peers_;  // guarded by mutex_: not full ones
-    size_t sweep_at_ = kFirstSweep;                  // guarded by mutex_
+    unsigned total_rate_;  // guarded by mutex_
+    unsigned peer_rate_;   // guarded by mutex_
+    Bucket total_;         // guarded by mutex_
+    // Guarded by mutex_: the peers that sent a wrong key; one whose bucket filled up again
+    // goes at the next sweep (a peer not there has a full bucket).
+    std::unordered_map<std::string, Bucket> peers_;
+    size_t sweep_at_ = kFirstSweep;  // guarded by mutex_
     static constexpr size_t kFirstSweep = 1024;
 };
 

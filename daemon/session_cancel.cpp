@@ -22,7 +22,8 @@ namespace l5pg::daemon {
 bool Session::look_up_cancel_key(const protocol::StartupPacket& packet) {
     CancelGuessLimiter& guesses = worker_.cancel_guesses();
     const std::string peer = peer_.limit_key();
-    switch (guesses.admit(peer, CancelGuessLimiter::clock::now())) {
+    const auto now = CancelGuessLimiter::clock::now();
+    switch (guesses.admit(peer, now)) {
         case CancelGuessLimiter::Verdict::LookUp:
             break;
         case CancelGuessLimiter::Verdict::OverPeerCap:
@@ -39,7 +40,7 @@ bool Session::look_up_cancel_key(const protocol::StartupPacket& packet) {
             return false;
     }
     if (!translate_cancel_key(packet)) {
-        guesses.charge(peer);
+        guesses.charge(peer, now);
         // Postgres logs a wrong key too (processCancelRequest); none of these reach it.
         refuse_cancel(CancelOutcome::UnknownKey,
                       fmt::format("its key (process {}) is not one of a session l5pgd serves",

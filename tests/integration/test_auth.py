@@ -307,19 +307,25 @@ def test_wrong_cancel_keys_are_capped_per_peer(workdir, cluster):
             assert time.monotonic() < deadline, "the query never started"
             time.sleep(0.05)
 
-        def cancel_over_unix(k):
-            unix = socket.socket(socket.AF_UNIX)
-            unix.settimeout(10)
-            unix.connect(str(d.socket_path))
-            assert send_cancel_request(unix, k)
+        def cancels_over_unix(*keys):
+            """All sent before any answer is awaited: they are looked up within
+            milliseconds of each other, well within the bucket's second."""
+            socks = []
+            for k in keys:
+                unix = socket.socket(socket.AF_UNIX)
+                unix.settimeout(10)
+                unix.connect(str(d.socket_path))
+                unix.sendall(struct.pack("!II", 16, 80877102) + k)
+                socks.append(unix)
+            for unix in socks:
+                assert pgwire.at_eof(unix, 10)
 
         def counted(result):
             return d.metric("l5pg_cancel_requests_total", result=result)
 
         wrong = key[:4] + bytes(b ^ 0x5a for b in key[4:])
-        for _ in range(5):
-            cancel_over_unix(wrong)
-        cancel_over_unix(key)  # at once: the same peer's bucket is still empty
+        cancels_over_unix(*[wrong] * 5)
+        cancels_over_unix(key)  # at once: the same peer's bucket is still empty
         assert counted("unknown_key") + counted("throttled") == 6
         assert counted("throttled") >= 4, "wrong keys were looked up beyond the cap"
         # Looked up, the right key would have been forwarded.
