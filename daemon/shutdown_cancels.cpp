@@ -87,7 +87,8 @@ size_t ShutdownCancels::send(std::chrono::milliseconds budget) {
                 ++sent;
         }
         pending = std::move(waiting);
-        if (!deadline.passed())  // else a connection the postmaster forks for, never used
+        // Not in the last moments: a connection the postmaster forks for, never used.
+        if (deadline.poll_ms() > 2 * kRetryMs)
             connect_all(backends_, pending);
     }
     backends_.clear();
