@@ -230,8 +230,9 @@ def test_reload_warns_when_max_sessions_outgrows_the_fd_limit(configured):
     config.write_text(BASE_CONFIG + "limits:\n  max_sessions: 100000000\n")
     log = d.reload()
     assert "reload: limits.max_sessions: 1000 -> 100000000" in log
-    # Two descriptors per session, one per startup connection, 64 spare; with RDMA off no
-    # lingering RDMA channels (a quarter of the sessions, two descriptors each).
+    # Two descriptors per session, one per startup connection, the closing thread's 317
+    # (ForeignFds::kMostHeld), 64 spare; with RDMA off no lingering RDMA channels (a quarter
+    # of the sessions, two descriptors each).
     assert re.search(r"open file limit \d+ is below the 200000881 that "
                      r"limits\.max_sessions=100000000 needs \(with "
                      r"limits\.max_startup_sessions=500\); raise it", log), log
